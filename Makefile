@@ -1,0 +1,43 @@
+PY      := .venv/bin/python
+VERSION ?= atlas-full-v1
+MODEL   ?= kmer-4
+STORE   ?= store
+
+.PHONY: install lint format test test-all embeddings report demo bench check clean
+
+# The environment is (re)built whenever the project's dependency files change.
+.venv/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+install: .venv/.installed
+
+lint: install
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+format: install
+	.venv/bin/ruff check --fix . && .venv/bin/ruff format .
+
+test: install
+	$(PY) -m pytest -m "not slow and not gpu" -q
+
+test-all: install
+	$(PY) -m pytest -q
+
+embeddings: install
+	$(PY) -m embedcache.cli embeddings --model $(MODEL) --version $(VERSION) --store $(STORE)
+
+report: install
+	$(PY) -m embedcache.cli report --version $(VERSION) --store $(STORE)
+
+demo: install
+	$(PY) -m embedcache.cli demo --store $(STORE)
+
+bench: install
+	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done
+
+check: lint test
+
+clean:
+	rm -rf reports/*/ .pytest_cache

@@ -1,0 +1,87 @@
+"""Command-line entry points (`embedcache ...`, called by the Makefile).
+
+The only module that prints, reads environment variables or configures logging.
+Each command group has its own `_add_*` function below; keep them apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from embedcache.errors import EmbedcacheError
+
+logger = logging.getLogger(__name__)
+
+
+def _default_store() -> Path:
+    return Path(os.environ.get("EMBEDCACHE_STORE", "store"))
+
+
+def _default_data_dir() -> Path | None:
+    value = os.environ.get("EMBEDCACHE_DATA_DIR")
+    return Path(value) if value else None
+
+
+# --- foundation: versions, subset ---------------------------------------------------
+
+
+def _add_data_commands(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+# --- store: ls, info, verify, compact -----------------------------------------------
+
+
+def _add_store_commands(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+# --- engine: embed, embeddings ------------------------------------------------------
+
+
+def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+# --- report, demo -------------------------------------------------------------------
+
+
+def _add_report_commands(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="embedcache", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_store_commands(sub)
+    _add_embed_commands(sub)
+    _add_report_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except EmbedcacheError as err:
+        notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
+        print(f"embedcache: error: {err}{notes}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("embedcache: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

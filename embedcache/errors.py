@@ -1,0 +1,59 @@
+"""One base error; each subclass also inherits the builtin a caller would catch."""
+
+from __future__ import annotations
+
+
+class EmbedcacheError(Exception):
+    """Base class of every error embedcache raises on purpose."""
+
+
+class InvalidSequenceError(EmbedcacheError, ValueError):
+    """A sequence is empty or holds a character outside A/C/G/T/N."""
+
+
+class InvalidLabelError(EmbedcacheError, ValueError):
+    """A label is not 0 or 1."""
+
+
+class ChecksumMismatchError(EmbedcacheError, ValueError):
+    """A data file's sha256 differs from the pinned one."""
+
+
+class DataUnavailableError(EmbedcacheError, FileNotFoundError):
+    """A dataset cannot be found locally and the hub cannot be reached."""
+
+
+class VersionSpecError(EmbedcacheError, ValueError):
+    """A leaderboard version file is malformed or names something unknown."""
+
+
+class SubsetDrawError(EmbedcacheError, ValueError):
+    """A draw asks for more items than the pool holds."""
+
+
+class StoreError(EmbedcacheError, OSError):
+    """The embedding store cannot be opened or written."""
+
+
+class DimensionMismatchError(EmbedcacheError, ValueError):
+    """Vectors disagree with the dimension or dtype already stored for a key."""
+
+
+class CorruptStoreError(EmbedcacheError, OSError):
+    """A shard failed its checksum or is truncated; its data is not trusted."""
+
+
+class MissingEmbeddingsError(EmbedcacheError, LookupError):
+    """Vectors were asked for that are not in the store."""
+
+
+class UnknownModelError(EmbedcacheError, LookupError):
+    """A model name is neither built in, a local directory, nor loadable from the hub."""
+
+
+class SequenceTooLongError(EmbedcacheError, ValueError):
+    """A sequence exceeds the model's context and no truncation policy was chosen."""
+
+
+class InputFileError(EmbedcacheError, ValueError):
+    """An input file of sequences is empty or unreadable."""
