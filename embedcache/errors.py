@@ -57,3 +57,11 @@ class SequenceTooLongError(EmbedcacheError, ValueError):
 
 class InputFileError(EmbedcacheError, ValueError):
     """An input file of sequences is empty or unreadable."""
+
+
+class AdapterOptionError(EmbedcacheError, ValueError):
+    """An embedding option (dtype, layer, rc mode, ...) is unknown or does not fit the model."""
+
+
+class DeviceUnavailableError(EmbedcacheError, RuntimeError):
+    """The requested compute device is not present on this machine."""
