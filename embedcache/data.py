@@ -129,7 +129,9 @@ def load_split(
     if source == "auto":
         source = "mirror" if data_dir is not None else "hub"
     if source == "demo":
-        files = _local_files(DEMO_DATA_DIR / dataset, split, spec=spec, where="bundled demo data")
+        files = _local_files(
+            DEMO_DATA_DIR / dataset, split, spec=spec, where="bundled demo data"
+        )
         origin = "bundled demo data (not comparable to the leaderboard)"
     elif source == "mirror":
         if data_dir is None:
@@ -147,10 +149,14 @@ def load_split(
     hashes = tuple((path.name, _verified_sha256(path, spec)) for path in files)
     frame = _read_parquet(files, dataset=dataset, split=split)
     logger.info("loaded %s:%s, %d rows from %s", dataset, split, frame.height, origin)
-    return SplitData(dataset=dataset, split=split, frame=frame, source=origin, files=hashes)
+    return SplitData(
+        dataset=dataset, split=split, frame=frame, source=origin, files=hashes
+    )
 
 
-def _local_files(root: Path, split: str, *, spec: DatasetSpec, where: str) -> list[Path]:
+def _local_files(
+    root: Path, split: str, *, spec: DatasetSpec, where: str
+) -> list[Path]:
     files = sorted((root / "data").glob(f"{split}-*.parquet"))
     if not files:
         msg = (
@@ -174,7 +180,9 @@ def _hub_files(spec: DatasetSpec, split: str) -> list[Path]:
             revision=spec.revision,
             allow_patterns=[f"data/{split}-*.parquet"],
         )
-    except Exception as err:  # the hub client raises many types; all mean "not reachable"
+    except (
+        Exception
+    ) as err:  # the hub client raises many types; all mean "not reachable"
         msg = (
             f"cannot load {spec.name} ({spec.repo_id}@{spec.revision[:12]}) from the Hugging "
             f"Face hub or its cache: {type(err).__name__}. Offline, make a local mirror "
@@ -204,7 +212,9 @@ def _read_parquet(files: list[Path], *, dataset: str, split: str) -> pl.DataFram
         part = pl.read_parquet(path)
         missing = {"seq", "label"} - set(part.columns)
         if missing:
-            msg = f"{path} lacks column(s) {sorted(missing)}; expected columns seq, label"
+            msg = (
+                f"{path} lacks column(s) {sorted(missing)}; expected columns seq, label"
+            )
             raise InvalidSequenceError(msg)
         frames.append(part.select("seq", "label"))
     raw = pl.concat(frames)
@@ -217,9 +227,12 @@ def validate_rows(raw: pl.DataFrame, *, dataset: str, split: str) -> pl.DataFram
     ``raw`` has columns ``seq`` and ``label`` in published row order.
     """
     frame = raw.with_row_index("row").with_columns(
-        pl.format("{}:{}:{}", pl.lit(dataset), pl.lit(split), pl.col("row").cast(pl.String).str.zfill(6)).alias(
-            "item_id"
-        ),
+        pl.format(
+            "{}:{}:{}",
+            pl.lit(dataset),
+            pl.lit(split),
+            pl.col("row").cast(pl.String).str.zfill(6),
+        ).alias("item_id"),
         pl.col("seq").str.to_uppercase(),
     )
     bad_label = frame.filter(~pl.col("label").is_in([0, 1]) | pl.col("label").is_null())
@@ -230,11 +243,14 @@ def validate_rows(raw: pl.DataFrame, *, dataset: str, split: str) -> pl.DataFram
             f"({bad_label.height} row(s) affected; first shown)"
         )
         raise InvalidLabelError(msg)
-    bad_seq = frame.filter(pl.col("seq").is_null() | ~pl.col("seq").str.contains(_VALID_SEQUENCE))
+    bad_seq = frame.filter(
+        pl.col("seq").is_null() | ~pl.col("seq").str.contains(_VALID_SEQUENCE)
+    )
     if bad_seq.height:
         first = bad_seq.row(0, named=True)
         raise InvalidSequenceError(
-            describe_bad_sequence(first["item_id"], first["seq"]) + f" ({bad_seq.height} row(s) affected; first shown)"
+            describe_bad_sequence(first["item_id"], first["seq"])
+            + f" ({bad_seq.height} row(s) affected; first shown)"
         )
     return frame.select(
         "item_id",
@@ -243,7 +259,9 @@ def validate_rows(raw: pl.DataFrame, *, dataset: str, split: str) -> pl.DataFram
         pl.col("row").cast(pl.Int64),
         "seq",
         pl.col("label").cast(pl.Int8),
-        pl.col("seq").map_elements(sequence_key, return_dtype=pl.String).alias("seq_sha256"),
+        pl.col("seq")
+        .map_elements(sequence_key, return_dtype=pl.String)
+        .alias("seq_sha256"),
     )
 
 

@@ -65,3 +65,11 @@ class AdapterOptionError(EmbedcacheError, ValueError):
 
 class DeviceUnavailableError(EmbedcacheError, RuntimeError):
     """The requested compute device is not present on this machine."""
+
+
+class ProbeError(EmbedcacheError, ValueError):
+    """A probe cannot be fitted or scored on the data it was given."""
+
+
+class CheckpointError(EmbedcacheError, ValueError):
+    """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""

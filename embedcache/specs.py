@@ -23,7 +23,9 @@ class ModelKey:
     adapter_version: str
     layer: int = -1
     pooling: str = "mean"
-    special_tokens: str = "exclude"  # "exclude" | "include" | "none" (no special tokens added)
+    special_tokens: str = (
+        "exclude"  # "exclude" | "include" | "none" (no special tokens added)
+    )
     rc_mode: str = "none"  # "none" | "average"
     dtype: str = "float32"  # compute dtype; vectors are always stored as float32
     max_length: int | None = None  # tokens; None = unlimited

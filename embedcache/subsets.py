@@ -21,7 +21,7 @@ from embedcache.data import SplitData, load_split
 from embedcache.errors import SubsetDrawError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from embedcache.versions import DatasetDraw, VersionSpec
 
@@ -76,7 +76,9 @@ def largest_remainder_quotas(counts: Mapping[int, int], n: int) -> dict[int, int
     return quotas
 
 
-def draw_stratified(pool: pl.DataFrame, n: int, *, seed: int, what: str = "pool") -> pl.DataFrame:
+def draw_stratified(
+    pool: pl.DataFrame, n: int, *, seed: int, what: str = "pool"
+) -> pl.DataFrame:
     """Draw ``n`` rows of ``pool`` (columns item_id, label, ...) by the protocol.
 
     Labels are visited in ascending order; within a label, rows are ranked by
@@ -89,10 +91,13 @@ def draw_stratified(pool: pl.DataFrame, n: int, *, seed: int, what: str = "pool"
         err.add_note(f"while drawing from {what}")
         raise
     ranked = pool.with_columns(
-        pl.col("item_id").map_elements(lambda item: seed_rank(seed, item), return_dtype=pl.String).alias("_rank")
+        pl.col("item_id")
+        .map_elements(lambda item: seed_rank(seed, item), return_dtype=pl.String)
+        .alias("_rank")
     )
     parts = [
-        ranked.filter(pl.col("label") == label).sort("_rank").head(quotas[label]) for label in sorted(quotas)
+        ranked.filter(pl.col("label") == label).sort("_rank").head(quotas[label])
+        for label in sorted(quotas)
     ]
     return pl.concat(parts).drop("_rank").sort("item_id")
 
@@ -113,38 +118,66 @@ def draw_version(version: VersionSpec, *, data_dir: Path | None = None) -> Subse
         sources.extend(used)
     items = pl.concat(frames).sort("item_id").select(MANIFEST_COLUMNS)
     subset_id = compute_subset_id(items["item_id"])
-    logger.info("drew %s: %d items, subset id %s", version.name, items.height, subset_id)
-    return Subset(version=version, items=items, subset_id=subset_id, sources=tuple(sources))
+    logger.info(
+        "drew %s: %d items, subset id %s", version.name, items.height, subset_id
+    )
+    return Subset(
+        version=version, items=items, subset_id=subset_id, sources=tuple(sources)
+    )
 
 
-def _draw_dataset(draw: DatasetDraw, *, seed: int, data_dir: Path | None) -> tuple[pl.DataFrame, list[SplitData]]:
-    test_data = load_split(draw.name, draw.test_split, data_dir=data_dir, source=draw.source)
+def _draw_dataset(
+    draw: DatasetDraw, *, seed: int, data_dir: Path | None
+) -> tuple[pl.DataFrame, list[SplitData]]:
+    test_data = load_split(
+        draw.name, draw.test_split, data_dir=data_dir, source=draw.source
+    )
     test_file = test_data.frame
     if draw.self_split:
-        train = draw_stratified(test_file, draw.n_train, seed=seed, what=f"{draw.name}:{draw.train_split}")
+        train = draw_stratified(
+            test_file, draw.n_train, seed=seed, what=f"{draw.name}:{draw.train_split}"
+        )
         # the rest, minus any row whose sequence train already holds
         rest = test_file.filter(
-            ~pl.col("item_id").is_in(train["item_id"].implode()) & ~pl.col("seq").is_in(train["seq"].implode())
+            ~pl.col("item_id").is_in(train["item_id"].implode())
+            & ~pl.col("seq").is_in(train["seq"].implode())
         )
         test = _draw_test(rest, draw, seed=seed)
         used = [test_data]
     else:
         test = _draw_test(test_file, draw, seed=seed)
-        train_data = load_split(draw.name, draw.train_split, data_dir=data_dir, source=draw.source)
+        train_data = load_split(
+            draw.name, draw.train_split, data_dir=data_dir, source=draw.source
+        )
         # disjoint by sequence against the whole published test file, not just the drawn test items
-        candidates = train_data.frame.filter(~pl.col("seq").is_in(test_file["seq"].implode()))
+        candidates = train_data.frame.filter(
+            ~pl.col("seq").is_in(test_file["seq"].implode())
+        )
         dropped = train_data.frame.height - candidates.height
-        logger.info("%s: dropped %d train rows whose sequence is in the test file", draw.name, dropped)
-        train = draw_stratified(candidates, draw.n_train, seed=seed, what=f"{draw.name}:{draw.train_split}")
+        logger.info(
+            "%s: dropped %d train rows whose sequence is in the test file",
+            draw.name,
+            dropped,
+        )
+        train = draw_stratified(
+            candidates, draw.n_train, seed=seed, what=f"{draw.name}:{draw.train_split}"
+        )
         used = [test_data, train_data]
-    items = pl.concat([train.with_columns(pl.lit("train").alias("split")), test.with_columns(pl.lit("test").alias("split"))])
+    items = pl.concat(
+        [
+            train.with_columns(pl.lit("train").alias("split")),
+            test.with_columns(pl.lit("test").alias("split")),
+        ]
+    )
     return items.select(MANIFEST_COLUMNS), used
 
 
 def _draw_test(pool: pl.DataFrame, draw: DatasetDraw, *, seed: int) -> pl.DataFrame:
     if draw.n_test is None:
         return pool
-    return draw_stratified(pool, draw.n_test, seed=seed, what=f"{draw.name}:{draw.test_split}")
+    return draw_stratified(
+        pool, draw.n_test, seed=seed, what=f"{draw.name}:{draw.test_split}"
+    )
 
 
 def write_manifest(subset: Subset, path: Path) -> None:
@@ -169,10 +202,10 @@ def write_manifest(subset: Subset, path: Path) -> None:
     )
 
 
-def _atomic_write(path: Path, write: object) -> None:
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write(tmp)  # type: ignore[operator]
+        write(tmp)
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
         tmp.replace(path)

@@ -61,7 +61,7 @@ def load_version(name_or_path: str | Path) -> VersionSpec:
         Unknown name, unreadable file, or a field that is missing or malformed.
     """
     path = Path(name_or_path)
-    if not path.suffix == ".toml":
+    if path.suffix != ".toml":
         path = VERSIONS_DIR / f"{name_or_path}.toml"
         if not path.exists():
             known = ", ".join(p.stem for p in sorted(VERSIONS_DIR.glob("*.toml")))

@@ -27,7 +27,9 @@ SEED = 20261006
 
 
 def build(shared_data: Path, dataset: str) -> bytes:
-    raw = pl.read_csv(shared_data / "genomic-benchmarks" / dataset / "test.tsv", separator="\t")
+    raw = pl.read_csv(
+        shared_data / "genomic-benchmarks" / dataset / "test.tsv", separator="\t"
+    )
     pool = validate_rows(raw.select("seq", "label"), dataset=dataset, split="test")
     drawn = draw_stratified(pool, N_PER_DATASET, seed=SEED, what=f"{dataset} test.tsv")
     buffer = io.BytesIO()
@@ -40,8 +42,12 @@ def build(shared_data: Path, dataset: str) -> bytes:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = Path(__file__).resolve().parents[1]
-    parser.add_argument("--shared-data", type=Path, default=root.parent / "shared" / "data")
-    parser.add_argument("--check", action="store_true", help="verify instead of writing")
+    parser.add_argument(
+        "--shared-data", type=Path, default=root.parent / "shared" / "data"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="verify instead of writing"
+    )
     args = parser.parse_args()
     ok = True
     for dataset in DATASETS:
@@ -54,7 +60,9 @@ def main() -> int:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(payload)
-        print(f"{dataset}: {len(payload):,} bytes, sha256 {file_sha256(target)} -> {target}")
+        print(
+            f"{dataset}: {len(payload):,} bytes, sha256 {file_sha256(target)} -> {target}"
+        )
     return 0 if ok else 1
 
 

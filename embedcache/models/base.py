@@ -22,7 +22,9 @@ class Adapter(Protocol):
     key: ModelKey
     dim: int
     max_tokens: int | None  # None: no limit
-    needs_equal_lengths: bool  # no attention mask: batch only sequences of equal token count
+    needs_equal_lengths: (
+        bool  # no attention mask: batch only sequences of equal token count
+    )
 
     def n_tokens(self, seq: str) -> int:
         """Tokens the model sees for ``seq`` (for the length check and the token budget)."""
