@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # the hub client logs every retry; our own error says what failed and what to do
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except EmbedcacheError as err:
