@@ -30,12 +30,23 @@ def _default_data_dir() -> Path | None:
 
 
 def _add_data_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("versions", help="list the leaderboard versions with their datasets and n")
+    p = sub.add_parser(
+        "versions", help="list the leaderboard versions with their datasets and n"
+    )
     p.set_defaults(func=_cmd_versions)
 
     p = sub.add_parser("subset", help="draw a version's items and write its manifest")
-    p.add_argument("--version", required=True, help="a shipped version name or a version .toml file")
-    p.add_argument("--data-dir", type=Path, default=_default_data_dir(), help="local mirror of the datasets")
+    p.add_argument(
+        "--version",
+        required=True,
+        help="a shipped version name or a version .toml file",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=_default_data_dir(),
+        help="local mirror of the datasets",
+    )
     p.add_argument("--output", type=Path, required=True, help="manifest TSV to write")
     p.set_defaults(func=_cmd_subset)
 
@@ -47,7 +58,11 @@ def _cmd_versions(args: argparse.Namespace) -> int:
         flag = "" if version.comparable else "  (not comparable to the leaderboard)"
         print(f"{version.name}  seed={version.seed}{flag}")
         for draw in version.datasets:
-            n_test = draw.n_test if draw.n_test is not None else ("rest" if draw.self_split else "all")
+            n_test = (
+                draw.n_test
+                if draw.n_test is not None
+                else ("rest" if draw.self_split else "all")
+            )
             print(f"  {draw.name:<34} test={n_test!s:<6} train={draw.n_train}")
     return 0
 
@@ -87,14 +102,74 @@ def _add_report_commands(sub: argparse._SubParsersAction) -> None:
     pass
 
 
+# --- demo: the whole pipeline, offline -----------------------------------------------
+
+
+def _add_demo_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="offline: draw demo-v1, embed it with the built-in floors, render its report",
+    )
+    p.add_argument("--store", type=Path, default=_default_store())
+    p.add_argument("--output-dir", type=Path, default=Path("reports"))
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from embedcache.models import BUILTIN_MODELS
+
+    version = "demo-v1"
+    store = str(args.store)
+    steps = [
+        [
+            "subset",
+            "--version",
+            version,
+            "--output",
+            str(args.output_dir / version / "manifest.tsv"),
+        ]
+    ]
+    steps += [
+        ["embeddings", "--model", m, "--version", version, "--store", store]
+        for m in BUILTIN_MODELS
+    ]
+    steps.append(
+        [
+            "report",
+            "--version",
+            version,
+            "--store",
+            store,
+            "--output-dir",
+            str(args.output_dir),
+        ]
+    )
+    parser = build_parser()
+    for step in steps:
+        print(f"$ embedcache {' '.join(step)}", flush=True)
+        step_args = parser.parse_args(step)
+        code = int(step_args.func(step_args) or 0)
+        if code:
+            return code
+    print(
+        f"demo report: {args.output_dir / version / 'index.html'} (demo-v1 is not comparable to the leaderboard)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embedcache", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    parser = argparse.ArgumentParser(
+        prog="embedcache", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log at debug level"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_data_commands(sub)
     _add_store_commands(sub)
     _add_embed_commands(sub)
     _add_report_commands(sub)
+    _add_demo_command(sub)
     return parser
 
 
