@@ -92,7 +92,196 @@ def _add_store_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
-    pass
+    """`embed` (any sequences -> OUT.npy) and `embeddings` (every item of a version).
+
+    Both print `computed=<N> cached=<M>` as their last stdout line: N distinct
+    sequences run through the model, M every other input row (already stored, or a
+    repeat of a sequence computed in the same run), so N + M = number of inputs.
+    """
+
+    def add_model_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--model",
+            required=True,
+            help="kmer-1..kmer-6, a local HF directory, or a hub id",
+        )
+        p.add_argument(
+            "--store",
+            type=Path,
+            default=None,
+            help="embedding store (default: $EMBEDCACHE_STORE or ./store)",
+        )
+        p.add_argument(
+            "--revision", default=None, help="hub revision; resolved to a commit sha"
+        )
+        p.add_argument(
+            "--dtype",
+            choices=("float32", "bfloat16"),
+            default="float32",
+            help="compute dtype",
+        )
+        p.add_argument(
+            "--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N"
+        )
+        p.add_argument(
+            "--rc",
+            choices=("none", "average"),
+            default=None,
+            help="reverse-complement mode (default: the family's)",
+        )
+        p.add_argument(
+            "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
+        )
+        p.add_argument(
+            "--include-special-tokens",
+            action="store_true",
+            help="pool [CLS]/[SEP]-style tokens too",
+        )
+        p.add_argument(
+            "--truncate",
+            action="store_true",
+            help="cut over-long sequences on the right (recorded in the key)",
+        )
+        p.add_argument(
+            "--kmer-split",
+            type=int,
+            default=None,
+            metavar="K",
+            help="DNABERT-style overlapping K-mer input",
+        )
+        p.add_argument(
+            "--trust-remote-code",
+            action="store_true",
+            help="run the model repository's own code",
+        )
+        p.add_argument(
+            "--token-budget",
+            type=int,
+            default=None,
+            help="padded tokens per forward pass",
+        )
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "embed", help="embed sequences from a file into OUT.npy, caching in the store"
+    )
+    add_model_options(p)
+    p.add_argument(
+        "--input",
+        type=Path,
+        required=True,
+        help="TSV with a 'seq' column, FASTA, or one sequence a line",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="float32 (n, d) .npy, rows in input order",
+    )
+    p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser(
+        "embeddings", help="embed every item (train and test) of a leaderboard version"
+    )
+    add_model_options(p)
+    p.add_argument(
+        "--version",
+        required=True,
+        help="version name (e.g. atlas-full-v1) or a .toml file",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+    p.set_defaults(func=_cmd_embeddings)
+
+
+def _embed_adapter(args: argparse.Namespace) -> object:
+    from embedcache.models import load_adapter
+
+    return load_adapter(
+        args.model,
+        revision=args.revision,
+        dtype=args.dtype,
+        device=args.device,
+        rc_mode=args.rc,
+        layer=args.layer,
+        special_tokens="include" if args.include_special_tokens else "exclude",
+        truncation="right" if args.truncate else "error",
+        kmer_split=args.kmer_split,
+        trust_remote_code=args.trust_remote_code,
+    )
+
+
+def _run_embedding(
+    args: argparse.Namespace, seqs: list[str], names: list[str]
+) -> object:
+    from embedcache.embed import DEFAULT_TOKEN_BUDGET, embed_sequences
+    from embedcache.store import EmbeddingStore
+
+    adapter = _embed_adapter(args)
+    store = EmbeddingStore(args.store or _default_store())
+    return embed_sequences(
+        adapter,
+        seqs,
+        store,
+        names=names,
+        token_budget=args.token_budget or DEFAULT_TOKEN_BUDGET,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from embedcache.seqfile import read_sequences
+
+    if args.output.suffix != ".npy":
+        print(
+            f"embedcache: error: --output {args.output} must end in .npy",
+            file=sys.stderr,
+        )
+        return 2
+    records = read_sequences(args.input)
+    result = _run_embedding(args, records.seqs, records.names)
+    _save_npy_atomic(args.output, np.asarray(result.vectors, dtype=np.float32))
+    print(
+        f"wrote {result.vectors.shape[0]} x {result.vectors.shape[1]} float32 to {args.output}"
+    )
+    print(f"computed={result.n_computed} cached={result.n_cached}")
+    return 0
+
+
+def _cmd_embeddings(args: argparse.Namespace) -> int:
+    from embedcache.subsets import draw_version
+    from embedcache.versions import load_version
+
+    version = load_version(args.version)
+    subset = draw_version(version, data_dir=args.data_dir or _default_data_dir())
+    items = subset.items
+    result = _run_embedding(args, items["seq"].to_list(), items["item_id"].to_list())
+    print(
+        f"{version.name} (subset {subset.subset_id}): {items.height} items embedded with {args.model}"
+    )
+    print(f"computed={result.n_computed} cached={result.n_cached}")
+    return 0
+
+
+def _save_npy_atomic(path: Path, array: object) -> None:
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            np.save(fh, array)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # --- report, demo -------------------------------------------------------------------

@@ -1,0 +1,166 @@
+"""Read the sequences given to ``embedcache embed``: a TSV with a ``seq`` column, FASTA,
+or one sequence a line (``.gz`` accepted for each).
+
+The format is detected from the content: a first line starting with ``>`` is FASTA,
+a first line holding a tab and a ``seq`` field is a TSV header, anything else is one
+sequence a line. Blank lines are skipped. Every sequence is checked: only A, C, G, T
+and N (any case) are allowed; an error names the line or record, the character and
+its position.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from embedcache.errors import InputFileError, InvalidSequenceError
+from embedcache.hashing import normalise_sequence
+
+logger = logging.getLogger(__name__)
+
+_INVALID = re.compile(r"[^ACGTNacgtn]")
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceRecords:
+    """Sequences in file order, upper-cased, each with a name for error messages."""
+
+    seqs: list[str]
+    names: list[str]  # "line 3", or "record chr1_100 (line 7)" for FASTA
+    format: str  # "tsv" | "fasta" | "lines"
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+def validate_sequence(seq: str, name: str) -> str:
+    """Return the upper-cased sequence, or raise naming ``name``, the character and position.
+
+    Raises
+    ------
+    InvalidSequenceError
+        The sequence is empty or holds a character other than A/C/G/T/N.
+    """
+    if not seq:
+        msg = f"{name}: the sequence is empty"
+        raise InvalidSequenceError(msg)
+    bad = _INVALID.search(seq)
+    if bad is not None:
+        msg = (
+            f"{name}: invalid character {bad.group()!r} at position {bad.start() + 1} "
+            f"(1-based, sequence length {len(seq)}); allowed are A, C, G, T and N in any "
+            "case. Fix or drop this sequence."
+        )
+        raise InvalidSequenceError(msg)
+    return normalise_sequence(seq)
+
+
+def read_sequences(path: Path) -> SequenceRecords:
+    """Read and validate every sequence of ``path``, in file order.
+
+    Raises
+    ------
+    InputFileError
+        The file cannot be read, holds no sequence, or a TSV lacks the ``seq`` column.
+    InvalidSequenceError
+        A sequence is empty or holds a character other than A/C/G/T/N.
+    """
+    path = Path(path)
+    lines = _read_lines(path)
+    first = next(((i, line) for i, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        msg = f"{path} holds no sequences (the file is empty); give one sequence a line, FASTA, or a TSV with a 'seq' column"
+        raise InputFileError(msg)
+    start, head = first
+    if head.startswith(">"):
+        records = _read_fasta(lines, path)
+    elif "\t" in head and "seq" in [f.strip() for f in head.split("\t")]:
+        records = _read_tsv(lines, start, path)
+    elif "\t" in head:
+        msg = (
+            f"{path}, line {start + 1}: the first line looks like a TSV header but has no "
+            f"'seq' column (fields: {head.split(chr(9))}); name the sequence column 'seq'"
+        )
+        raise InputFileError(msg)
+    else:
+        records = _read_plain(lines, path)
+    if not records.seqs:
+        msg = f"{path} has a header but no sequences"
+        raise InputFileError(msg)
+    logger.info("read %d sequences from %s (%s)", len(records), path, records.format)
+    return records
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+        else:
+            text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as err:
+        msg = f"cannot read input file {path}: {err}"
+        raise InputFileError(msg) from err
+    # errors="replace" keeps a non-ASCII byte visible as U+FFFD, so validation names its position
+    return text.splitlines()
+
+
+def _read_plain(lines: list[str], path: Path) -> SequenceRecords:
+    seqs, names = [], []
+    for number, line in enumerate(lines, start=1):
+        seq = line.strip()
+        if not seq:
+            continue
+        name = f"{path}, line {number}"
+        seqs.append(validate_sequence(seq, name))
+        names.append(f"line {number}")
+    return SequenceRecords(seqs=seqs, names=names, format="lines")
+
+
+def _read_tsv(lines: list[str], header_at: int, path: Path) -> SequenceRecords:
+    header = [field.strip() for field in lines[header_at].split("\t")]
+    column = header.index("seq")
+    seqs, names = [], []
+    for number, line in enumerate(lines[header_at + 1 :], start=header_at + 2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) <= column:
+            msg = (
+                f"{path}, line {number}: {len(fields)} fields, but the 'seq' column is "
+                f"field {column + 1} of the header"
+            )
+            raise InputFileError(msg)
+        seqs.append(validate_sequence(fields[column].strip(), f"{path}, line {number}"))
+        names.append(f"line {number}")
+    return SequenceRecords(seqs=seqs, names=names, format="tsv")
+
+
+def _read_fasta(lines: list[str], path: Path) -> SequenceRecords:
+    seqs, names = [], []
+    record: str | None = None
+    record_line = 0
+    parts: list[str] = []
+
+    def flush() -> None:
+        name = f"record {record!r} (line {record_line})"
+        seqs.append(validate_sequence("".join(parts), f"{path}, {name}"))
+        names.append(name)
+
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if text.startswith(">"):
+            if record is not None:
+                flush()
+            header = text[1:].split()
+            record = header[0] if header else f"#{len(seqs) + 1}"
+            record_line = number
+            parts = []
+        elif text:
+            parts.append(text)
+    if record is not None:
+        flush()
+    return SequenceRecords(seqs=seqs, names=names, format="fasta")
