@@ -1,0 +1,338 @@
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import AutoModel, AutoTokenizer
+
+from embedcache.errors import (
+    AdapterOptionError,
+    DeviceUnavailableError,
+    SequenceTooLongError,
+    UnknownModelError,
+)
+from embedcache.hashing import reverse_complement
+from embedcache.models import load_adapter, local_revision, resolve_device
+from embedcache.models.hf import kmer_split
+from tests.models.adapter_contract import AdapterContract
+
+SEQS = ["ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCAACGTAGCATCGA"]
+
+
+def direct_mean(path, seqs, *, include_special=False, layer=-1):
+    """Reference: a plain transformers forward pass and a masked mean written out here."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
+    out = []
+    for seq in seqs:  # one at a time: no padding involved at all
+        enc = tokenizer(seq, return_tensors="pt", return_special_tokens_mask=True)
+        special = enc.pop("special_tokens_mask")[0].bool()
+        with torch.no_grad():
+            result = model(**enc, output_hidden_states=True)
+        hidden = (
+            result.last_hidden_state if layer == -1 else result.hidden_states[layer]
+        )
+        keep = torch.ones_like(special) if include_special else ~special
+        out.append(hidden[0][keep].mean(dim=0).numpy())
+    return np.stack(out)
+
+
+@pytest.fixture(params=["bert", "esm"])
+def model_dir(request, tiny_bert_dir, tiny_esm_dir):
+    return tiny_bert_dir if request.param == "bert" else tiny_esm_dir
+
+
+class TestHFContract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, model_dir):
+        return load_adapter(str(model_dir), device="cpu")
+
+
+class TestHFIncludeSpecialContract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, tiny_esm_dir):
+        return load_adapter(str(tiny_esm_dir), device="cpu", special_tokens="include")
+
+
+@pytest.mark.parametrize("include_special", [False, True])
+def test_vectors_equal_direct_forward_and_masked_mean(model_dir, include_special):
+    policy = "include" if include_special else "exclude"
+    adapter = load_adapter(str(model_dir), device="cpu", special_tokens=policy)
+    got = adapter.embed_batch(SEQS)  # padded batch
+    want = direct_mean(model_dir, SEQS, include_special=include_special)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_special_token_policies_differ_and_are_keyed(model_dir):
+    exclude = load_adapter(str(model_dir), device="cpu")
+    include = load_adapter(str(model_dir), device="cpu", special_tokens="include")
+    assert not np.allclose(
+        exclude.embed_batch(SEQS), include.embed_batch(SEQS), atol=1e-4
+    )
+    assert exclude.key.special_tokens == "exclude"
+    assert include.key.special_tokens == "include"
+    assert exclude.key.digest != include.key.digest
+
+
+def test_layer_option_pools_that_hidden_state(model_dir):
+    adapter = load_adapter(str(model_dir), device="cpu", layer=1)
+    np.testing.assert_allclose(
+        adapter.embed_batch(SEQS),
+        direct_mean(model_dir, SEQS, layer=1),
+        atol=1e-5,
+        rtol=0,
+    )
+    assert adapter.key.layer == 1
+    with pytest.raises(AdapterOptionError, match="layer 9"):
+        load_adapter(str(model_dir), device="cpu", layer=9)
+
+
+def test_key_pins_content_and_options(tiny_bert_dir):
+    key = load_adapter(str(tiny_bert_dir), device="cpu").key
+    assert key.adapter == "hf-encoder"
+    assert key.revision == local_revision(tiny_bert_dir)
+    assert key.revision.startswith("sha256:")
+    assert key.max_length == 64  # BERT: max_position_embeddings
+    assert key.dtype == "float32"
+    assert key.truncation == "error"
+    assert dict(key.options)["model_type"] == "bert"
+
+
+def test_max_tokens_from_tokenizer_for_rotary_esm(tiny_esm_dir):
+    # rotary positions have no table; the tokenizer's model_max_length is the limit
+    assert load_adapter(str(tiny_esm_dir), device="cpu").max_tokens == 48
+
+
+def test_local_revision_follows_content(tiny_bert_dir, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_bert_dir, copy)
+    assert local_revision(copy) == local_revision(tiny_bert_dir)
+    (copy / "README.md").write_text("notes do not change vectors")
+    assert local_revision(copy) == local_revision(tiny_bert_dir)
+    config = json.loads((copy / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-6
+    (copy / "config.json").write_text(json.dumps(config))
+    assert local_revision(copy) != local_revision(tiny_bert_dir)
+
+
+def test_revision_for_local_dir_must_match(tiny_bert_dir):
+    with pytest.raises(AdapterOptionError, match="drop --revision"):
+        load_adapter(str(tiny_bert_dir), device="cpu", revision="v1.0")
+    good = local_revision(tiny_bert_dir)
+    assert (
+        load_adapter(str(tiny_bert_dir), device="cpu", revision=good).key.revision
+        == good
+    )
+
+
+def test_too_long_raises_unless_truncation(tiny_bert_dir):
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu")
+    long = "ACGT" * 16  # 64 bases + [CLS] + [SEP] = 66 tokens > 64
+    assert adapter.n_tokens(long) == 66
+    with pytest.raises(SequenceTooLongError, match="more than the 64"):
+        adapter.embed_batch(["ACGT", long])
+    cut = load_adapter(str(tiny_bert_dir), device="cpu", truncation="right")
+    assert cut.key.truncation == "right"
+    assert cut.key.digest != adapter.key.digest
+    vectors = cut.embed_batch(["ACGT", long])
+    # right truncation keeps the first 62 bases and the specials
+    np.testing.assert_allclose(vectors[1], cut.embed_batch([long[:62]])[0], atol=1e-5)
+
+
+def test_bfloat16_returns_float32_close_to_float32(model_dir):
+    fp32 = load_adapter(str(model_dir), device="cpu").embed_batch(SEQS)
+    bf16_adapter = load_adapter(str(model_dir), device="cpu", dtype="bfloat16")
+    bf16 = bf16_adapter.embed_batch(SEQS)
+    assert bf16.dtype == np.float32
+    assert bf16_adapter.key.dtype == "bfloat16"
+    cos = (
+        (fp32 * bf16).sum(1)
+        / np.linalg.norm(fp32, axis=1)
+        / np.linalg.norm(bf16, axis=1)
+    )
+    assert cos.min() > 0.99
+    assert not np.array_equal(fp32, bf16)
+
+
+@pytest.fixture(scope="module")
+def tiny_dnabert_dir(tmp_path_factory):
+    """DNABERT-like: a vocabulary of 3-mers, whitespace pre-tokenizer, tiny BERT trunk."""
+    from itertools import product
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    path = tmp_path_factory.mktemp("tiny-dnabert")
+    vocab = {
+        name: i for i, name in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    }
+    for kmer in product("ACGT", repeat=3):
+        vocab["".join(kmer)] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    BertModel(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_kmer_split_text():
+    assert kmer_split("ACGTA", 3) == "ACG CGT GTA"
+    assert kmer_split("AC", 3) == "AC"
+    assert kmer_split("ACGT", 1) == "A C G T"
+
+
+def test_kmer_split_adapter_matches_direct_forward(tiny_dnabert_dir):
+    seqs = ["ACGTACGTAC", "GGGCCCAATT", "TTTTGCAACGTAGCATCGA"]
+    adapter = load_adapter(str(tiny_dnabert_dir), device="cpu", kmer_split=3)
+    assert dict(adapter.key.options)["kmer_split"] == "3"
+    assert adapter.n_tokens("ACGTA") == 3 + 2
+    split = [kmer_split(seq, 3) for seq in seqs]
+    np.testing.assert_allclose(
+        adapter.embed_batch(seqs),
+        direct_mean(tiny_dnabert_dir, split),
+        atol=1e-5,
+        rtol=0,
+    )
+    # without the split each sequence is one unknown word: a different vector
+    plain = load_adapter(str(tiny_dnabert_dir), device="cpu")
+    assert plain.key.digest != adapter.key.digest
+    assert not np.allclose(
+        plain.embed_batch(seqs), adapter.embed_batch(seqs), atol=1e-4
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(seq=st.text(alphabet="ACGTN", min_size=1, max_size=40))
+def test_rc_average_is_strand_invariant(tiny_esm_dir, seq):
+    adapter = _rc_adapter(tiny_esm_dir)
+    np.testing.assert_allclose(
+        adapter.embed_batch([seq]),
+        adapter.embed_batch([reverse_complement(seq)]),
+        atol=1e-5,
+    )
+
+
+_RC_CACHE: dict = {}
+
+
+def _rc_adapter(path):
+    # hypothesis reruns the body; load once per directory
+    if path not in _RC_CACHE:
+        _RC_CACHE[path] = load_adapter(str(path), device="cpu", rc_mode="average")
+    return _RC_CACHE[path]
+
+
+def test_rc_average_is_recorded(tiny_esm_dir):
+    assert _rc_adapter(tiny_esm_dir).key.rc_mode == "average"
+    assert load_adapter(str(tiny_esm_dir), device="cpu").key.rc_mode == "none"
+
+
+def test_unknown_model_names_say_what_a_name_looks_like(tmp_path):
+    for name in ("not-a-model", "./no/such/dir", str(tmp_path / "missing")):
+        with pytest.raises(UnknownModelError, match="kmer-1") as info:
+            load_adapter(name)
+        assert "local directory" in str(info.value)
+        assert "owner/name" in str(info.value)
+
+
+def test_directory_without_config_is_rejected(tmp_path):
+    with pytest.raises(UnknownModelError, match=r"no config\.json"):
+        load_adapter(str(tmp_path))
+
+
+def test_offline_hub_id_is_a_clear_error():
+    with pytest.raises(UnknownModelError, match="offline") as info:
+        load_adapter("someone/not-cached-model")
+    assert "HF_HOME" in str(info.value)
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(DeviceUnavailableError, match="unknown device"):
+        resolve_device("tpu-please")
+
+
+def test_bad_options_are_named(tiny_bert_dir):
+    for kwargs, match in [
+        ({"dtype": "float16"}, "dtype 'float16'"),
+        ({"special_tokens": "some"}, "special-token policy"),
+        ({"truncation": "left"}, "truncation policy"),
+        ({"rc_mode": "flip"}, "rc mode"),
+    ]:
+        with pytest.raises(AdapterOptionError, match=match):
+            load_adapter(str(tiny_bert_dir), device="cpu", **kwargs)
+
+
+@pytest.fixture
+def fake_caduceus(monkeypatch):
+    calls = []
+    module = types.ModuleType("embedcache.models.caduceus")
+
+    def load_caduceus_adapter(source, **kwargs):
+        calls.append((source, kwargs))
+        return "caduceus-adapter"
+
+    module.load_caduceus_adapter = load_caduceus_adapter
+    monkeypatch.setitem(sys.modules, "embedcache.models.caduceus", module)
+    return calls
+
+
+def test_local_caduceus_dir_dispatches(tmp_path, fake_caduceus):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "caduceus"}))
+    assert load_adapter(str(tmp_path), device="cpu") == "caduceus-adapter"
+    [(source, kwargs)] = fake_caduceus
+    assert source == tmp_path
+    assert kwargs["revision"] == local_revision(tmp_path)
+    assert kwargs["rc_mode"] == "average"  # the family default
+    assert kwargs["device"] == "cpu"
+    load_adapter(str(tmp_path), device="cpu", rc_mode="none", dtype="bfloat16")
+    assert fake_caduceus[1][1]["rc_mode"] == "none"
+    assert fake_caduceus[1][1]["dtype"] == "bfloat16"
+
+
+def test_hub_caduceus_id_dispatches_with_commit(monkeypatch, tmp_path, fake_caduceus):
+    import embedcache.models as registry
+
+    commit = "a" * 40
+    monkeypatch.setattr(
+        registry,
+        "resolve_hub_model",
+        lambda repo, revision=None: (tmp_path / commit, commit),
+    )
+    load_adapter(
+        "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16", device="cpu"
+    )
+    [(source, kwargs)] = fake_caduceus
+    assert source == "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"
+    assert kwargs["revision"] == commit

@@ -1,0 +1,415 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from embedcache.cli import main
+from embedcache.embed import EmbedResult, embed_sequences, plan_batches
+from embedcache.errors import InvalidSequenceError, SequenceTooLongError
+from embedcache.hashing import sequence_key
+from embedcache.models import load_adapter
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class MemoryStore:
+    """The store's lookup/put contract in memory, counting puts (one per committed batch)."""
+
+    def __init__(self):
+        self.data = {}
+        self.puts = []
+
+    def contains(self, key, hashes):
+        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
+
+    def get(self, key, hashes):
+        found = self.contains(key, hashes)
+        dim = next((v.shape[0] for (k, _), v in self.data.items() if k == key), 0)
+        out = np.full((len(hashes), dim), np.nan, dtype=np.float32)
+        for row, digest in enumerate(hashes):
+            if found[row]:
+                out[row] = self.data[key, digest]
+        return out, found
+
+    def put(self, key, hashes, vectors):
+        self.puts.append(len(hashes))
+        new = 0
+        for digest, vector in zip(hashes, vectors, strict=True):
+            if (key, digest) not in self.data:
+                self.data[key, digest] = np.array(vector, dtype=np.float32)
+                new += 1
+        return new
+
+
+def random_seqs(n, *, seed=0, low=5, high=40):
+    rng = np.random.default_rng(seed)
+    return [
+        "".join(rng.choice(list("ACGT"), size=rng.integers(low, high)))
+        for _ in range(n)
+    ]
+
+
+@pytest.fixture
+def bert(tiny_bert_dir):
+    return load_adapter(str(tiny_bert_dir), device="cpu")
+
+
+# --- batching plan ------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 50), max_size=60),
+    budget=st.integers(1, 300),
+    equal=st.booleans(),
+)
+def test_plan_batches_covers_each_item_once_within_budget(lengths, budget, equal):
+    batches = plan_batches(lengths, token_budget=budget, equal_lengths=equal)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or longest * len(batch) <= budget
+        if equal:
+            assert len({lengths[i] for i in batch}) == 1
+
+
+def test_plan_batches_groups_by_length():
+    lengths = [10, 3, 10, 3, 7]
+    assert plan_batches(lengths, token_budget=20) == [[1, 3], [4, 0], [2]]
+    assert plan_batches(lengths, token_budget=100, equal_lengths=True) == [
+        [1, 3],
+        [4],
+        [0, 2],
+    ]
+    assert plan_batches(lengths, token_budget=100) == [[1, 3, 4, 0, 2]]
+
+
+# --- engine -------------------------------------------------------------------------
+
+
+def test_engine_matches_adapter_in_input_order(bert):
+    seqs = random_seqs(20)
+    store = MemoryStore()
+    result = embed_sequences(bert, seqs, store, token_budget=200)
+    assert isinstance(result, EmbedResult)
+    assert result.vectors.dtype == np.float32
+    assert result.vectors.shape == (20, bert.dim)
+    alone = np.concatenate([bert.embed_batch([seq]) for seq in seqs])
+    np.testing.assert_allclose(result.vectors, alone, atol=1e-5, rtol=0)
+    assert (result.n_computed, result.n_cached) == (20, 0)
+
+
+def test_batched_equals_unbatched(bert):
+    seqs = random_seqs(30, seed=1)
+    one_by_one, batched = MemoryStore(), MemoryStore()
+    a = embed_sequences(bert, seqs, one_by_one, token_budget=1)
+    b = embed_sequences(bert, seqs, batched, token_budget=10_000)
+    assert len(one_by_one.puts) == 30  # one commit per batch
+    assert batched.puts == [30]
+    np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-5, rtol=0)
+
+
+def test_only_missing_are_computed_and_duplicates_once(bert):
+    store = MemoryStore()
+    first = random_seqs(10, seed=2)
+    embed_sequences(bert, first, store)
+    more = [*first[:4], "ACGTACGT", "acgtacgt", first[0]]
+    result = embed_sequences(bert, more, store)
+    # ACGTACGT and acgtacgt are one sequence (case is normalised): computed once
+    assert (result.n_computed, result.n_cached) == (1, 6)
+    assert store.puts[-1] == 1
+    np.testing.assert_array_equal(result.vectors[4], result.vectors[5])
+    again = embed_sequences(bert, more, store)
+    assert (again.n_computed, again.n_cached) == (0, 7)
+    np.testing.assert_array_equal(again.vectors, result.vectors)
+
+
+def test_too_long_item_is_named_and_store_unchanged(bert):
+    store = MemoryStore()
+    seqs = ["ACGT", "A" * 100, "GGCC"]
+    with pytest.raises(
+        SequenceTooLongError, match=r"item-b: a 100 bp sequence is 102 tokens"
+    ):
+        embed_sequences(bert, seqs, store, names=["item-a", "item-b", "item-c"])
+    assert store.data == {}
+    assert store.puts == []
+
+
+def test_bad_character_is_named_and_store_unchanged(bert):
+    store = MemoryStore()
+    with pytest.raises(
+        InvalidSequenceError, match=r"sequence #1 \(0-based\): invalid character 'Z'"
+    ):
+        embed_sequences(bert, ["ACGT", "ACZT"], store)
+    assert store.puts == []
+
+
+def test_truncation_policy_lets_long_items_through(tiny_bert_dir):
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu", truncation="right")
+    result = embed_sequences(adapter, ["A" * 100, "ACGT"], MemoryStore())
+    assert result.n_computed == 2
+
+
+def test_kmer_engine_and_empty_input():
+    adapter = load_adapter("kmer-2")
+    store = MemoryStore()
+    result = embed_sequences(adapter, ["ACGT", "NNNN", "ACGT"], store)
+    assert (result.n_computed, result.n_cached) == (2, 1)
+    assert result.vectors[1].sum() == 0
+    empty = embed_sequences(adapter, [], store)
+    assert empty.vectors.shape == (0, 16)
+
+
+def test_store_is_keyed_by_sequence_hash(bert):
+    store = MemoryStore()
+    embed_sequences(bert, ["acgt"], store)
+    assert (bert.key, sequence_key("ACGT")) in store.data
+
+
+# --- CLI ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_store():
+    return pytest.importorskip("embedcache.store")
+
+
+def last_line(text):
+    return text.strip().splitlines()[-1]
+
+
+def store_files(root):
+    return sorted(
+        (p.relative_to(root).as_posix(), p.stat().st_size)
+        for p in Path(root).rglob("*")
+        if p.is_file()
+    )
+
+
+def test_cli_embed_twice_second_run_computes_nothing(
+    real_store, tiny_bert_dir, tmp_path, capsys
+):
+    seqs = random_seqs(12, seed=3)
+    (tmp_path / "in.txt").write_text("\n".join([*seqs, seqs[0]]) + "\n")
+    args = ["embed", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "in.txt")]
+    args += ["--store", str(tmp_path / "store"), "--device", "cpu"]
+    assert main([*args, "--output", str(tmp_path / "a.npy")]) == 0
+    assert last_line(capsys.readouterr().out) == "computed=12 cached=1"
+    assert main([*args, "--output", str(tmp_path / "b.npy")]) == 0
+    assert last_line(capsys.readouterr().out) == "computed=0 cached=13"
+    a, b = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
+    assert a.dtype == np.float32
+    assert a.shape == (13, 16)
+    np.testing.assert_array_equal(a, b)
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu")
+    np.testing.assert_allclose(a[:12], adapter.embed_batch(seqs), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(a[12], a[0])
+
+
+def cli_error(args, capsys):
+    code = main(args)
+    err = capsys.readouterr().err
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("content", "model", "match"),
+    [
+        ("", "kmer-2", "holds no sequences"),
+        ("ACGT\nACGQ\n", "kmer-2", "line 2: invalid character 'Q' at position 4"),
+        ("ACGT\n", "no-such-model", "unknown model 'no-such-model'"),
+        ("ACGT\n" + "A" * 70 + "\n", "BERT", "line 2: a 70 bp sequence is 72 tokens"),
+    ],
+)
+def test_cli_bad_inputs_exit_2_and_leave_store_unchanged(
+    real_store, tiny_bert_dir, tmp_path, capsys, content, model, match
+):
+    store = tmp_path / "store"
+    warm = tmp_path / "warm.txt"
+    warm.write_text("GATTACA\n")
+    base = [
+        "--store",
+        str(store),
+        "--device",
+        "cpu",
+        "--output",
+        str(tmp_path / "o.npy"),
+    ]
+    model = str(tiny_bert_dir) if model == "BERT" else model
+    # put something in the store first so "unchanged" is about an existing store
+    assert (
+        main(["embed", "--model", str(tiny_bert_dir), "--input", str(warm), *base]) == 0
+    )
+    (tmp_path / "o.npy").unlink()
+    before = store_files(store)
+    bad = tmp_path / "bad.txt"
+    bad.write_text(content)
+    capsys.readouterr()
+    code, err = cli_error(
+        ["embed", "--model", model, "--input", str(bad), *base], capsys
+    )
+    assert code == 2
+    assert match in err
+    assert err.startswith("embedcache: error:")
+    assert "Traceback" not in err
+    assert store_files(store) == before
+    assert not (tmp_path / "o.npy").exists()
+
+
+def run_cli(args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "embedcache.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        **kwargs,
+    )
+
+
+def test_cli_embed_subprocess_rerun_is_cached(real_store, tiny_esm_dir, tmp_path):
+    (tmp_path / "in.fa").write_text(">a\nACGTACGT\n>b\nGGGNNCCA\n")
+    args = ["embed", "--model", str(tiny_esm_dir), "--input", str(tmp_path / "in.fa")]
+    args += ["--store", str(tmp_path / "s"), "--output", str(tmp_path / "o.npy")]
+    first = run_cli(args)
+    assert first.returncode == 0, first.stderr
+    assert last_line(first.stdout) == "computed=2 cached=0"
+    second = run_cli(args)
+    assert second.returncode == 0, second.stderr
+    assert last_line(second.stdout) == "computed=0 cached=2"
+
+
+def kill_mid_run(args, *, after_batches):
+    """Start the CLI, SIGKILL it once it logged ``after_batches`` committed batches."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embedcache.cli", "-v", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    seen = 0
+    deadline = time.monotonic() + 120
+    try:
+        for line in proc.stderr:
+            if "stored batch" in line:
+                seen += 1
+                if seen >= after_batches:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert seen >= after_batches, "the run ended before it could be killed"
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_kill_9_during_embed_then_rerun_gives_identical_arrays(
+    real_store, tiny_bert_dir, tmp_path
+):
+    seqs = random_seqs(400, seed=4, low=33, high=60)
+    (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
+    common = [
+        "embed",
+        "--model",
+        str(tiny_bert_dir),
+        "--input",
+        str(tmp_path / "in.txt"),
+    ]
+    common += ["--device", "cpu", "--token-budget", "64"]  # 35-61 tokens: one a batch
+    killed = [
+        *common,
+        "--store",
+        str(tmp_path / "killed"),
+        "--output",
+        str(tmp_path / "k.npy"),
+    ]
+    kill_mid_run(killed, after_batches=5)
+    assert not (tmp_path / "k.npy").exists()
+    rerun = run_cli(killed)
+    assert rerun.returncode == 0, rerun.stderr
+    computed = int(last_line(rerun.stdout).split()[0].split("=")[1])
+    assert 0 < computed <= 400 - 5  # what was committed before the kill is reused
+    clean = run_cli(
+        [
+            *common,
+            "--store",
+            str(tmp_path / "clean"),
+            "--output",
+            str(tmp_path / "c.npy"),
+        ]
+    )
+    assert clean.returncode == 0, clean.stderr
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "k.npy"), np.load(tmp_path / "c.npy")
+    )
+
+
+def test_embeddings_command_on_demo_version(real_store, tmp_path, capsys):
+    pytest.importorskip("embedcache.subsets")
+    args = [
+        "embeddings",
+        "--model",
+        "kmer-3",
+        "--version",
+        "demo-v1",
+        "--store",
+        str(tmp_path / "s"),
+    ]
+    assert main(args) == 0
+    first = last_line(capsys.readouterr().out)
+    computed, cached = (int(part.split("=")[1]) for part in first.split())
+    assert computed > 0
+    assert main(args) == 0
+    assert (
+        last_line(capsys.readouterr().out) == f"computed=0 cached={computed + cached}"
+    )
+
+
+def test_kill_9_during_embeddings_then_rerun_gives_identical_vectors(
+    real_store, tmp_path
+):
+    subsets = pytest.importorskip("embedcache.subsets")
+    from embedcache.versions import load_version
+    from tests.conftest import save_tiny_bert
+
+    model = save_tiny_bert(tmp_path / "bert512", max_position_embeddings=512)
+    common = [
+        "embeddings",
+        "--model",
+        str(model),
+        "--version",
+        "demo-v1",
+        "--device",
+        "cpu",
+    ]
+    common += ["--token-budget", "1024"]
+    kill_mid_run([*common, "--store", str(tmp_path / "killed")], after_batches=5)
+    rerun = run_cli([*common, "--store", str(tmp_path / "killed")])
+    assert rerun.returncode == 0, rerun.stderr
+    clean = run_cli([*common, "--store", str(tmp_path / "clean")])
+    assert clean.returncode == 0, clean.stderr
+    items = subsets.draw_version(load_version("demo-v1")).items
+    hashes = [sequence_key(seq) for seq in items["seq"]]
+    key = load_adapter(str(model), device="cpu").key
+    killed_vectors, found_k = real_store.EmbeddingStore(tmp_path / "killed").get(
+        key, hashes
+    )
+    clean_vectors, found_c = real_store.EmbeddingStore(tmp_path / "clean").get(
+        key, hashes
+    )
+    assert found_k.all()
+    assert found_c.all()
+    np.testing.assert_array_equal(killed_vectors, clean_vectors)

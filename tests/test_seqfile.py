@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from embedcache.errors import InputFileError, InvalidSequenceError
+from embedcache.seqfile import read_sequences, validate_sequence
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_one_sequence_a_line_skips_blank_lines_and_upper_cases(tmp_path):
+    path = write(tmp_path, "seqs.txt", "ACGT\n\nacgtn\r\nNNA\n\n")
+    records = read_sequences(path)
+    assert records.format == "lines"
+    assert records.seqs == ["ACGT", "ACGTN", "NNA"]
+    assert records.names == ["line 1", "line 3", "line 4"]
+
+
+def test_tsv_uses_the_seq_column(tmp_path):
+    path = write(tmp_path, "seqs.tsv", "label\tseq\tother\n1\tACGT\tx\n0\tggcc\ty\n")
+    records = read_sequences(path)
+    assert records.format == "tsv"
+    assert records.seqs == ["ACGT", "GGCC"]
+    assert records.names == ["line 2", "line 3"]
+
+
+def test_fasta_joins_wrapped_lines(tmp_path):
+    path = write(
+        tmp_path, "seqs.fa", ">chr1_100 some description\nACGT\nAC\n>second\nNNNN\n"
+    )
+    records = read_sequences(path)
+    assert records.format == "fasta"
+    assert records.seqs == ["ACGTAC", "NNNN"]
+    assert records.names == ["record 'chr1_100' (line 1)", "record 'second' (line 4)"]
+
+
+def test_gzip_input(tmp_path):
+    path = tmp_path / "seqs.txt.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("ACGT\nTTTT\n")
+    assert read_sequences(path).seqs == ["ACGT", "TTTT"]
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_empty_file_is_an_error(tmp_path, text):
+    with pytest.raises(InputFileError, match="holds no sequences"):
+        read_sequences(write(tmp_path, "empty.txt", text))
+
+
+def test_header_only_tsv_is_an_error(tmp_path):
+    with pytest.raises(InputFileError, match="no sequences"):
+        read_sequences(write(tmp_path, "h.tsv", "seq\tlabel\n"))
+
+
+def test_tsv_without_seq_column_is_an_error(tmp_path):
+    with pytest.raises(InputFileError, match="no 'seq' column"):
+        read_sequences(write(tmp_path, "x.tsv", "sequence\tlabel\nACGT\t1\n"))
+
+
+def test_bad_character_names_line_character_and_position(tmp_path):
+    path = write(tmp_path, "seqs.txt", "ACGT\nACGXT\n")
+    with pytest.raises(
+        InvalidSequenceError, match=r"line 2: invalid character 'X' at position 4"
+    ):
+        read_sequences(path)
+
+
+def test_bad_character_in_tsv_and_fasta(tmp_path):
+    with pytest.raises(
+        InvalidSequenceError, match=r"line 3: invalid character 'U' at position 2"
+    ):
+        read_sequences(write(tmp_path, "a.tsv", "seq\tlabel\nAC\t0\nAU\t1\n"))
+    with pytest.raises(
+        InvalidSequenceError, match=r"record 'r2' \(line 3\).*'-' at position 3"
+    ):
+        read_sequences(write(tmp_path, "a.fa", ">r1\nACGT\n>r2\nAC-G\n"))
+
+
+def test_non_ascii_is_rejected_not_dropped(tmp_path):
+    path = tmp_path / "seqs.txt"
+    path.write_bytes("ACÄGT\n".encode())
+    with pytest.raises(InvalidSequenceError, match="position 3"):
+        read_sequences(path)
+
+
+def test_empty_fasta_record_is_an_error(tmp_path):
+    with pytest.raises(
+        InvalidSequenceError, match=r"record 'empty' \(line 1\): the sequence is empty"
+    ):
+        read_sequences(write(tmp_path, "e.fa", ">empty\n>full\nACGT\n"))
+
+
+def test_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputFileError, match="cannot read"):
+        read_sequences(tmp_path / "nope.txt")
+
+
+def test_validate_sequence():
+    assert validate_sequence("acgtN", "x") == "ACGTN"
+    with pytest.raises(InvalidSequenceError, match="item 7: the sequence is empty"):
+        validate_sequence("", "item 7")
