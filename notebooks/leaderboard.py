@@ -1,0 +1,92 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Genomic Benchmarks probe leaderboard
+#
+# Frozen, mean-pooled embeddings probed with a logistic head (PROTOCOL.md). Rendered by
+# `make report VERSION=...`; never hand-edited.
+
+# %% tags=["parameters"]
+version = "demo-v1"
+store = "store"
+models = []  # empty: every non-floor model in the store
+data_dir = None
+n_boot = 1000
+seed = 0
+results_csv = None  # set by `embedcache report`: where to write results.csv
+
+# %%
+from embedcache.store import EmbeddingStore
+
+from embedcache import leaderboard, report
+from embedcache.leakage import audit_items
+from embedcache.subsets import draw_version
+from embedcache.versions import load_version
+
+spec = load_version(version)
+subset = draw_version(spec, data_dir=data_dir)
+emb_store = EmbeddingStore(store)
+evaluation = leaderboard.evaluate(
+    subset, emb_store, models=models, n_boot=n_boot, seed=seed
+)
+leakage = audit_items(subset.items)
+if results_csv:
+    leaderboard.write_results(evaluation.results, results_csv)
+report.run_header(
+    parameters={
+        "version": version,
+        "store": store,
+        "models": models,
+        "data_dir": data_dir,
+        "n_boot": n_boot,
+        "seed": seed,
+    },
+    store_keys=emb_store.keys(),
+)
+
+# %%
+report.banner(evaluation)
+
+# %%
+report.leaderboard_table(evaluation)
+
+# %%
+report.dataset_table(evaluation)
+
+# %%
+report.leaderboard_table(evaluation, metric="macro_f1")
+
+# %%
+report.dataset_table(evaluation, metric="macro_f1")
+
+# %%
+report.floors_table(evaluation)
+
+# %%
+report.accuracy_figure(evaluation)
+
+# %%
+report.paired_difference_figure(evaluation)
+
+# %%
+report.leakage_table(leakage)
+
+# %%
+report.caveats(evaluation, leakage)
+
+# %%
+report.probe_table(evaluation)
+
+# %%
+report.provenance_table(evaluation, subset)
