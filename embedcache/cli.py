@@ -288,7 +288,59 @@ def _save_npy_atomic(path: Path, array: object) -> None:
 
 
 def _add_report_commands(sub: argparse._SubParsersAction) -> None:
-    pass
+    p = sub.add_parser(
+        "report",
+        help="probe a version's stored embeddings and render reports/<version>/",
+    )
+    p.add_argument(
+        "--version", required=True, help="a shipped version name or a version .toml"
+    )
+    p.add_argument("--store", type=Path, default=_default_store())
+    p.add_argument("--data-dir", type=Path, default=_default_data_dir())
+    p.add_argument(
+        "--models",
+        nargs="*",
+        default=[],
+        help="model ids to rank (default: every non-floor model in the store)",
+    )
+    p.add_argument("--output-dir", type=Path, default=Path("reports"))
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from embedcache.render import render_report
+    from embedcache.versions import load_version
+
+    spec = load_version(args.version)
+    paths = render_report(
+        args.version,
+        store=args.store,
+        data_dir=args.data_dir,
+        models=args.models,
+        output_dir=args.output_dir,
+        n_boot=args.n_boot,
+        seed=args.seed,
+    )
+    results = pl.read_csv(paths.results)
+    means = results.filter(
+        (pl.col("dataset") == "mean") & (pl.col("metric") == "accuracy")
+    ).sort("value", descending=True)
+    label = "" if spec.comparable else " (not comparable to the leaderboard)"
+    print(f"{spec.name}{label}: mean accuracy [95% CI], n")
+    for row in means.iter_rows(named=True):
+        floor = " (floor)" if row["is_floor"] else ""
+        print(
+            f"  {row['model']:<40} {row['value']:.3f} "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] n={row['n']}{floor}"
+        )
+    print(f"notebook: {paths.notebook}")
+    print(f"results:  {paths.results}")
+    print(f"report:   {paths.html}")
+    return 0
 
 
 # --- demo: the whole pipeline, offline -----------------------------------------------
