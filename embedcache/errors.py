@@ -43,6 +43,14 @@ class CorruptStoreError(EmbedcacheError, OSError):
     """A shard failed its checksum or is truncated; its data is not trusted."""
 
 
+class InvalidHashError(EmbedcacheError, ValueError):
+    """A sequence hash is not a 64-character lowercase sha256 hex digest."""
+
+
+class InvalidVectorError(EmbedcacheError, ValueError):
+    """Vectors given to the store are not finite real numbers."""
+
+
 class MissingEmbeddingsError(EmbedcacheError, LookupError):
     """Vectors were asked for that are not in the store."""
 
