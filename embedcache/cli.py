@@ -85,7 +85,107 @@ def _cmd_subset(args: argparse.Namespace) -> int:
 
 
 def _add_store_commands(sub: argparse._SubParsersAction) -> None:
-    pass
+    store = sub.add_parser(
+        "store", help="inspect, verify and compact an embedding store"
+    )
+    actions = store.add_subparsers(dest="store_command", required=True)
+    helps = {
+        "ls": "list model keys with counts and sizes",
+        "info": "show each key's full JSON, counts and leftovers",
+        "verify": "check every committed file's size and sha256; non-zero exit on a fault",
+        "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
+    }
+    handlers = {
+        "ls": _cmd_store_ls,
+        "info": _cmd_store_info,
+        "verify": _cmd_store_verify,
+        "compact": _cmd_store_compact,
+    }
+    for name, text in helps.items():
+        p = actions.add_parser(name, help=text)
+        p.add_argument(
+            "--store",
+            type=Path,
+            default=None,
+            help="embedding store (default: $EMBEDCACHE_STORE or ./store)",
+        )
+        if name in {"info", "compact"}:
+            p.add_argument(
+                "--key", default=None, help="only keys whose digest starts so"
+            )
+        p.set_defaults(func=handlers[name])
+
+
+def _open_store(args: argparse.Namespace) -> object:
+    from embedcache.store import EmbeddingStore
+
+    return EmbeddingStore(args.store or _default_store(), create=False)
+
+
+def _selected_keys(store: object, prefix: str | None) -> list:
+    infos = store.keys()
+    chosen = [i for i in infos if prefix is None or i.digest.startswith(prefix)]
+    if prefix is not None and not chosen:
+        from embedcache.errors import StoreError
+
+        msg = f"no key in {store.root} has a digest starting with {prefix!r}; see `store ls`"
+        raise StoreError(msg)
+    return chosen
+
+
+def _cmd_store_ls(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    infos = store.keys()
+    print(
+        f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'shards':>6}  {'MB':>8}  model"
+    )
+    for i in infos:
+        print(
+            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_shards:>6}  "
+            f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}"
+        )
+    print(f"{len(infos)} keys in {store.root}")
+    return 0
+
+
+def _cmd_store_info(args: argparse.Namespace) -> int:
+    import json
+
+    store = _open_store(args)
+    garbage = store.garbage()
+    for i in _selected_keys(store, args.key):
+        print(f"key {i.digest}")
+        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_shards} shard(s)")
+        print(f"  {i.nbytes:,} bytes on disk")
+        leftovers = sum(1 for g in garbage if i.digest in g.parts)
+        print(f"  leftovers awaiting removal: {leftovers}")
+        print(f"  model key {i.key.canonical_json()}")
+        print("  " + json.dumps(i.key.to_dict(), indent=2).replace("\n", "\n  "))
+    return 0
+
+
+def _cmd_store_verify(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    faults = store.verify()
+    for fault in faults:
+        print(f"FAULT {fault.path}: {fault.problem}")
+    for path in store.garbage():
+        print(f"garbage {path} (ignored by readers; `store compact` removes it)")
+    if faults:
+        print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
+        return 1
+    print(f"ok: every committed shard in {store.root} verified")
+    return 0
+
+
+def _cmd_store_compact(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    for i in _selected_keys(store, args.key):
+        store.compact(i.key)
+        print(
+            f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_shards} shards)"
+        )
+    return 0
 
 
 # --- engine: embed, embeddings ------------------------------------------------------

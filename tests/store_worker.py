@@ -1,0 +1,61 @@
+"""A writer process for the store's crash and concurrency tests (run as a script).
+
+Puts rows ``start..stop`` (optionally reversed) of a deterministic data set in
+batches, printing ``committed <n_new>`` after every put so a test knows what was
+committed before it kills the process. Prints ``done <total_new>`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+
+import numpy as np
+
+from embedcache.specs import ModelKey
+from embedcache.store import EmbeddingStore
+
+KEY = ModelKey(
+    model_id="test/worker", revision="0" * 40, adapter="test", adapter_version="1"
+)
+DIM = 16
+
+
+def dataset(n: int) -> tuple[list[str], np.ndarray]:
+    """Hashes and vectors of rows 0..n-1; the same in every process."""
+    hashes = [hashlib.sha256(f"seq-{i}".encode()).hexdigest() for i in range(n)]
+    vectors = np.random.default_rng(1234).standard_normal((n, DIM)).astype(np.float32)
+    return hashes, vectors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--stop", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--reverse", action="store_true")
+    parser.add_argument("--auto-merge", type=int, default=4)
+    parser.add_argument("--compact", action="store_true", help="compact at the end")
+    args = parser.parse_args()
+    hashes, vectors = dataset(args.stop)
+    rows = list(range(args.start, args.stop))
+    if args.reverse:
+        rows.reverse()
+    store = EmbeddingStore(args.store, auto_merge=args.auto_merge)
+    total = 0
+    for i in range(0, len(rows), args.batch):
+        batch = rows[i : i + args.batch]
+        n_new = store.put(KEY, [hashes[r] for r in batch], vectors[batch])
+        total += n_new
+        sys.stdout.write(f"committed {n_new} {batch[0]} {batch[-1]}\n")
+        sys.stdout.flush()
+    if args.compact:
+        store.compact()
+    sys.stdout.write(f"done {total}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
