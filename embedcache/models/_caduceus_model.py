@@ -1,0 +1,530 @@
+"""Caduceus (bidirectional Mamba, optionally RC-equivariant) written directly in torch.
+
+This follows the official ``modeling_caduceus.py`` / ``modeling_rcps.py`` of
+kuleshov-group/caduceus (see docs/caduceus.md for the revision) and the Mamba block
+of mamba_ssm 1.2, and loads their state dicts unchanged. It is not a port of their
+modules: the computation is rearranged for speed where the result is the same.
+
+- The reverse Mamba of each layer does not flip its input: it runs an anti-causal
+  convolution and a scan that walks time backwards on the unflipped sequence.
+- With tied projections (the published setting) ``in_proj`` is computed once for both
+  directions and ``out_proj`` once on the sum of both directions' outputs.
+- The RC-equivariant (ps) model keeps its two channel halves as two "frames" stacked on
+  the batch axis: frame 0 is the first half, frame 1 the second half flipped along
+  length and channels, i.e. the reverse-complement strand in its own orientation. The
+  official fused add+norm path hands each half to the other at every layer (the
+  final norm does not); in frames that is a swap of the two batch halves plus a flip.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from embedcache.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    import torch
+
+logger = logging.getLogger(__name__)
+
+# official CaduceusTokenizer: [CLS]0 [SEP]1 [BOS]2 [MASK]3 [PAD]4 [RESERVED]5 [UNK]6 A7..N11
+UNK_ID = 6
+BASE_IDS = {"A": 7, "C": 8, "G": 9, "T": 10, "N": 11}
+_COMPLEMENT_IDS = {7: 10, 8: 9, 9: 8, 10: 7}
+
+
+@dataclass(frozen=True, slots=True)
+class CaduceusArch:
+    """The shape-deciding fields of a Caduceus ``config.json``."""
+
+    d_model: int
+    n_layer: int
+    vocab_size: int
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 2
+    dt_rank: int = 0
+    rms_norm: bool = True
+    norm_eps: float = 1e-5
+    fused_add_norm: bool = True
+    bidirectional: bool = True
+    strategy: str = "add"
+    weight_tie: bool = True
+    rcps: bool = False
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+
+def arch_from_config(config: Mapping[str, Any], *, where: str) -> CaduceusArch:
+    """Read the architecture from a config dict, with the official defaults.
+
+    Raises
+    ------
+    CheckpointError
+        A field the official code would reject, or one this implementation lacks.
+    """
+    ssm = dict(config.get("ssm_cfg") or {})
+    try:
+        d_model = int(config["d_model"])
+        n_layer = int(config["n_layer"])
+    except (KeyError, TypeError, ValueError) as err:
+        msg = f"{where}: a Caduceus config needs integer d_model and n_layer ({err})"
+        raise CheckpointError(msg) from err
+    vocab = int(config.get("vocab_size", 50277))
+    multiple = int(config.get("pad_vocab_size_multiple", 8))
+    if vocab % multiple:  # the official model pads the vocabulary the same way
+        vocab += multiple - vocab % multiple
+    dt_rank = ssm.get("dt_rank", "auto")
+    dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else int(dt_rank)
+    bidirectional = bool(config.get("bidirectional", True))
+    strategy = config.get("bidirectional_strategy", "add") or "add"
+    if bidirectional and strategy not in {"add", "ew_multiply"}:
+        msg = f"{where}: bidirectional_strategy {strategy!r} is not one of 'add', 'ew_multiply'"
+        raise CheckpointError(msg)
+    rcps = bool(config.get("rcps", False))
+    if rcps and not config.get("complement_map"):
+        msg = f"{where}: an rcps (Caduceus-ps) config needs a complement_map"
+        raise CheckpointError(msg)
+    return CaduceusArch(
+        d_model=d_model,
+        n_layer=n_layer,
+        vocab_size=vocab,
+        d_state=int(ssm.get("d_state", 16)),
+        d_conv=int(ssm.get("d_conv", 4)),
+        expand=int(ssm.get("expand", 2)),
+        dt_rank=dt_rank,
+        rms_norm=bool(config.get("rms_norm", True)),
+        norm_eps=float(config.get("norm_epsilon", 1e-5)),
+        fused_add_norm=bool(config.get("fused_add_norm", True)),
+        bidirectional=bidirectional,
+        strategy=strategy,
+        weight_tie=bool(config.get("bidirectional_weight_tie", True)),
+        rcps=rcps,
+        conv_bias=bool(ssm.get("conv_bias", True)),
+        proj_bias=bool(ssm.get("bias", False)),
+    )
+
+
+@dataclass(slots=True)
+class MambaWeights:
+    """One direction's Mamba parameters (``a`` is ``-exp(A_log)``, computed once)."""
+
+    in_w: torch.Tensor
+    in_b: torch.Tensor | None
+    conv_w: torch.Tensor  # (Di, K)
+    conv_b: torch.Tensor | None
+    x_w: torch.Tensor
+    dt_w: torch.Tensor
+    dt_b: torch.Tensor
+    a: torch.Tensor  # (Di, N)
+    d: torch.Tensor
+    out_w: torch.Tensor
+    out_b: torch.Tensor | None
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    norm_w: torch.Tensor
+    norm_b: torch.Tensor | None
+    fwd: MambaWeights
+    rev: MambaWeights | None
+    tied: bool  # in_proj and out_proj shared by both directions
+
+
+@dataclass(slots=True)
+class CaduceusWeights:
+    embedding: torch.Tensor
+    complement: torch.Tensor | None  # ps: token id -> complement id
+    layers: list[LayerWeights]
+    norm_w: torch.Tensor
+    norm_b: torch.Tensor | None
+
+
+def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the ``caduceus.`` prefix of a ForMaskedLM checkpoint; drop the LM head."""
+    out = {}
+    for name, tensor in state.items():
+        if name.startswith("lm_head."):
+            continue  # tied to the embedding; not used for embeddings
+        out[name.removeprefix("caduceus.")] = tensor
+    return out
+
+
+def weights_from_state_dict(
+    arch: CaduceusArch,
+    state: Mapping[str, torch.Tensor],
+    *,
+    config: Mapping[str, Any],
+    where: str,
+) -> CaduceusWeights:
+    """Pick, check and convert the tensors of an official state dict.
+
+    Tied tensors (every ``mamba_rev.in_proj``/``out_proj`` when
+    ``bidirectional_weight_tie``) may be stored under either direction's name, or both.
+
+    Raises
+    ------
+    CheckpointError
+        A tensor that is not tied is missing, or a tensor has the wrong shape.
+    """
+    import torch
+
+    tensors = _strip_prefix(state)
+    used: set[str] = set()
+
+    def take(
+        *names: str, shape: tuple[int, ...] | None, optional: bool = False
+    ) -> torch.Tensor | None:
+        for name in names:
+            if name in tensors:
+                used.update(n for n in names if n in tensors)
+                tensor = tensors[name].detach().to(torch.float32)
+                if shape is not None and tuple(tensor.shape) != shape:
+                    msg = (
+                        f"{where}: tensor {name!r} has shape {tuple(tensor.shape)}, the config "
+                        f"implies {shape}; the checkpoint and its config.json do not match"
+                    )
+                    raise CheckpointError(msg)
+                return tensor
+        if optional:
+            return None
+        msg = (
+            f"{where}: the checkpoint has no tensor {names[0]!r}"
+            + (f" (nor its tied twin {names[1]!r})" if len(names) > 1 else "")
+            + "; the weights file is incomplete or belongs to another architecture"
+        )
+        raise CheckpointError(msg)
+
+    d, di, n, r, k = arch.d_model, arch.d_inner, arch.d_state, arch.dt_rank, arch.d_conv
+    pre = "backbone."
+    emb_name = (
+        pre
+        + "embeddings.word_embeddings."
+        + ("embedding.weight" if arch.rcps else "weight")
+    )
+    embedding = take(emb_name, shape=None)
+    if embedding.ndim != 2 or embedding.shape[1] != d:
+        msg = f"{where}: tensor {emb_name!r} has shape {tuple(embedding.shape)}, expected (vocab, {d})"
+        raise CheckpointError(msg)
+
+    complement = None
+    if arch.rcps:
+        buf = pre + "embeddings.word_embeddings.complement_map"
+        if buf in tensors:
+            complement = tensors[buf].to(torch.long)
+            used.add(buf)
+        else:
+            cmap = {int(key): int(val) for key, val in config["complement_map"].items()}
+            complement = torch.tensor(
+                [cmap.get(i, i) for i in range(embedding.shape[0])], dtype=torch.long
+            )
+        if complement.shape[0] < embedding.shape[0]:
+            msg = f"{where}: complement_map has {complement.shape[0]} entries for {embedding.shape[0]} tokens"
+            raise CheckpointError(msg)
+
+    def mamba(prefix: str, twin: str | None) -> MambaWeights:
+        def tied(name: str) -> tuple[str, ...]:
+            return (
+                (prefix + name, twin + name) if twin is not None else (prefix + name,)
+            )
+
+        bias = arch.proj_bias
+        return MambaWeights(
+            in_w=take(*tied("in_proj.weight"), shape=(2 * di, d)),
+            in_b=take(*tied("in_proj.bias"), shape=(2 * di,)) if bias else None,
+            conv_w=take(prefix + "conv1d.weight", shape=(di, 1, k)).reshape(di, k),
+            conv_b=take(prefix + "conv1d.bias", shape=(di,))
+            if arch.conv_bias
+            else None,
+            x_w=take(prefix + "x_proj.weight", shape=(r + 2 * n, di)),
+            dt_w=take(prefix + "dt_proj.weight", shape=(di, r)),
+            dt_b=take(prefix + "dt_proj.bias", shape=(di,)),
+            a=-torch.exp(take(prefix + "A_log", shape=(di, n))),
+            d=take(prefix + "D", shape=(di,)),
+            out_w=take(*tied("out_proj.weight"), shape=(d, di)),
+            out_b=take(*tied("out_proj.bias"), shape=(d,)) if bias else None,
+        )
+
+    def norm(prefix: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # RCPSAddNormWrapper (rcps without fused add+norm) nests the norm in .submodule
+        if arch.rcps and not arch.fused_add_norm:
+            prefix += "submodule."
+        weight = take(prefix + "weight", shape=(d,))
+        bias = None if arch.rms_norm else take(prefix + "bias", shape=(d,))
+        return weight, bias
+
+    layers = []
+    tie = arch.bidirectional and arch.weight_tie
+    for i in range(arch.n_layer):
+        mixer = f"{pre}layers.{i}.mixer." + ("submodule." if arch.rcps else "")
+        fwd_p, rev_p = mixer + "mamba_fwd.", mixer + "mamba_rev."
+        fwd = mamba(fwd_p, rev_p if tie else None)
+        rev = mamba(rev_p, fwd_p if tie else None) if arch.bidirectional else None
+        norm_w, norm_b = norm(f"{pre}layers.{i}.norm.")
+        layers.append(
+            LayerWeights(norm_w=norm_w, norm_b=norm_b, fwd=fwd, rev=rev, tied=tie)
+        )
+    norm_w, norm_b = norm(pre + "norm_f.")
+
+    unused = sorted(set(tensors) - used)
+    if unused:
+        logger.warning(
+            "%s: %d tensors not used by the Caduceus backbone, e.g. %s",
+            where,
+            len(unused),
+            unused[:3],
+        )
+    return CaduceusWeights(
+        embedding=embedding,
+        complement=complement,
+        layers=layers,
+        norm_w=norm_w,
+        norm_b=norm_b,
+    )
+
+
+class CaduceusBackbone:
+    """Inference-only Caduceus backbone over loaded weights.
+
+    Parameters
+    ----------
+    arch, weights
+        From :func:`arch_from_config` and :func:`weights_from_state_dict`.
+    device
+        Torch device string.
+    matmul_dtype
+        ``torch.float32``, or ``torch.bfloat16`` for the in/out projections (the bulk of
+        the matmul work); the residual stream, norms, convolutions, the small x/dt
+        projections and the scan state stay float32.
+    scan
+        The selective scan, ``scan_torch`` or ``scan_numba`` (same contract).
+    """
+
+    def __init__(
+        self,
+        arch: CaduceusArch,
+        weights: CaduceusWeights,
+        *,
+        device: str,
+        matmul_dtype: torch.dtype,
+        scan: Callable[..., torch.Tensor],
+    ) -> None:
+        self.arch = arch
+        self.device = device
+        self.matmul_dtype = matmul_dtype
+        self.scan = scan
+        self.weights = _to_device(weights, device=device, matmul_dtype=matmul_dtype)
+
+    # -- pieces -----------------------------------------------------------------
+
+    def _norm(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        import torch
+        import torch.nn.functional as F
+
+        if self.arch.rms_norm:
+            out = (
+                x
+                * torch.rsqrt(
+                    x.square().mean(dim=-1, keepdim=True) + self.arch.norm_eps
+                )
+                * weight
+            )
+            return out + bias if bias is not None else out
+        return F.layer_norm(
+            x, x.shape[-1:], weight=weight, bias=bias, eps=self.arch.norm_eps
+        )
+
+    def _linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        import torch
+        import torch.nn.functional as F
+
+        out = F.linear(x.to(weight.dtype), weight)
+        out = out.to(torch.float32)
+        return out + bias if bias is not None else out
+
+    def _conv(self, x: torch.Tensor, w: MambaWeights, *, reverse: bool) -> torch.Tensor:
+        """Depthwise conv over time, causal (forward) or anti-causal (reverse), then SiLU."""
+        import torch.nn.functional as F
+
+        k = w.conv_w.shape[1]
+        length = x.shape[1]
+        if reverse:
+            padded = F.pad(x, (0, 0, 0, k - 1))
+            taps = [padded[:, k - 1 - j : k - 1 - j + length] for j in range(k)]
+        else:
+            padded = F.pad(x, (0, 0, k - 1, 0))
+            taps = [padded[:, j : j + length] for j in range(k)]
+        out = taps[0] * w.conv_w[:, 0]
+        for j in range(1, k):
+            out = out + taps[j] * w.conv_w[:, j]
+        if w.conv_b is not None:
+            out = out + w.conv_b
+        return F.silu(out)
+
+    def _ssm_inputs(self, x: torch.Tensor, w: MambaWeights) -> tuple[torch.Tensor, ...]:
+        import torch
+        import torch.nn.functional as F
+
+        arch = self.arch
+        dbl = F.linear(x, w.x_w)
+        dt, b, c = torch.split(dbl, [arch.dt_rank, arch.d_state, arch.d_state], dim=-1)
+        delta = F.softplus(F.linear(dt, w.dt_w) + w.dt_b)
+        return delta, b, c
+
+    def _mixer(self, hidden: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+        """Bidirectional Mamba on (G, L, d) float32."""
+        import torch
+        import torch.nn.functional as F
+
+        arch = self.arch
+        di = arch.d_inner
+        dirs = [(layer.fwd, False)] + (
+            [(layer.rev, True)] if layer.rev is not None else []
+        )
+        if layer.tied:
+            xz = self._linear(hidden, layer.fwd.in_w, layer.fwd.in_b)
+            xzs = [xz, xz]
+        else:
+            xzs = [self._linear(hidden, w.in_w, w.in_b) for w, _ in dirs]
+        us, deltas, bs, cs = [], [], [], []
+        for (w, reverse), xz in zip(dirs, xzs, strict=False):
+            u = self._conv(xz[..., :di], w, reverse=reverse)
+            delta, b, c = self._ssm_inputs(u, w)
+            us.append(u)
+            deltas.append(delta)
+            bs.append(b)
+            cs.append(c)
+        y = self.scan(
+            torch.stack(us),
+            torch.stack(deltas),
+            torch.stack(bs),
+            torch.stack(cs),
+            torch.stack([w.a for w, _ in dirs]),
+            torch.stack([w.d for w, _ in dirs]),
+            reverse=tuple(r for _, r in dirs),
+        ).to(hidden.device)
+        gated = [y[i] * F.silu(xzs[i][..., di:]) for i in range(len(dirs))]
+        if len(dirs) == 1:
+            return self._linear(gated[0], layer.fwd.out_w, layer.fwd.out_b)
+        if arch.strategy == "add" and layer.tied:
+            out = self._linear(gated[0] + gated[1], layer.fwd.out_w, None)
+            return out + 2 * layer.fwd.out_b if layer.fwd.out_b is not None else out
+        outs = [
+            self._linear(g, w.out_w, w.out_b)
+            for g, (w, _) in zip(gated, dirs, strict=True)
+        ]
+        return outs[0] + outs[1] if arch.strategy == "add" else outs[0] * outs[1]
+
+    @staticmethod
+    def _swap_frames(x: torch.Tensor) -> torch.Tensor:
+        """Official fused RCPS add+norm: each half goes to the other, flipped."""
+        import torch
+
+        half = x.shape[0] // 2
+        return torch.cat([x[half:], x[:half]]).flip(dims=(1, 2))
+
+    # -- forward ------------------------------------------------------------------
+
+    def final_hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """Final-norm output for token ids (G, L): (G, L, d), or (2G, L, d) frames for ps."""
+        import torch
+
+        w = self.weights
+        if self.arch.rcps:
+            rc_ids = w.complement[ids.flip(-1)]
+            hidden = torch.cat([w.embedding[ids], w.embedding[rc_ids]])
+        else:
+            hidden = w.embedding[ids]
+        residual = None
+        swap = self.arch.rcps and self.arch.fused_add_norm
+        for layer in w.layers:
+            residual = hidden if residual is None else hidden + residual
+            if swap:
+                residual = self._swap_frames(residual)
+            hidden = self._mixer(
+                self._norm(residual, layer.norm_w, layer.norm_b), layer
+            )
+        return self._norm(hidden + residual, w.norm_w, w.norm_b)
+
+    def pooled(self, ids: torch.Tensor) -> torch.Tensor:
+        """Mean over tokens of the final-norm output: (G, d) for ph, (G, 2d) for ps."""
+        import torch
+
+        mean = self.final_hidden(ids).mean(dim=1)
+        if not self.arch.rcps:
+            return mean
+        n = ids.shape[0]
+        # official channel layout: [forward half, second half flipped back along channels]
+        return torch.cat([mean[:n], mean[n:].flip(dims=(-1,))], dim=-1)
+
+
+def _to_device(
+    weights: CaduceusWeights, *, device: str, matmul_dtype: torch.dtype
+) -> CaduceusWeights:
+    import torch
+
+    def mv(
+        t: torch.Tensor | None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor | None:
+        return None if t is None else t.to(device=device, dtype=dtype).contiguous()
+
+    def mamba(m: MambaWeights | None) -> MambaWeights | None:
+        if m is None:
+            return None
+        return MambaWeights(
+            in_w=mv(m.in_w, matmul_dtype),
+            in_b=mv(m.in_b),
+            conv_w=mv(m.conv_w),
+            conv_b=mv(m.conv_b),
+            x_w=mv(m.x_w),
+            dt_w=mv(m.dt_w),
+            dt_b=mv(m.dt_b),
+            a=mv(m.a),
+            d=mv(m.d),
+            out_w=mv(m.out_w, matmul_dtype),
+            out_b=mv(m.out_b),
+        )
+
+    return CaduceusWeights(
+        embedding=mv(weights.embedding),
+        complement=None
+        if weights.complement is None
+        else weights.complement.to(device),
+        layers=[
+            LayerWeights(
+                norm_w=mv(layer.norm_w),
+                norm_b=mv(layer.norm_b),
+                fwd=mamba(layer.fwd),
+                rev=mamba(layer.rev),
+                tied=layer.tied,
+            )
+            for layer in weights.layers
+        ],
+        norm_w=mv(weights.norm_w),
+        norm_b=mv(weights.norm_b),
+    )
+
+
+def complement_ids(ids: torch.Tensor) -> torch.Tensor:
+    """Reverse complement of token ids (..., L) in the official vocabulary."""
+    import torch
+
+    table = torch.arange(
+        max(BASE_IDS.values()) + 1, dtype=torch.long, device=ids.device
+    )
+    for src, dst in _COMPLEMENT_IDS.items():
+        table[src] = dst
+    return table[ids.flip(-1)]
