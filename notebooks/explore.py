@@ -25,15 +25,14 @@ data_dir = None
 split = "test"
 
 # %%
-from embedcache.store import EmbeddingStore
-
 from embedcache import leaderboard, report
+from embedcache.store import EmbeddingStore
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
 
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)
-emb_store = EmbeddingStore(store)
+emb_store = EmbeddingStore(store, create=False)
 vectors, labels = leaderboard.model_vectors(subset, emb_store, model, split=split)
 report.Html(
     f"<p>{model} on {version} ({split} items): "

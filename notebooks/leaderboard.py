@@ -27,16 +27,15 @@ seed = 0
 results_csv = None  # set by `embedcache report`: where to write results.csv
 
 # %%
-from embedcache.store import EmbeddingStore
-
 from embedcache import leaderboard, report
 from embedcache.leakage import audit_items
+from embedcache.store import EmbeddingStore
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
 
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)
-emb_store = EmbeddingStore(store)
+emb_store = EmbeddingStore(store, create=False)
 evaluation = leaderboard.evaluate(
     subset, emb_store, models=models, n_boot=n_boot, seed=seed
 )
