@@ -102,6 +102,7 @@ class Plot:
     """A matplotlib Figure that shows itself as an embedded PNG."""
 
     figure: Figure
+    alt: str = "figure"  # the image's alternative text in the HTML report
     dpi: int = 110
 
     def to_png(self) -> bytes:
@@ -109,8 +110,8 @@ class Plot:
         self.figure.savefig(buf, format="png", dpi=self.dpi, bbox_inches="tight")
         return buf.getvalue()
 
-    def _repr_png_(self) -> bytes:
-        return self.to_png()
+    def _repr_png_(self) -> tuple[bytes, dict[str, str]]:
+        return self.to_png(), {"alt": self.alt}
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,13 @@ def probe_table(evaluation: Evaluation) -> Table:
         f"C grid {list(cfg.c_grid)}, {cfg.n_folds}-fold stratified CV on log-loss inside "
         f"train (fold seed {cfg.cv_seed}); scaler refit within each fold."
     )
-    return Table(evaluation.probes, _label(evaluation, "Probe fits"), note)
+    frame = evaluation.probes
+    if frame.height:
+        # C spans 1e-4..1e2: a fixed 3-decimal format would print 0.000
+        frame = frame.with_columns(
+            pl.col("C").map_elements(lambda c: f"{c:g}", return_dtype=pl.Utf8)
+        )
+    return Table(frame, _label(evaluation, "Probe fits"), note)
 
 
 def leakage_table(leakage: pl.DataFrame) -> Table:
@@ -434,7 +441,7 @@ def accuracy_figure(evaluation: Evaluation, *, metric: str = "accuracy") -> Plot
         fontsize=10,
     )
     fig.tight_layout()
-    return Plot(fig)
+    return Plot(fig, alt=f"{metric} per dataset with 95% CI bars, per model and floor")
 
 
 def paired_difference_figure(
@@ -471,7 +478,7 @@ def paired_difference_figure(
     )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    return Plot(fig)
+    return Plot(fig, alt=f"paired bootstrap difference of mean {metric} to {reference}")
 
 
 def projection_figure(
@@ -503,4 +510,4 @@ def projection_figure(
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return Plot(fig)
+    return Plot(fig, alt=title or "2-D PCA projection coloured by label")

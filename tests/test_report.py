@@ -199,7 +199,8 @@ def test_tables_and_figures_render(evaluation, tiny_subset):
         report.accuracy_figure(evaluation),
         report.paired_difference_figure(evaluation),
     ):
-        png = plot._repr_png_()
+        png, meta = plot._repr_png_()
+        assert meta["alt"]
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(png) > 5000
     leak = audit_items(tiny_subset.items)
@@ -292,6 +293,7 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     assert "Leakage audit" in html
     assert "Caveats" in html
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 2
+    assert 'alt="accuracy per dataset with 95% CI bars' in html
     assert "<script src=" not in html  # self-contained: nothing fetched
     assert "from embedcache" not in html  # code cells hidden
     assert (folder / "leaderboard.ipynb").exists()
