@@ -58,4 +58,7 @@ report.Table(
 
 # %%
 d = evaluation.datasets[0]
-errors[d].join(subset.items.select("item_id", "seq"), on="item_id").head(20)
+report.Table(
+    errors[d].join(subset.items.select("item_id", "seq"), on="item_id").head(20),
+    f"{model}: first 20 misclassified test items of {d}",
+)
