@@ -155,6 +155,12 @@ def render_report(
     Writes ``<output_dir>/<name>/leaderboard.ipynb``, ``index.html`` and
     ``results.csv``, where ``<name>`` is the version's name (a version file's stem).
     """
+    from embedcache.store import EmbeddingStore
+    from embedcache.versions import load_version
+
+    # Fail before the slow kernel start on a wrong version or store path.
+    load_version(version)
+    EmbeddingStore(store, create=False)
     name = Path(version).stem if str(version).endswith(".toml") else str(version)
     out = Path(output_dir) / name
     paths = ReportPaths(
