@@ -295,5 +295,6 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 2
     assert 'alt="accuracy per dataset with 95% CI bars' in html
     assert "<script src=" not in html  # self-contained: nothing fetched
+    assert not re.findall(r'(?:src|href)="https?:', html)
     assert "from embedcache" not in html  # code cells hidden
     assert (folder / "leaderboard.ipynb").exists()
