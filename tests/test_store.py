@@ -417,7 +417,7 @@ def test_uncommitted_leftovers_are_garbage_not_faults(tmp_path):
     hs, vs = hashes_of(10), vectors_of(10)
     store.put(KEY_A, hs, vs)
     (shard,) = (root / KEY_A.digest / "shards").iterdir()
-    leftover = shard.with_name("otherhost-1-abcdef-000001")
+    leftover = shard.with_name("w~otherhost~1~000001")
     leftover.mkdir()
     (leftover / "zarr.json").write_text("{half written")
     assert store.verify() == []
@@ -428,3 +428,16 @@ def test_uncommitted_leftovers_are_garbage_not_faults(tmp_path):
     os.utime(leftover, (0, 0))
     store.compact()
     assert not leftover.exists()
+    # a leftover of a dead process on this host goes at once
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    this_host = shard.name.split("~")[1]  # shard names carry writer~host~pid~n
+    dead = shard.with_name(f"w~{this_host}~{exited.stdout.strip()}~000001")
+    dead.mkdir()
+    assert store.garbage() == [dead]
+    store.compact()
+    assert store.garbage() == []
