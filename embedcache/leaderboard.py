@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 FLOOR_ADAPTER = "kmer"
 MAJORITY = "majority"
 MAJORITY_KEY = "builtin:majority-class"
+_CHUNK = 4096  # test vectors read and predicted per step
 RESULT_COLUMNS = (
     "version",
     "subset_id",
@@ -69,6 +70,8 @@ class VectorStore(Protocol):
     def get(
         self, key: ModelKey, hashes: Sequence[str]
     ) -> tuple[NDArray[np.float32], NDArray[np.bool_]]: ...
+
+    def contains(self, key: ModelKey, hashes: Sequence[str]) -> NDArray[np.bool_]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,27 @@ def select_models(
     return ranked, floors, fallback
 
 
+def check_complete(
+    store: VectorStore, key: ModelKey, hashes: Sequence[str], *, version: str
+) -> None:
+    """Raise MissingEmbeddingsError unless every hash has a vector for ``key``."""
+    found = np.asarray(store.contains(key, list(hashes)), dtype=bool)
+    _raise_missing(store, key, int((~found).sum()), len(hashes), version=version)
+
+
+def _raise_missing(
+    store: VectorStore, key: ModelKey, n_missing: int, n: int, *, version: str
+) -> None:
+    if n_missing:
+        where = getattr(store, "root", "the store")
+        msg = (
+            f"{n_missing} of {n} sequences of version {version} have no embedding "
+            f"for {key.short()} (key {key.digest[:12]}) in {where}. "
+            f"Run `make embeddings MODEL={key.model_id} VERSION={version}` first."
+        )
+        raise MissingEmbeddingsError(msg)
+
+
 def load_vectors(
     store: VectorStore,
     key: ModelKey,
@@ -179,15 +203,9 @@ def load_vectors(
         Naming how many are missing, the key and the command that fills them.
     """
     vectors, found = store.get(key, list(hashes))
-    n_missing = int((~np.asarray(found)).sum())
-    if n_missing:
-        where = getattr(store, "root", "the store")
-        msg = (
-            f"{n_missing} of {len(hashes)} sequences of version {version} have no embedding "
-            f"for {key.short()} (key {key.digest[:12]}) in {where}. "
-            f"Run `make embeddings MODEL={key.model_id} VERSION={version}` first."
-        )
-        raise MissingEmbeddingsError(msg)
+    _raise_missing(
+        store, key, int((~np.asarray(found)).sum()), len(hashes), version=version
+    )
     return np.asarray(vectors, dtype=np.float32)
 
 
@@ -296,12 +314,9 @@ def evaluate(
     items = subset.items
     datasets = tuple(d.name for d in version.datasets)
     all_hashes = items["seq_sha256"].unique(maintain_order=True).to_list()
-    row_of = {h: i for i, h in enumerate(all_hashes)}
-    vectors = {
-        e.name: load_vectors(store, e.key, all_hashes, version=version.name)
-        for e in entries
-        if e.key is not None
-    }
+    for e in entries:  # every vector present, before any probe is fitted
+        if e.key is not None:
+            check_complete(store, e.key, all_hashes, version=version.name)
     labels: dict[str, NDArray[np.int64]] = {}
     preds: dict[str, NDArray[np.int64]] = {}
     item_ids: dict[str, list[str]] = {}
@@ -315,8 +330,7 @@ def evaluate(
         labels[draw.name] = test["label"].to_numpy().astype(np.int64)
         item_ids[draw.name] = test["item_id"].to_list()
         usual_n[draw.name] = draw.n_test if draw.n_test is not None else test.height
-        train_rows = np.array([row_of[h] for h in train["seq_sha256"]], dtype=np.int64)
-        test_rows = np.array([row_of[h] for h in test["seq_sha256"]], dtype=np.int64)
+        test_hashes = test["seq_sha256"].to_list()
         rows = []
         for e in entries:
             if e.key is None:
@@ -324,8 +338,27 @@ def evaluate(
                     np.full(test.height, majority_label(y_train), dtype=np.int64)
                 )
                 continue
-            fit = fit_probe(vectors[e.name][train_rows], y_train, config=config)
-            rows.append(fit.predict(vectors[e.name][test_rows]))
+            x_train = load_vectors(
+                store, e.key, train["seq_sha256"].to_list(), version=version.name
+            )
+            fit = fit_probe(x_train, y_train, config=config)
+            # Test vectors are read in chunks: 25,000 x 4096 (kmer-6) would be 0.4 GB.
+            rows.append(
+                np.concatenate(
+                    [
+                        fit.predict(
+                            load_vectors(
+                                store,
+                                e.key,
+                                test_hashes[i : i + _CHUNK],
+                                version=version.name,
+                            )
+                        )
+                        for i in range(0, len(test_hashes), _CHUNK)
+                    ]
+                    or [np.zeros(0, dtype=np.int64)]
+                )
+            )
             probe_rows.append(
                 {
                     "model": e.name,
@@ -333,7 +366,7 @@ def evaluate(
                     "C": fit.C_,
                     "cv_log_loss": float(fit.cv_log_loss_.min()),
                     "n_train": int(y_train.size),
-                    "dim": int(vectors[e.name].shape[1]),
+                    "dim": int(x_train.shape[1]),
                 }
             )
             logger.info("probed %s on %s: C=%g", e.name, draw.name, fit.C_)

@@ -68,6 +68,10 @@ class DictStore:
     def put(self, key, hashes, vectors):
         self.data.setdefault(key, {}).update(zip(hashes, vectors, strict=True))
 
+    def contains(self, key, hashes):
+        table = self.data.get(key, {})
+        return np.array([h in table for h in hashes], dtype=bool)
+
     def get(self, key, hashes):
         table = self.data.get(key, {})
         dim = len(next(iter(table.values()))) if table else 0
