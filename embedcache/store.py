@@ -914,13 +914,18 @@ class EmbeddingStore:
         keys = state.sorted_keys
         if not len(keys) or not len(q):
             return np.full(len(q), -1, np.int64)
-        if state.prefixes is not None:  # integer search: ~5x faster than on S32
-            pos = np.searchsorted(state.prefixes, _prefixes(q))
+        # search in sorted query order: ~4x faster than random probes (cache)
+        if state.prefixes is not None:  # integer search on the first 8 bytes
+            qp = _prefixes(q)
+            by = np.argsort(qp)
+            pos = np.searchsorted(state.prefixes, qp[by])
         else:  # two stored hashes share 8 bytes: search on the whole hash
-            pos = np.searchsorted(keys, q)
+            by = np.argsort(q)
+            pos = np.searchsorted(keys, q[by])
         pos[pos == len(keys)] = 0
-        hit = keys[pos] == q
-        return np.where(hit, state.sorted_gids[pos], -1)
+        gids = np.full(len(q), -1, np.int64)
+        gids[by] = np.where(keys[pos] == q[by], state.sorted_gids[pos], -1)
+        return gids
 
     def _read_rows(
         self, state: _KeyState, gids: np.ndarray, out: np.ndarray, dest: np.ndarray
@@ -928,6 +933,7 @@ class EmbeddingStore:
         """out[dest] = vectors of global rows ``gids``, chunk by chunk."""
         if gids.size == 0:
             return
+        tasks = []
         which = np.searchsorted(state.offsets, gids, side="right") - 1
         by_shard = np.argsort(which, kind="stable")
         bounds = np.flatnonzero(np.diff(which[by_shard])) + 1
@@ -939,20 +945,32 @@ class EmbeddingStore:
             cbounds = np.flatnonzero(np.diff(chunk[by_chunk])) + 1
             for sel in np.split(by_chunk, cbounds):
                 c = int(chunk[sel[0]])
-                src = rows[sel] - c * shard.chunk_rows
-                dst = dest[part[sel]]
-                k = len(sel)
-                if (
-                    src[-1] - src[0] == k - 1
-                    and dst[-1] - dst[0] == k - 1
-                    and np.all(np.diff(src) == 1)
-                    and np.all(np.diff(dst) == 1)
-                ):
-                    # rows in stored order: read straight into the output (one copy)
-                    d0 = int(dst[0])
-                    self._read_chunk_into(shard, c, int(src[0]), out[d0 : d0 + k])
-                else:
-                    out[dst] = self._read_chunk(shard, c)[src]
+                tasks.append(
+                    (shard, c, rows[sel] - c * shard.chunk_rows, dest[part[sel]])
+                )
+
+        def run(task: tuple[_Shard, int, np.ndarray, np.ndarray]) -> None:
+            shard, c, src, dst = task
+            k = len(src)
+            if (
+                src[-1] - src[0] == k - 1
+                and dst[-1] - dst[0] == k - 1
+                and np.all(np.diff(src) == 1)
+                and np.all(np.diff(dst) == 1)
+            ):
+                # rows in stored order: read straight into the output (one copy)
+                d0 = int(dst[0])
+                self._read_chunk_into(shard, c, int(src[0]), out[d0 : d0 + k])
+            else:
+                out[dst] = self._read_chunk(shard, c)[src]
+
+        if len(tasks) < 4:
+            for task in tasks:
+                run(task)
+            return
+        # file reads and crc32c release the GIL: two threads overlap them
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(run, tasks))
 
     def _chunk_path(self, shard: _Shard, c: int) -> Path:
         return shard.path / f"vectors/c/{c}/0"
