@@ -23,10 +23,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from embedcache.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     import torch
 
@@ -302,11 +304,12 @@ class CaduceusBackbone:
     device
         Torch device string.
     matmul_dtype
-        ``torch.float32``, or ``torch.bfloat16`` for the in/out projections (the bulk of
-        the matmul work); the residual stream, norms, convolutions, the small x/dt
-        projections and the scan state stay float32.
-    scan
-        The selective scan, ``scan_torch`` or ``scan_numba`` (same contract).
+        ``torch.float32``, or ``torch.bfloat16`` for the in, out and x projections
+        (nearly all the matmul work); the residual stream, norms, convolutions, the
+        dt projection and the scan state stay float32.
+    kernels
+        ``"numba"``: the compiled CPU kernels of :mod:`._caduceus_numba` (conv + SiLU,
+        scan + gate + direction sum); ``"torch"``: torch ops only, any device.
     """
 
     def __init__(
@@ -316,30 +319,29 @@ class CaduceusBackbone:
         *,
         device: str,
         matmul_dtype: torch.dtype,
-        scan: Callable[..., torch.Tensor],
+        kernels: str,
     ) -> None:
         self.arch = arch
         self.device = device
         self.matmul_dtype = matmul_dtype
-        self.scan = scan
+        self.kernels = kernels
         self.weights = _to_device(weights, device=device, matmul_dtype=matmul_dtype)
+        self._kernel_params = (
+            [_kernel_params(layer) for layer in self.weights.layers]
+            if kernels == "numba"
+            else []
+        )
 
     # -- pieces -----------------------------------------------------------------
 
     def _norm(
         self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        import torch
         import torch.nn.functional as F
 
         if self.arch.rms_norm:
-            out = (
-                x
-                * torch.rsqrt(
-                    x.square().mean(dim=-1, keepdim=True) + self.arch.norm_eps
-                )
-                * weight
-            )
+            # x * rsqrt(mean(x^2) + eps) * weight, as mamba_ssm's rms_norm_ref, fused
+            out = F.rms_norm(x, x.shape[-1:], weight=weight, eps=self.arch.norm_eps)
             return out + bias if bias is not None else out
         return F.layer_norm(
             x, x.shape[-1:], weight=weight, bias=bias, eps=self.arch.norm_eps
@@ -379,12 +381,92 @@ class CaduceusBackbone:
         import torch.nn.functional as F
 
         arch = self.arch
-        dbl = F.linear(x, w.x_w)
+        dbl = self._linear(x, w.x_w, None)
         dt, b, c = torch.split(dbl, [arch.dt_rank, arch.d_state, arch.d_state], dim=-1)
         delta = F.softplus(F.linear(dt, w.dt_w) + w.dt_b)
         return delta, b, c
 
-    def _mixer(self, hidden: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+    def _mixer(self, hidden: torch.Tensor, index: int) -> torch.Tensor:
+        """Bidirectional Mamba of layer ``index`` on (G, L, d) float32."""
+        if self.kernels == "numba":
+            return self._mixer_numba(hidden, index)
+        return self._mixer_torch(hidden, self.weights.layers[index])
+
+    def _mixer_numba(self, hidden: torch.Tensor, index: int) -> torch.Tensor:
+        """The CPU path: matmuls in torch, everything between them in numba kernels.
+
+        In bfloat16 the kernels read and write bfloat16 bits directly, so no tensor
+        between two matmuls is ever converted by a separate pass.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        from embedcache.models import _caduceus_numba as kernels
+
+        arch = self.arch
+        layer = self.weights.layers[index]
+        params = self._kernel_params[index]
+        n_seq, length = hidden.shape[:2]
+        r, n, di = arch.dt_rank, arch.d_state, arch.d_inner
+        dirs = [layer.fwd] + ([layer.rev] if layer.rev is not None else [])
+        bf16 = self.matmul_dtype == torch.bfloat16
+
+        def bits(t: torch.Tensor) -> np.ndarray:
+            return (t.view(torch.int16) if bf16 else t).numpy()
+
+        def in_proj(w: MambaWeights) -> torch.Tensor:
+            xz = F.linear(hidden.to(w.in_w.dtype), w.in_w)
+            return xz + w.in_b.to(xz.dtype) if w.in_b is not None else xz
+
+        def branch(p: int, xz: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            w = dirs[p]
+            u = hidden.new_empty((n_seq, length, di))
+            u_mm = torch.empty(
+                (n_seq, length, di) if bf16 else (0, 0, 0), dtype=torch.bfloat16
+            )
+            kernels.conv_silu(
+                bits(xz),
+                params["conv_w"][p],
+                params["conv_b"][p],
+                p == 1,
+                u.numpy(),
+                u_mm.view(torch.int16).numpy(),
+            )
+            dbl = F.linear(u_mm if bf16 else u, w.x_w).float()
+            # a contiguous copy of the thin dt slice makes the matmul 3x faster; its
+            # bias and softplus are applied in the scan kernel
+            dt = F.linear(dbl[..., :r].contiguous(), w.dt_w)
+            return u, dt, dbl[..., r : r + n], dbl[..., r + n :]
+
+        def scan(ps: list[int], xz: torch.Tensor) -> torch.Tensor:
+            parts = [branch(p, xz) for p in ps]
+            y = torch.empty((n_seq, length, di), dtype=self.matmul_dtype)
+            sl = slice(ps[0], ps[-1] + 1)
+            kernels.scan_gated(
+                *(tuple(part[i].numpy() for part in parts) for i in range(4)),
+                params["a_log2"][sl],
+                params["d"][sl],
+                params["dt_bias"][sl],
+                params["reverse"][sl],
+                bits(xz),
+                bits(y),
+            )
+            return y
+
+        def out_proj(y: torch.Tensor, w: MambaWeights, n_bias: int) -> torch.Tensor:
+            out = F.linear(y, w.out_w).float()
+            return out + n_bias * w.out_b if w.out_b is not None else out
+
+        if layer.tied and (len(dirs) == 1 or arch.strategy == "add"):
+            # one in_proj for both directions and one out_proj on their sum
+            xz = in_proj(layer.fwd)
+            return out_proj(scan(list(range(len(dirs))), xz), layer.fwd, len(dirs))
+        outs = [out_proj(scan([p], in_proj(w)), w, 1) for p, w in enumerate(dirs)]
+        if len(outs) == 1:
+            return outs[0]
+        return outs[0] + outs[1] if arch.strategy == "add" else outs[0] * outs[1]
+
+    def _mixer_torch(self, hidden: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
         """Bidirectional Mamba on (G, L, d) float32."""
         import torch
         import torch.nn.functional as F
@@ -407,7 +489,9 @@ class CaduceusBackbone:
             deltas.append(delta)
             bs.append(b)
             cs.append(c)
-        y = self.scan(
+        from embedcache.models._caduceus_scan import scan_torch
+
+        y = scan_torch(
             torch.stack(us),
             torch.stack(deltas),
             torch.stack(bs),
@@ -450,12 +534,12 @@ class CaduceusBackbone:
             hidden = w.embedding[ids]
         residual = None
         swap = self.arch.rcps and self.arch.fused_add_norm
-        for layer in w.layers:
+        for index, layer in enumerate(w.layers):
             residual = hidden if residual is None else hidden + residual
             if swap:
                 residual = self._swap_frames(residual)
             hidden = self._mixer(
-                self._norm(residual, layer.norm_w, layer.norm_b), layer
+                self._norm(residual, layer.norm_w, layer.norm_b), index
             )
         return self._norm(hidden + residual, w.norm_w, w.norm_b)
 
@@ -469,6 +553,30 @@ class CaduceusBackbone:
         n = ids.shape[0]
         # official channel layout: [forward half, second half flipped back along channels]
         return torch.cat([mean[:n], mean[n:].flip(dims=(-1,))], dim=-1)
+
+
+def _kernel_params(layer: LayerWeights) -> dict[str, Any]:
+    """Numpy views of one layer's parameters in the layouts the numba kernels take."""
+    import numpy as np
+    import torch
+
+    dirs = [layer.fwd] + ([layer.rev] if layer.rev is not None else [])
+    return {
+        "conv_w": [w.conv_w.t().contiguous().numpy() for w in dirs],
+        "conv_b": [
+            (
+                w.conv_b if w.conv_b is not None else torch.zeros(w.conv_w.shape[0])
+            ).numpy()
+            for w in dirs
+        ],
+        # exp(delta * A) is computed as 2**(delta * A * log2(e))
+        "a_log2": torch.stack([w.a.t() / math.log(2.0) for w in dirs])
+        .contiguous()
+        .numpy(),
+        "d": torch.stack([w.d for w in dirs]).contiguous().numpy(),
+        "dt_bias": torch.stack([w.dt_b for w in dirs]).contiguous().numpy(),
+        "reverse": np.array([False, True][: len(dirs)]),
+    }
 
 
 def _to_device(
@@ -489,7 +597,7 @@ def _to_device(
             in_b=mv(m.in_b),
             conv_w=mv(m.conv_w),
             conv_b=mv(m.conv_b),
-            x_w=mv(m.x_w),
+            x_w=mv(m.x_w, matmul_dtype),
             dt_w=mv(m.dt_w),
             dt_b=mv(m.dt_b),
             a=mv(m.a),

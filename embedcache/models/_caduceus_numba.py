@@ -1,11 +1,15 @@
-"""The compiled CPU selective scan (numba); imported only when a CPU Caduceus runs.
+"""Compiled CPU kernels (numba) for the Caduceus mixer; imported only when one runs.
 
-Work is split over (direction, sequence, block of 64 channels) and spread over all
-cores with ``prange``. Each work item keeps its state (d_state x 64 floats) in L1 and
-walks the sequence once. The inner loop runs over contiguous channels so LLVM can
-vectorise it; that needs ``exp`` as plain arithmetic (numba has no vector ``exp``
-without Intel's SVML), hence the range-reduced polynomial below, accurate to about
-one float32 ulp.
+Two kernels cover everything between the projections: the depthwise convolution with
+its SiLU, and the selective scan with the D skip, the ``silu(z)`` gate and the sum of
+the two directions. Fusing them avoids a dozen passes over (tokens x d_inner) tensors.
+
+The scan splits work over (sequence, block of 64 channels) with ``prange``; each item
+keeps its state (d_state x 64 floats) in L1, walks the sequence once per direction
+and writes its slice of the output, so items never share memory. Inner loops run over
+contiguous channels so LLVM vectorises them. That needs ``exp`` as plain arithmetic
+(numba has no vector ``exp`` without Intel's SVML), hence :func:`_exp`, a range-reduced
+polynomial accurate to about one float32 ulp.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 CHANNEL_BLOCK = 64
+TIME_BLOCK = 64
 _LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
 
 
 @intrinsic
@@ -33,54 +39,197 @@ def _bits_to_float(typingctx, bits):  # noqa: ANN001, ANN202 (numba intrinsic pr
     return sig, codegen
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def selective_scan(u, delta, b, c, a_log2, d, reverse, out) -> None:  # noqa: ANN001
-    """Scan every (direction, sequence, channel block); results go to ``out``.
+@intrinsic
+def _float_to_bits(typingctx, value):  # noqa: ANN001, ANN202 (numba intrinsic protocol)
+    """Reinterpret a float32 as int32 (reads exponent and mantissa for the log)."""
+    sig = types.int32(types.float32)
 
-    Shapes: ``u``, ``delta``, ``out`` (P, G, L, Di); ``b``, ``c`` (P, G, L, N);
-    ``a_log2`` (P, N, Di) = A * log2(e); ``d`` (P, Di); ``reverse`` (P,) bool.
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+@numba.njit(inline="always", fastmath=True)
+def _exp2(x):  # noqa: ANN001, ANN202
+    """2**x for x in [-126, 127]: 2**round(x) from exponent bits times a Taylor 2**f."""
+    k = np.floor(x + np.float32(0.5))
+    f = (x - k) * np.float32(_LN2)  # |f| <= ln(2)/2: degree 7 is below one ulp
+    q = np.float32(1.0 / 5040.0) * f + np.float32(1.0 / 720.0)
+    q = q * f + np.float32(1.0 / 120.0)
+    q = q * f + np.float32(1.0 / 24.0)
+    q = q * f + np.float32(1.0 / 6.0)
+    q = q * f + np.float32(0.5)
+    q = q * f + np.float32(1.0)
+    q = q * f + np.float32(1.0)
+    return q * _bits_to_float((np.int32(k) + np.int32(127)) << 23)
+
+
+@numba.njit(inline="always", fastmath=True)
+def _silu(z):  # noqa: ANN001, ANN202
+    x = min(max(-z * np.float32(_LOG2E), np.float32(-126.0)), np.float32(126.0))
+    return z / (np.float32(1.0) + _exp2(x))
+
+
+@numba.njit(inline="always", fastmath=True)
+def _softplus(x):  # noqa: ANN001, ANN202
+    """log(1 + exp(x)) as torch computes it (x itself above 20), to about 2 ulp."""
+    e = _exp2(min(max(x * np.float32(_LOG2E), np.float32(-126.0)), np.float32(126.0)))
+    y = np.float32(1.0) + e
+    # log(y) = ex * ln2 + log(m), m in [sqrt(1/2), sqrt(2)), log(m) by the atanh series
+    bits = _float_to_bits(y)
+    ex = (bits >> 23) - np.int32(127)
+    m = _bits_to_float((bits & np.int32(0x7FFFFF)) | np.int32(0x3F800000))
+    big = m > np.float32(1.4142135)
+    m = m * np.float32(0.5) if big else m
+    ex = ex + np.int32(1) if big else ex
+    s = (m - np.float32(1.0)) / (m + np.float32(1.0))
+    s2 = s * s
+    series = np.float32(1.0 / 9.0) * s2 + np.float32(1.0 / 7.0)
+    series = series * s2 + np.float32(1.0 / 5.0)
+    series = series * s2 + np.float32(1.0 / 3.0)
+    series = series * s2 + np.float32(1.0)
+    log_y = np.float32(ex) * np.float32(_LN2) + np.float32(2.0) * s * series
+    # Kahan's log1p: y - 1 is exact, so this recovers the bits that 1 + e rounded away
+    den = y - np.float32(1.0)
+    log1p = log_y * (e / den) if den != np.float32(0.0) else e
+    return x if x > np.float32(20.0) else log1p
+
+
+def _load(x):  # noqa: ANN001, ANN202
+    """A float32 from a float32, or from bfloat16 bits held in an int16."""
+
+
+@overload(_load, inline="always", jit_options={"fastmath": True})
+def _load_impl(x):  # noqa: ANN001, ANN202
+    if isinstance(x, types.Float):
+        return lambda x: np.float32(x)
+    # bfloat16 is the top half of a float32
+    return lambda x: _bits_to_float((np.int32(x) & np.int32(0xFFFF)) << 16)
+
+
+@numba.njit(inline="always", fastmath=True)
+def _bf16_bits(v):  # noqa: ANN001, ANN202
+    """float32 -> bfloat16 bits (int16), rounding to nearest even as torch does."""
+    bits = _float_to_bits(v)
+    bits = bits + np.int32(0x7FFF) + ((bits >> 16) & np.int32(1))
+    return np.int16(bits >> 16)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def conv_silu(xz, weight, bias, reverse, out, out_bf16) -> None:  # noqa: ANN001
+    """``out = silu(depthwise_conv(x))`` with x = ``xz[..., :Di]``.
+
+    Causal (``out[t]`` sees ``x[t-K+1 .. t]``, tap ``K-1`` on ``x[t]``) or, when
+    ``reverse``, anti-causal (tap ``K-1`` on ``x[t]``, tap 0 on ``x[t+K-1]``): the
+    official reverse Mamba's causal conv over the flipped sequence, not flipped.
+    Shapes: ``xz`` (G, L, 2Di) float32 or bfloat16 bits (int16); ``weight`` (K, Di);
+    ``bias`` (Di,); ``out`` (G, L, Di) float32; ``out_bf16``: the same as bfloat16
+    bits, for the next matmul, or an empty array to skip it.
     """
-    n_dir, n_seq, length, n_chan = u.shape
+    n_seq, length, n_chan = out.shape
+    n_tap = weight.shape[0]
+    n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
+    also_bf16 = out_bf16.size > 0
+    for item in numba.prange(n_seq * n_block):
+        g = item // n_block
+        t0 = (item % n_block) * TIME_BLOCK
+        acc = np.empty(n_chan, dtype=np.float32)
+        for t in range(t0, min(t0 + TIME_BLOCK, length)):
+            for ci in range(n_chan):
+                acc[ci] = bias[ci]
+            for j in range(n_tap):
+                src = t + n_tap - 1 - j if reverse else t - n_tap + 1 + j
+                if 0 <= src < length:
+                    x_row = xz[g, src, :n_chan]
+                    w_row = weight[j]
+                    for ci in range(n_chan):
+                        acc[ci] += w_row[ci] * _load(x_row[ci])
+            out_row = out[g, t]
+            for ci in range(n_chan):
+                out_row[ci] = _silu(acc[ci])
+            if also_bf16:
+                row16 = out_bf16[g, t]
+                for ci in range(n_chan):
+                    row16[ci] = _bf16_bits(out_row[ci])
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  # noqa: ANN001
+    """``out = sum_p (scan_p(u_p) + D_p * u_p) * silu(z)`` with z = ``xz[..., Di:]``.
+
+    ``us``, ``dts``: tuples of P (G, L, Di) float32 arrays; the step size of the scan
+    is ``delta = softplus(dt + dt_bias)``, computed here; ``dt_bias`` is (P, Di);
+    ``bs``, ``cs``: tuples of P (G, L, N) arrays (any strides); ``a_log2`` (P, N, Di)
+    = A * log2(e); ``d`` (P, Di); ``reverse`` (P,) bool; ``xz`` (G, L, 2Di) float32
+    or bfloat16 bits (int16); ``out`` (G, L, Di) float32 or bfloat16 bits. The sum
+    over directions is kept in float32 and rounded once.
+    """
+    n_seq, length, n_chan = out.shape
+    n_dir = len(us)
     n_state = a_log2.shape[1]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
-    for item in numba.prange(n_dir * n_seq * n_block):
-        p = item // (n_seq * n_block)
-        g = (item // n_block) % n_seq
+    for item in numba.prange(n_seq * n_block):
+        g = item // n_block
         c0 = (item % n_block) * CHANNEL_BLOCK
         w = min(CHANNEL_BLOCK, n_chan - c0)
-        state = np.zeros((n_state, w), dtype=np.float32)
+        state = np.empty((n_state, w), dtype=np.float32)
+        y = np.zeros((length, w), dtype=np.float32)
         acc = np.empty(w, dtype=np.float32)
         du = np.empty(w, dtype=np.float32)
-        d_row = d[p, c0 : c0 + w]
-        for step in range(length):
-            t = length - 1 - step if reverse[p] else step
-            delta_row = delta[p, g, t, c0 : c0 + w]
-            u_row = u[p, g, t, c0 : c0 + w]
-            for ci in range(w):
-                acc[ci] = 0.0
-                du[ci] = delta_row[ci] * u_row[ci]
-            for n in range(n_state):
-                b_n = b[p, g, t, n]
-                c_n = c[p, g, t, n]
-                a_row = a_log2[p, n, c0 : c0 + w]
-                s_row = state[n]
+        delta_row = np.empty(w, dtype=np.float32)
+        for p in range(n_dir):
+            u, dt, b, c = us[p], dts[p], bs[p], cs[p]
+            d_row = d[p, c0 : c0 + w]
+            bias_row = dt_bias[p, c0 : c0 + w]
+            state[:] = 0.0
+            for step in range(length):
+                t = length - 1 - step if reverse[p] else step
+                dt_row = dt[g, t, c0 : c0 + w]
+                u_row = u[g, t, c0 : c0 + w]
                 for ci in range(w):
-                    # exp(delta * A) = 2**k * 2**f with k = round(x), |f| <= 1/2;
-                    # delta * A <= 0, and below 2**-126 the factor is 0 for our purpose
-                    x = max(delta_row[ci] * a_row[ci], np.float32(-126.0))
-                    k = np.floor(x + np.float32(0.5))
-                    f = (x - k) * np.float32(_LN2)
-                    q = np.float32(1.0 / 5040.0) * f + np.float32(1.0 / 720.0)
-                    q = q * f + np.float32(1.0 / 120.0)
-                    q = q * f + np.float32(1.0 / 24.0)
-                    q = q * f + np.float32(1.0 / 6.0)
-                    q = q * f + np.float32(0.5)
-                    q = q * f + np.float32(1.0)
-                    q = q * f + np.float32(1.0)
-                    decay = q * _bits_to_float((np.int32(k) + np.int32(127)) << 23)
-                    s = decay * s_row[ci] + du[ci] * b_n
-                    s_row[ci] = s
-                    acc[ci] += s * c_n
-            out_row = out[p, g, t, c0 : c0 + w]
-            for ci in range(w):
-                out_row[ci] = acc[ci] + d_row[ci] * u_row[ci]
+                    delta_row[ci] = _softplus(dt_row[ci] + bias_row[ci])
+                for ci in range(w):
+                    acc[ci] = 0.0
+                    du[ci] = delta_row[ci] * u_row[ci]
+                for n in range(n_state):
+                    b_n = b[g, t, n]
+                    c_n = c[g, t, n]
+                    a_row = a_log2[p, n, c0 : c0 + w]
+                    s_row = state[n]
+                    for ci in range(w):
+                        # delta * A <= 0; below 2**-126 the decay is 0 for our purpose
+                        decay = _exp2(
+                            max(delta_row[ci] * a_row[ci], np.float32(-126.0))
+                        )
+                        s = decay * s_row[ci] + du[ci] * b_n
+                        s_row[ci] = s
+                        acc[ci] += s * c_n
+                z_row = xz[g, t, n_chan + c0 : n_chan + c0 + w]
+                y_row = y[t]
+                for ci in range(w):
+                    gate = _silu(_load(z_row[ci]))
+                    y_row[ci] += (acc[ci] + d_row[ci] * u_row[ci]) * gate
+        for t in range(length):
+            _store_row(y[t], out[g, t, c0 : c0 + w])
+
+
+def _store_row(src, dst):  # noqa: ANN001, ANN202
+    """Copy float32 ``src`` into ``dst`` (float32, or bfloat16 bits as int16)."""
+
+
+@overload(_store_row, inline="always", jit_options={"fastmath": True})
+def _store_row_impl(src, dst):  # noqa: ANN001, ANN202
+    if isinstance(dst.dtype, types.Float):
+
+        def store(src, dst):  # noqa: ANN001, ANN202
+            for i in range(src.shape[0]):
+                dst[i] = src[i]
+
+        return store
+
+    def store_bf16(src, dst):  # noqa: ANN001, ANN202
+        for i in range(src.shape[0]):
+            dst[i] = _bf16_bits(src[i])
+
+    return store_bf16

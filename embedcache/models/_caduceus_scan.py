@@ -1,24 +1,20 @@
-"""Selective scans for the Caduceus adapter: a compiled CPU kernel and a torch loop.
+"""The selective scan in torch ops, for any device (the CPU kernel is in _caduceus_numba).
 
-Both compute, for each direction p, sequence g and channel (time runs backwards when
-``reverse[p]``)::
+For each direction p, sequence g and channel (time runs backwards when ``reverse[p]``)::
 
     s_t = exp(delta_t * A) * s_{t-1} + delta_t * u_t * B_t      (state: d_state floats)
     y_t = <s_t, C_t> + D * u_t
 
-``delta`` arrives already softplus-ed and the ``silu(z)`` gate is applied by the caller:
-both are cheap elementwise torch ops. The state is always float32.
+``delta`` arrives already softplus-ed and the ``silu(z)`` gate is applied by the caller.
+The state is always float32.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-
-_LOG2E = 1.0 / math.log(2.0)
 
 
 def scan_torch(
@@ -64,32 +60,3 @@ def scan_torch(
             out[p, :, t] = torch.einsum("gdn,gn->gd", state, c[p, :, t])
         out[p] += u[p] * d[p]
     return out
-
-
-def scan_numba(
-    u: torch.Tensor,
-    delta: torch.Tensor,
-    b: torch.Tensor,
-    c: torch.Tensor,
-    a: torch.Tensor,
-    d: torch.Tensor,
-    *,
-    reverse: tuple[bool, ...],
-) -> torch.Tensor:
-    """Same contract as :func:`scan_torch`, for CPU tensors, in the compiled kernel."""
-    import numpy as np
-    import torch
-
-    # imported here: numba compiles (or loads its cache) only when a CPU model runs
-    from embedcache.models._caduceus_numba import selective_scan
-
-    arrays = [
-        t.detach().to(torch.float32).contiguous().numpy() for t in (u, delta, b, c)
-    ]
-    a_log2 = (
-        (a.detach().to(torch.float32) * _LOG2E).transpose(1, 2).contiguous().numpy()
-    )
-    d_arr = d.detach().to(torch.float32).contiguous().numpy()
-    out = np.empty_like(arrays[0])
-    selective_scan(*arrays, a_log2, d_arr, np.asarray(reverse, dtype=np.bool_), out)
-    return torch.from_numpy(out)

@@ -211,8 +211,6 @@ def load_caduceus_adapter(
     """
     import torch
 
-    from embedcache.models._caduceus_scan import scan_numba, scan_torch
-
     if rc_mode not in RC_MODES:
         msg = f"rc_mode {rc_mode!r} is not one of {RC_MODES} for Caduceus"
         raise AdapterOptionError(msg)
@@ -263,7 +261,7 @@ def load_caduceus_adapter(
         weights,
         device=device,
         matmul_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32,
-        scan=scan_numba if use_numba else scan_torch,
+        kernels="numba" if use_numba else "torch",
     )
     max_length = config.get("max_length") or config.get("max_position_embeddings")
     key = ModelKey(

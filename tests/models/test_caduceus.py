@@ -325,6 +325,18 @@ def test_bfloat16_stays_close(adapters, variant):
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 
+def test_bfloat16_kernels_match_torch_bfloat16():
+    # the numba kernels read and write bfloat16 bits themselves; torch converts
+    seqs = [normalise_sequence(s) for s in fixture_sequences()]
+    for variant in ("ph", "ps"):
+        path = FIXTURES / variant
+        fast = load_caduceus_adapter(path, dtype="bfloat16", scan="numba")
+        slow = load_caduceus_adapter(path, dtype="bfloat16", scan="torch")
+        np.testing.assert_allclose(
+            fast.embed_batch(seqs), slow.embed_batch(seqs), atol=1e-3, rtol=0
+        )
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -1,0 +1,302 @@
+"""Caduceus-ph throughput: a naive official-style loop vs the embedcache adapter.
+
+Builds an official-shape Caduceus-ph checkpoint (d_model 256, 16 layers, official-style
+random init) in a temporary directory and embeds random 500 bp sequences in rc mode
+``average`` (forward + reverse-complement pass) with:
+
+- ``naive``: the official code's structure, one sequence at a time, fp32: each Mamba
+  direction runs its own in_proj on the flipped input, ``F.conv1d``, and the reference
+  selective scan (precomputed exp, Python loop over time with einsum), as mamba_ssm's
+  ``selective_scan_ref``; forward and RC passes one after the other;
+- the adapter in float32 and in bfloat16 (in/out projections), equal-length batches,
+  the RC pass batched with the forward pass, compiled numba kernels on CPU.
+
+Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
+adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
+variant against the float32 adapter, plus this machine's fp32/bf16 matmul rate
+measured in the same run. Other processes on the machine make the figures noisy.
+
+Usage: ``python benchmarks/caduceus_bench.py [--n-seqs 32] [--n-naive 2] [--length 500]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from embedcache.hashing import reverse_complement
+from embedcache.models import _caduceus_numba
+from embedcache.models._caduceus_model import (
+    arch_from_config,
+    weights_from_state_dict,
+)
+from embedcache.models.caduceus import load_caduceus_adapter, tokenize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from embedcache.models._caduceus_model import CaduceusWeights, MambaWeights
+
+
+def make_checkpoint(
+    path: Path, *, d_model: int = 256, n_layer: int = 16, seed: int = 0
+) -> Path:
+    """An official-layout Caduceus-ph checkpoint with the official kinds of random init."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    di, n, r, k = 2 * d_model, 16, math.ceil(d_model / 16), 4
+
+    def uniform(shape: tuple[int, ...], bound: float) -> torch.Tensor:
+        return (torch.rand(shape, generator=g) * 2 - 1) * bound
+
+    pre = "caduceus.backbone."
+    state = {
+        pre + "embeddings.word_embeddings.weight": torch.randn(16, d_model, generator=g)
+        * 0.02
+    }
+    for i in range(n_layer):
+        for direction in ("fwd", "rev"):
+            p = f"{pre}layers.{i}.mixer.mamba_{direction}."
+            if direction == "fwd":  # rev's in/out projections are tied to these
+                state[p + "in_proj.weight"] = uniform((2 * di, d_model), d_model**-0.5)
+                state[p + "out_proj.weight"] = (
+                    uniform((d_model, di), di**-0.5) / n_layer**0.5
+                )
+            state[p + "conv1d.weight"] = uniform((di, 1, k), k**-0.5)
+            state[p + "conv1d.bias"] = uniform((di,), k**-0.5)
+            state[p + "x_proj.weight"] = uniform((r + 2 * n, di), di**-0.5)
+            state[p + "dt_proj.weight"] = uniform((di, r), r**-0.5)
+            log_dt = torch.rand(di, generator=g) * (
+                math.log(0.1) - math.log(1e-3)
+            ) + math.log(1e-3)
+            dt = torch.exp(log_dt).clamp(min=1e-4)
+            state[p + "dt_proj.bias"] = dt + torch.log(-torch.expm1(-dt))
+            state[p + "A_log"] = torch.log(
+                torch.arange(1, n + 1, dtype=torch.float32)
+            ).repeat(di, 1)
+            state[p + "D"] = torch.ones(di)
+        state[f"{pre}layers.{i}.norm.weight"] = torch.ones(d_model)
+    state[pre + "norm_f.weight"] = torch.ones(d_model)
+    config = {
+        "model_type": "caduceus",
+        "d_model": d_model,
+        "n_layer": n_layer,
+        "vocab_size": 12,
+        "pad_vocab_size_multiple": 8,
+        "ssm_cfg": {"d_state": n, "d_conv": k, "expand": 2, "dt_rank": "auto"},
+        "rms_norm": True,
+        "fused_add_norm": True,
+        "residual_in_fp32": False,
+        "norm_epsilon": 1e-5,
+        "bidirectional": True,
+        "bidirectional_strategy": "add",
+        "bidirectional_weight_tie": True,
+        "rcps": False,
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    save_file(state, path / "model.safetensors")
+    return path
+
+
+# -- the naive, official-style loop ----------------------------------------------------
+
+
+def _naive_mamba(
+    x: torch.Tensor, w: MambaWeights, in_w: torch.Tensor, out_w: torch.Tensor
+) -> torch.Tensor:
+    """mamba_ssm's Mamba.forward slow path with selective_scan_ref, batch (1, L, d)."""
+    length = x.shape[1]
+    xz = (in_w @ x[0].T).unsqueeze(0)  # (1, 2Di, L)
+    u, z = xz.chunk(2, dim=1)
+    k = w.conv_w.shape[1]
+    u = F.silu(
+        F.conv1d(u, w.conv_w.unsqueeze(1), w.conv_b, padding=k - 1, groups=u.shape[1])[
+            ..., :length
+        ]
+    )
+    dbl = F.linear(u[0].T, w.x_w)
+    r, n = w.dt_w.shape[1], w.a.shape[1]
+    dt, b, c = torch.split(dbl, [r, n, n], dim=-1)
+    delta = F.softplus((w.dt_w @ dt.T) + w.dt_b[:, None])  # (Di, L)
+    delta_a = torch.exp(torch.einsum("dl,dn->dln", delta, w.a))
+    delta_bu = torch.einsum("dl,ln,dl->dln", delta, b, u[0])
+    state = u.new_zeros((u.shape[1], n))
+    ys = []
+    for i in range(length):
+        state = delta_a[:, i] * state + delta_bu[:, i]
+        ys.append(torch.einsum("dn,n->d", state, c[i]))
+    y = (torch.stack(ys, dim=1) + u[0] * w.d[:, None]) * F.silu(z[0])
+    return (y.T @ out_w.T).unsqueeze(0)
+
+
+def naive_pooled(
+    weights: CaduceusWeights, ids: torch.Tensor, eps: float = 1e-5
+) -> torch.Tensor:
+    def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight
+
+    hidden, residual = weights.embedding[ids], None
+    for layer in weights.layers:
+        residual = hidden if residual is None else hidden + residual
+        normed = rms(residual, layer.norm_w)
+        fwd = _naive_mamba(normed, layer.fwd, layer.fwd.in_w, layer.fwd.out_w)
+        rev = _naive_mamba(
+            normed.flip(1), layer.rev, layer.fwd.in_w, layer.fwd.out_w
+        ).flip(1)
+        hidden = fwd + rev
+    return rms(hidden + residual, weights.norm_w).mean(dim=1)
+
+
+def naive_embed(weights: CaduceusWeights, seqs: list[str]) -> np.ndarray:
+    rows = []
+    with torch.inference_mode():
+        for seq in seqs:
+            fwd = naive_pooled(weights, torch.from_numpy(tokenize(seq))[None])
+            rc = naive_pooled(
+                weights, torch.from_numpy(tokenize(reverse_complement(seq)))[None]
+            )
+            rows.append(((fwd + rc) / 2)[0].numpy())
+    return np.stack(rows)
+
+
+# -- timing helpers --------------------------------------------------------------------
+
+
+@contextmanager
+def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
+    """Time the numba kernels by wrapping them where the model looks them up."""
+    originals = {
+        name: getattr(_caduceus_numba, name) for name in ("scan_gated", "conv_silu")
+    }
+
+    def wrap(name: str, fn):  # noqa: ANN001, ANN202
+        def timed(*args):  # noqa: ANN002, ANN202
+            start = time.perf_counter()
+            fn(*args)
+            totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+
+        return timed
+
+    for name, fn in originals.items():
+        setattr(_caduceus_numba, name, wrap(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(_caduceus_numba, name, fn)
+
+
+def matmul_seconds(fn) -> float:  # noqa: ANN001
+    """Self time of the matmul ops in one call of ``fn``, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
+    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ops) / 1e6
+
+
+def peak_gflops(dtype: torch.dtype, size: int = 2048, reps: int = 5) -> float:
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * size**3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
+    return float(
+        ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
+    parser.add_argument(
+        "--n-seqs", type=int, default=32, help="sequences for the adapter"
+    )
+    parser.add_argument(
+        "--n-naive", type=int, default=2, help="sequences for the naive loop"
+    )
+    parser.add_argument("--length", type=int, default=500)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    seqs = [
+        "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
+    ]
+    path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"matmul peak fp32 {peak_gflops(torch.float32):.0f} GFLOP/s, "
+        f"bf16 {peak_gflops(torch.bfloat16):.0f} GFLOP/s"
+    )
+    print(
+        f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average"
+    )
+
+    config = json.loads((path / "config.json").read_text())
+    from safetensors.torch import load_file
+
+    weights = weights_from_state_dict(
+        arch_from_config(config, where="bench"),
+        load_file(path / "model.safetensors"),
+        config=config,
+        where="bench",
+    )
+    n_naive = min(args.n_naive, args.n_seqs)
+    start = time.perf_counter()
+    naive = naive_embed(weights, seqs[:n_naive])
+    naive_rate = n_naive * args.length / (time.perf_counter() - start)
+    print(
+        f"naive official-style loop (batch 1, torch scan, fp32): {naive_rate:8.0f} tokens/s"
+    )
+
+    results = {}
+    for dtype in ("float32", "bfloat16"):
+        adapter = load_caduceus_adapter(path, dtype=dtype, rc_mode="average")
+        adapter.embed_batch(seqs[:2])  # compile or load the numba cache
+        totals: dict[str, float] = {}
+        with kernel_timer(totals):
+            start = time.perf_counter()
+            out = adapter.embed_batch(seqs)
+            elapsed = time.perf_counter() - start
+        mm = matmul_seconds(lambda a=adapter: a.embed_batch(seqs))
+        results[dtype] = out
+        rate = args.n_seqs * args.length / elapsed
+        scan, conv = totals.get("scan_gated", 0.0), totals.get("conv_silu", 0.0)
+        print(
+            f"adapter {dtype:8s}: {rate:8.0f} tokens/s = {rate / naive_rate:5.1f}x naive; "
+            f"time {elapsed:.2f}s: scan {scan / elapsed:4.0%}, conv {conv / elapsed:4.0%}, "
+            f"matmuls ~{min(mm, elapsed) / elapsed:4.0%} (profiled run), rest ~"
+            f"{max(0.0, elapsed - scan - conv - mm) / elapsed:4.0%}"
+        )
+    ref = results["float32"]
+    err_naive = np.abs(ref[:n_naive] - naive).max()
+    err_bf16 = np.abs(ref - results["bfloat16"]).max()
+    print(
+        f"naive vs adapter fp32: max abs {err_naive:.2e}, min cosine {cosine_min(ref[:n_naive], naive):.7f}"
+    )
+    print(
+        f"bf16 vs fp32 adapter:  max abs {err_bf16:.2e}, min cosine {cosine_min(ref, results['bfloat16']):.7f} "
+        f"(vector max abs {np.abs(ref).max():.2f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
