@@ -9,7 +9,9 @@ including repeats of a sequence computed earlier in the same call. So
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -205,8 +207,9 @@ def _compute_missing(
     token_budget: int,
     progress: bool,
 ) -> None:
-    import torch
-
+    # adapters that run torch have imported it; the k-mer floors never pay its import
+    torch = sys.modules.get("torch")
+    no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     key = adapter.key
     batches = plan_batches(
         n_tokens, token_budget=token_budget, equal_lengths=adapter.needs_equal_lengths
@@ -220,7 +223,7 @@ def _compute_missing(
             unit="seq",
             disable=not progress,
         ) as bar,
-        torch.inference_mode(),
+        no_grad,
     ):
         for number, batch in enumerate(batches, start=1):
             vectors = np.asarray(adapter.embed_batch([seqs[i] for i in batch]))

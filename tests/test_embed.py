@@ -276,16 +276,19 @@ def run_cli(args, **kwargs):
     )
 
 
-def test_cli_embed_subprocess_rerun_is_cached(real_store, tiny_esm_dir, tmp_path):
+def test_cli_embed_subprocess_rerun_is_cached(
+    real_store, tiny_esm_dir, tmp_path, capsys
+):
     (tmp_path / "in.fa").write_text(">a\nACGTACGT\n>b\nGGGNNCCA\n")
     args = ["embed", "--model", str(tiny_esm_dir), "--input", str(tmp_path / "in.fa")]
     args += ["--store", str(tmp_path / "s"), "--output", str(tmp_path / "o.npy")]
-    first = run_cli(args)
-    assert first.returncode == 0, first.stderr
-    assert last_line(first.stdout) == "computed=2 cached=0"
+    assert main(args) == 0
+    assert last_line(capsys.readouterr().out) == "computed=2 cached=0"
+    first = np.load(tmp_path / "o.npy")
     second = run_cli(args)
     assert second.returncode == 0, second.stderr
     assert last_line(second.stdout) == "computed=0 cached=2"
+    np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), first)
 
 
 def kill_mid_run(args, *, after_batches):
@@ -319,97 +322,93 @@ def kill_mid_run(args, *, after_batches):
 def test_kill_9_during_embed_then_rerun_gives_identical_arrays(
     real_store, tiny_bert_dir, tmp_path
 ):
-    seqs = random_seqs(400, seed=4, low=33, high=60)
+    seqs = random_seqs(60, seed=4, low=33, high=60)
     (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
-    common = [
-        "embed",
-        "--model",
-        str(tiny_bert_dir),
-        "--input",
-        str(tmp_path / "in.txt"),
-    ]
-    common += ["--device", "cpu", "--token-budget", "64"]  # 35-61 tokens: one a batch
-    killed = [
-        *common,
-        "--store",
-        str(tmp_path / "killed"),
-        "--output",
-        str(tmp_path / "k.npy"),
-    ]
-    kill_mid_run(killed, after_batches=5)
-    assert not (tmp_path / "k.npy").exists()
-    rerun = run_cli(killed)
+    args = ["embed", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "in.txt")]
+    args += ["--device", "cpu", "--token-budget", "64"]  # 35-61 tokens: one a batch
+    args += ["--store", str(tmp_path / "store"), "--output", str(tmp_path / "out.npy")]
+    kill_mid_run(args, after_batches=5)
+    assert not (tmp_path / "out.npy").exists()
+    rerun = run_cli(args)
     assert rerun.returncode == 0, rerun.stderr
     computed = int(last_line(rerun.stdout).split()[0].split("=")[1])
-    assert 0 < computed <= 400 - 5  # what was committed before the kill is reused
-    clean = run_cli(
-        [
-            *common,
-            "--store",
-            str(tmp_path / "clean"),
-            "--output",
-            str(tmp_path / "c.npy"),
-        ]
-    )
-    assert clean.returncode == 0, clean.stderr
-    np.testing.assert_array_equal(
-        np.load(tmp_path / "k.npy"), np.load(tmp_path / "c.npy")
-    )
+    assert 0 < computed <= 60 - 5  # what was committed before the kill is reused
+    # an uninterrupted run plans the same length-sorted batches: the same floats
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu")
+    clean = embed_sequences(adapter, seqs, MemoryStore(), token_budget=64)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), clean.vectors)
 
 
-def test_embeddings_command_on_demo_version(real_store, tmp_path, capsys):
+@pytest.fixture
+def small_version(tmp_path):
+    """demo-v1's datasets, drawn smaller: 20 train + 30 test items per dataset."""
+    path = tmp_path / "small-demo.toml"
+    entry = """
+[[datasets]]
+name = "{name}"
+source = "demo"
+test_split = "demo"
+train_split = "demo"
+n_test = 30
+n_train = 20
+"""
+    text = 'name = "small-demo"\nseed = 20261006\ncomparable = false\n'
+    text += "".join(
+        entry.format(name=n)
+        for n in ("human_enhancers_cohn", "human_nontata_promoters")
+    )
+    path.write_text(text)
+    return path
+
+
+def test_embeddings_command_prints_counts_and_reruns_cached(
+    real_store, small_version, tmp_path, capsys
+):
     pytest.importorskip("embedcache.subsets")
-    args = [
-        "embeddings",
-        "--model",
-        "kmer-3",
-        "--version",
-        "demo-v1",
-        "--store",
-        str(tmp_path / "s"),
-    ]
+    args = ["embeddings", "--model", "kmer-3", "--version", str(small_version)]
+    args += ["--store", str(tmp_path / "s")]
     assert main(args) == 0
-    first = last_line(capsys.readouterr().out)
-    computed, cached = (int(part.split("=")[1]) for part in first.split())
+    computed, cached = (
+        int(part.split("=")[1]) for part in last_line(capsys.readouterr().out).split()
+    )
+    assert computed + cached == 100
     assert computed > 0
     assert main(args) == 0
-    assert (
-        last_line(capsys.readouterr().out) == f"computed=0 cached={computed + cached}"
-    )
+    assert last_line(capsys.readouterr().out) == "computed=0 cached=100"
 
 
 def test_kill_9_during_embeddings_then_rerun_gives_identical_vectors(
-    real_store, tmp_path
+    real_store, small_version, tmp_path
 ):
     subsets = pytest.importorskip("embedcache.subsets")
     from embedcache.versions import load_version
     from tests.conftest import save_tiny_bert
 
     model = save_tiny_bert(tmp_path / "bert512", max_position_embeddings=512)
-    common = [
+    args = [
         "embeddings",
         "--model",
         str(model),
         "--version",
-        "demo-v1",
+        str(small_version),
         "--device",
         "cpu",
     ]
-    common += ["--token-budget", "1024"]
-    kill_mid_run([*common, "--store", str(tmp_path / "killed")], after_batches=5)
-    rerun = run_cli([*common, "--store", str(tmp_path / "killed")])
+    args += [
+        "--token-budget",
+        "600",
+        "--store",
+        str(tmp_path / "store"),
+    ]  # one item a batch
+    kill_mid_run(args, after_batches=5)
+    rerun = run_cli(args)
     assert rerun.returncode == 0, rerun.stderr
-    clean = run_cli([*common, "--store", str(tmp_path / "clean")])
-    assert clean.returncode == 0, clean.stderr
-    items = subsets.draw_version(load_version("demo-v1")).items
-    hashes = [sequence_key(seq) for seq in items["seq"]]
-    key = load_adapter(str(model), device="cpu").key
-    killed_vectors, found_k = real_store.EmbeddingStore(tmp_path / "killed").get(
-        key, hashes
+    assert last_line(rerun.stdout).startswith("computed=")
+    seqs = subsets.draw_version(load_version(small_version)).items["seq"].to_list()
+    adapter = load_adapter(str(model), device="cpu")
+    clean = embed_sequences(adapter, seqs, MemoryStore(), token_budget=600)
+    stored, found = real_store.EmbeddingStore(tmp_path / "store").get(
+        adapter.key, [sequence_key(seq) for seq in seqs]
     )
-    clean_vectors, found_c = real_store.EmbeddingStore(tmp_path / "clean").get(
-        key, hashes
-    )
-    assert found_k.all()
-    assert found_c.all()
-    np.testing.assert_array_equal(killed_vectors, clean_vectors)
+    assert found.all()
+    np.testing.assert_array_equal(stored, clean.vectors)

@@ -1,0 +1,281 @@
+"""Throughput of the embedding engine vs a naive loop, on a realistic encoder shape.
+
+Model: a random-initialised ``EsmModel`` shaped like Nucleotide Transformer v2 50M
+(hidden 512, 12 layers, 16 heads, FFN 2048, rotary positions, 4,107-token vocabulary
+of non-overlapping 6-mers plus single bases, a leading <cls>). Differences from the
+real checkpoint: stock ESM feed-forward (GELU with biases) instead of NT-v2's gated
+(SwiGLU) one, so about 40M parameters instead of ~56M; the tokenizer rule is the
+same (6-mers from the left, single bases where an N or the end breaks a 6-mer).
+
+Sequences: real test sequences from ../shared/data/genomic-benchmarks/*/test.tsv
+when present (251 bp and 500 bp), else random ones of the same lengths.
+
+Compared in one run: a naive loop (batch 1, fp32, no bucketing), the engine in fp32,
+the engine in bf16 (model cast), and the engine in fp32 under ``torch.autocast``
+bf16; plus a bf16 and fp32 matmul peak measured here. Throughput counts the tokens
+the model sees (padding excluded); FLOPs are 2 x non-embedding parameters per token
+(the embedding is a lookup; attention scores are not counted, so utilisation is a
+lower bound).
+
+Run: ``.venv/bin/python benchmarks/embed_bench.py [--n 400] [--budgets 4096,8192,16384]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embedcache.embed import DEFAULT_TOKEN_BUDGET, embed_sequences
+from embedcache.models import load_adapter
+
+DATA = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "genomic-benchmarks"
+)
+
+
+class DictStore:
+    """In-memory stand-in used when the Zarr store is not importable."""
+
+    def __init__(self) -> None:
+        self.data: dict = {}
+
+    def contains(self, key: object, hashes: list[str]) -> np.ndarray:
+        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
+
+    def get(self, key: object, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return np.stack([self.data[key, h] for h in hashes]), np.ones(len(hashes), bool)
+
+    def put(self, key: object, hashes: list[str], vectors: np.ndarray) -> int:
+        for h, v in zip(hashes, vectors, strict=True):
+            self.data[key, h] = v
+        return len(hashes)
+
+
+def make_store(root: Path) -> object:
+    try:
+        from embedcache.store import EmbeddingStore
+    except ImportError:
+        print("(embedcache.store not available: using an in-memory store)")
+        return DictStore()
+    return EmbeddingStore(root)
+
+
+def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
+    rng = np.random.default_rng(seed)
+    files = sorted(DATA.glob("*/test.tsv")) if DATA.exists() else []
+    if files:
+        import polars as pl
+
+        per_file = n // len(files)
+        seqs: list[str] = []
+        for path in files:
+            frame = pl.read_csv(path, separator="\t")
+            rows = rng.choice(
+                frame.height, size=min(per_file, frame.height), replace=False
+            )
+            seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
+        rng.shuffle(seqs)  # the naive loop must not profit from sorted input
+        return (
+            seqs,
+            f"{len(seqs)} real test sequences from {', '.join(p.parent.name for p in files)}",
+        )
+    lengths = rng.choice([251, 500], size=n)
+    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
+    return seqs, f"{n} random sequences (251/500 bp; shared data absent)"
+
+
+def build_model(path: Path) -> int:
+    """Save the NT-v2-50M-shaped model and its 6-mer tokenizer; return non-embedding params."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import EsmConfig, EsmModel, PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for kmer in itertools.product("ACGT", repeat=6):
+        vocab["".join(kmer)] = len(vocab)
+    for base in "ACGTN":
+        vocab[base] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[ACGT]{6}|."), behavior="isolated")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<cls> $A", special_tokens=[("<cls>", vocab["<cls>"])]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        cls_token="<cls>",
+        eos_token="<eos>",
+        model_max_length=1000,
+    )
+    config = EsmConfig(
+        vocab_size=len(vocab),
+        hidden_size=512,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        intermediate_size=2048,
+        max_position_embeddings=2050,
+        position_embedding_type="rotary",
+        pad_token_id=vocab["<pad>"],
+        mask_token_id=vocab["<mask>"],
+        token_dropout=False,
+        emb_layer_norm_before=False,
+        layer_norm_eps=1e-12,
+    )
+    torch.manual_seed(0)
+    model = EsmModel(config, add_pooling_layer=False).eval()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    embedding = model.embeddings.word_embeddings.weight.numel()
+    return sum(p.numel() for p in model.parameters()) - embedding
+
+
+def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:
+    """Sustained FLOP/s of a square matmul in ``dtype`` (best of a few timed runs)."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    best = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        elapsed = time.perf_counter() - start
+        best = max(best, 4 * 2 * size**3 / elapsed)
+    return best
+
+
+def naive_loop(path: Path, seqs: list[str]) -> tuple[np.ndarray, float]:
+    """What one writes first: batch 1, fp32, tokenizer + forward + masked mean per sequence."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
+    out = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for seq in seqs:
+            enc = tokenizer(seq, return_tensors="pt", return_special_tokens_mask=True)
+            keep = ~enc.pop("special_tokens_mask").bool()
+            hidden = model(**enc).last_hidden_state[0]
+            out.append(hidden[keep[0]].mean(dim=0).numpy())
+    return np.stack(out), time.perf_counter() - start
+
+
+def engine_run(
+    path: Path, seqs: list[str], *, dtype: str, budget: int, autocast: bool = False
+) -> tuple[np.ndarray, float]:
+    adapter = load_adapter(str(path), dtype=dtype, device="cpu")
+    adapter.embed_batch(seqs[:2])  # warm-up: first-call allocations are not throughput
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp) / "store")
+        ctx = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if autocast
+            else contextlib.nullcontext()
+        )
+        start = time.perf_counter()
+        with ctx:
+            result = embed_sequences(adapter, seqs, store, token_budget=budget)
+        elapsed = time.perf_counter() - start
+    return result.vectors, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=400, help="sequences")
+    parser.add_argument(
+        "--budgets", default="2048,4096,8192,16384", help="bf16 token budgets to sweep"
+    )
+    args = parser.parse_args()
+
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    seqs, what = load_sequences(args.n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "nt50m-like"
+        n_params = build_model(path)
+        tokenizer_adapter = load_adapter(str(path), device="cpu")
+        n_tokens = sum(tokenizer_adapter.n_tokens_many(seqs))
+        del tokenizer_adapter
+        flops_per_token = 2 * n_params
+        print(
+            f"sequences: {what}; {n_tokens} model tokens (mean {n_tokens / len(seqs):.1f})"
+        )
+        print(
+            f"model: EsmModel NT-v2-50M-like, {n_params / 1e6:.1f}M non-embedding parameters"
+        )
+
+        peak_bf16 = matmul_peak(torch.bfloat16)
+        peak_fp32 = matmul_peak(torch.float32)
+        print(
+            f"matmul peak (2048^2): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 "
+            f"{peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}x)"
+        )
+
+        rows = []
+
+        def report(name: str, elapsed: float) -> float:
+            tps = n_tokens / elapsed
+            util_bf16 = tps * flops_per_token / peak_bf16
+            util_fp32 = tps * flops_per_token / peak_fp32
+            rows.append((name, elapsed, tps, util_bf16, util_fp32))
+            print(
+                f"  {name:<34} {elapsed:7.2f} s {tps:9.0f} tok/s {len(seqs) / elapsed:7.1f} seq/s "
+                f"{100 * util_bf16:5.1f}% of bf16 peak {100 * util_fp32:5.1f}% of fp32 peak",
+                flush=True,
+            )
+            return tps
+
+        naive_vectors, t = naive_loop(path, seqs)
+        naive_tps = report("naive loop (batch 1, fp32)", t)
+        fp32_vectors, t = engine_run(
+            path, seqs, dtype="float32", budget=DEFAULT_TOKEN_BUDGET
+        )
+        fp32_tps = report(f"engine fp32 (budget {DEFAULT_TOKEN_BUDGET})", t)
+        best = (0.0, None, None)
+        for budget in (int(b) for b in args.budgets.split(",")):
+            vectors, t = engine_run(path, seqs, dtype="bfloat16", budget=budget)
+            tps = report(f"engine bf16 cast (budget {budget})", t)
+            if tps > best[0]:
+                best = (tps, budget, vectors)
+        _, t = engine_run(path, seqs, dtype="float32", budget=best[1], autocast=True)
+        autocast_tps = report(f"engine fp32 + autocast (budget {best[1]})", t)
+
+    bf16_tps, bf16_budget, bf16_vectors = best
+    cos = (bf16_vectors * fp32_vectors).sum(1) / (
+        np.linalg.norm(bf16_vectors, axis=1) * np.linalg.norm(fp32_vectors, axis=1)
+    )
+    print("summary")
+    print(f"  engine fp32 / naive:          {fp32_tps / naive_tps:.2f}x")
+    print(
+        f"  engine bf16 / naive:          {bf16_tps / naive_tps:.2f}x (best budget {bf16_budget})"
+    )
+    print(f"  bf16 cast / bf16 autocast:    {bf16_tps / autocast_tps:.2f}x")
+    print(
+        f"  engine bf16 share of bf16 matmul peak: {100 * bf16_tps * flops_per_token / peak_bf16:.1f}%"
+    )
+    print(
+        f"  engine fp32 vs naive vectors: max abs diff {np.abs(fp32_vectors - naive_vectors).max():.2e}"
+    )
+    print(
+        f"  bf16 vs fp32 vectors: cosine min {cos.min():.5f} mean {cos.mean():.5f}, "
+        f"max abs diff {np.abs(bf16_vectors - fp32_vectors).max():.3e} "
+        f"(vector scale: mean |x| {np.abs(fp32_vectors).mean():.3e})"
+    )
+
+
+if __name__ == "__main__":
+    main()
