@@ -633,10 +633,22 @@ class EmbeddingStore:
                 state = self._state(k)
                 if state is None:
                     continue
-                if len(state.order) > 1 or state.hidden:
-                    merged = self._merge(state, [s.commit.shard for s in state.order])
+                for _ in range(_RETRIES):
+                    if len(state.order) <= 1 and not state.hidden:
+                        break
+                    try:
+                        merged = self._merge(
+                            state, [s.commit.shard for s in state.order]
+                        )
+                    except _ShardRetiredError:  # another process compacted meanwhile
+                        state.listing = None
+                        self._refresh(state)
+                        continue
                     logger.info("compacted %s into shard %s", k.short(), merged)
                     self._own.pop(state.digest, None)
+                    break
+                else:
+                    raise self._retries_exhausted(k)
                 self._collect_garbage(state)
 
     # --- opening ----------------------------------------------------------------------
@@ -843,7 +855,11 @@ class EmbeddingStore:
         return CorruptStoreError(msg)
 
     def _missing(self, path: Path, commit: _Commit) -> Exception:
-        if not commit.path.exists():
+        # _retire renames the shard out of the way before deleting its record
+        shards_dir = commit.path.parent.parent / "shards"
+        if not commit.path.exists() or any(
+            shards_dir.glob(f".retired.{commit.shard}.*")
+        ):
             return _ShardRetiredError(commit.shard)
         return self._corrupt(path, "file is missing", commit)
 
@@ -1215,7 +1231,7 @@ class EmbeddingStore:
                 return
             try:
                 merged = self._merge(state, live)
-            except (CorruptStoreError, StoreError) as err:
+            except (CorruptStoreError, StoreError, _ShardRetiredError) as err:
                 logger.warning(
                     "could not merge shards of %s: %s", state.key.short(), err
                 )
@@ -1246,6 +1262,8 @@ class EmbeddingStore:
         for name in names:
             try:
                 commit = self._parse_commit(state, state.commits_dir / name)
+            except FileNotFoundError:
+                continue  # retired by a concurrent compaction
             except CorruptStoreError as err:
                 faults.append(Fault(state.commits_dir / name, str(err)))
                 continue
@@ -1254,7 +1272,10 @@ class EmbeddingStore:
         for shard, commit in sorted(commits.items()):
             if shard in hidden:
                 continue
-            faults.extend(self._verify_shard(state, commit))
+            found = self._verify_shard(state, commit)
+            if found and not commit.path.exists():
+                continue  # retired while we read it: not a fault
+            faults.extend(found)
         return faults
 
     def _verify_shard(self, state: _KeyState, commit: _Commit) -> list[Fault]:

@@ -441,3 +441,39 @@ def test_uncommitted_leftovers_are_garbage_not_faults(tmp_path):
     assert store.garbage() == [dead]
     store.compact()
     assert store.garbage() == []
+
+
+def test_compacting_while_two_processes_write_and_read(tmp_path):
+    hashes, vectors = dataset(N_ROWS)
+    root = tmp_path / "s"
+    EmbeddingStore(root)
+    args = [
+        ["--start", "0", "--stop", str(N_ROWS * 3 // 4), "--batch", "20"],
+        ["--start", str(N_ROWS // 4), "--stop", str(N_ROWS), "--reverse"],
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(root), *a],
+            stdout=subprocess.DEVNULL,
+        )
+        for a in args
+    ]
+    compactor = EmbeddingStore(root)
+    n_compactions = 0
+    ever_found = np.zeros(N_ROWS, bool)
+    while any(p.poll() is None for p in procs):
+        compactor.compact()
+        n_compactions += 1
+        got, found = compactor.get(KEY, hashes)  # never a torn or wrong row
+        if found.any():
+            np.testing.assert_array_equal(got[found], vectors[found])
+        assert found[ever_found].all()  # a row once visible never disappears
+        ever_found |= found
+    assert all(p.returncode == 0 for p in procs)
+    assert n_compactions > 1
+    compactor.compact()
+    got, found = EmbeddingStore(root).get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
+    assert compactor.verify() == []
+    assert compactor.keys()[0].n_shards == 1
