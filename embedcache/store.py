@@ -5,7 +5,8 @@ Layout (``schema_version`` 1)::
     ROOT/zarr.json                       group; attrs["embedcache"]: kind, schema_version
     ROOT/<key digest>/zarr.json          group per model key; attrs["embedcache"]:
                                          schema_version, dim, dtype, key_json, version
-    ROOT/<key digest>/shards/<shard>/    one zarr group per commit, owned by one writer
+    ROOT/<key digest>/shards/<writer>~<host>~<pid>~<n>/
+                                         one zarr group per commit, owned by one writer
         vectors/                         (n, dim) float32, ~2 MiB row chunks, crc32c
         hashes/                          (n, 32) uint8: raw sha256 of each row's sequence
     ROOT/<key digest>/commits/<shard>.json
@@ -17,6 +18,11 @@ one atomic ``os.replace`` of the commit record. Committed shards are never modif
 Readers see only committed shards; a hash stored by several shards resolves to the
 shard committed first. ``compact`` writes one merged shard that supersedes the old
 ones, commits it, and only then retires them.
+
+Leftovers (a killed writer's uncommitted shard or temp file, superseded shards not
+yet removed) are *garbage*, not faults: readers never look at them, ``verify``
+ignores them, ``garbage()`` lists them and ``compact`` removes those whose writer is
+provably dead (same host, pid gone) or that are older than a day.
 """
 
 from __future__ import annotations
