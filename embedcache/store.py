@@ -1342,7 +1342,7 @@ class EmbeddingStore:
 
     def _dead_tmp(self, path: Path) -> bool:
         """Whether a temp file's writer is provably gone (or the file is stale)."""
-        parts = path.name.split("~")
+        parts = path.name.rsplit("~", 3)  # .<target>~<host>~<pid>~<random>.tmp
         if len(parts) == 4 and parts[1] == _HOST and parts[2].isdigit():
             pid = int(parts[2])
             if pid != os.getpid() and not _pid_alive(pid):

@@ -438,7 +438,15 @@ def test_uncommitted_leftovers_are_garbage_not_faults(tmp_path):
     this_host = shard.name.split("~")[1]  # shard names carry writer~host~pid~n
     dead = shard.with_name(f"w~{this_host}~{exited.stdout.strip()}~000001")
     dead.mkdir()
-    assert store.garbage() == [dead]
+    # a commit record's temp file of that dead writer, named as the store names it
+    dead_tmp = (
+        root
+        / KEY_A.digest
+        / "commits"
+        / (f".{dead.name}.json~{this_host}~{exited.stdout.strip()}~0a1b2c3d.tmp")
+    )
+    dead_tmp.write_text("{")
+    assert store.garbage() == sorted([dead, dead_tmp])
     store.compact()
     assert store.garbage() == []
 
