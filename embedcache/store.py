@@ -571,6 +571,12 @@ class EmbeddingStore:
             self._maybe_merge_own(state, shard)
             return len(rows)
 
+    def hashes(self, key: ModelKey) -> list[str]:
+        """Every hash stored for ``key`` (sorted), e.g. to export the whole key."""
+        with self._lock:
+            state = self._state(key)
+            return [] if state is None else _to_hex(state.sorted_keys)
+
     def keys(self) -> list[KeyInfo]:
         """Every model key in the store with its counts and size, by digest."""
         out = []

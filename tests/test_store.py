@@ -115,6 +115,8 @@ def test_reput_is_idempotent_and_in_call_duplicates_stored_once(tmp_path):
     assert isinstance(info, KeyInfo)
     assert (info.n_vectors, info.dim, info.n_shards) == (12, 8, 2)
     assert info.nbytes > 12 * 8 * 4
+    assert store.hashes(KEY_A) == sorted(hashes_of(12))
+    assert store.hashes(KEY_B) == []
 
 
 def test_dimension_mismatch_raises_naming_key_and_writes_nothing(tmp_path):
