@@ -154,6 +154,55 @@ def conv_silu(xz, weight, bias, reverse, out, out_bf16) -> None:  # noqa: ANN001
                     row16[ci] = _bf16_bits(out_row[ci])
 
 
+@numba.njit(inline="always", fastmath=True)
+def _scan_block(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out, g, c0, w):  # noqa: ANN001, ANN202
+    """Scan channels ``c0 .. c0+w`` of sequence ``g`` in every direction.
+
+    Inlined twice by :func:`scan_gated`, once with ``w`` the constant
+    ``CHANNEL_BLOCK``: a known trip count lets LLVM unroll the channel loops and keep
+    the accumulators in registers (about 15% faster).
+    """
+    length, n_chan = out.shape[1], out.shape[2]
+    n_state = a_log2.shape[1]
+    state = np.empty((n_state, w), dtype=np.float32)
+    y = np.zeros((length, w), dtype=np.float32)
+    acc = np.empty(w, dtype=np.float32)
+    du = np.empty(w, dtype=np.float32)
+    delta_row = np.empty(w, dtype=np.float32)
+    for p in range(len(us)):
+        u, dt, b, c = us[p], dts[p], bs[p], cs[p]
+        d_row = d[p, c0 : c0 + w]
+        bias_row = dt_bias[p, c0 : c0 + w]
+        state[:] = 0.0
+        for step in range(length):
+            t = length - 1 - step if reverse[p] else step
+            dt_row = dt[g, t, c0 : c0 + w]
+            u_row = u[g, t, c0 : c0 + w]
+            for ci in range(w):
+                delta_row[ci] = _softplus(dt_row[ci] + bias_row[ci])
+            for ci in range(w):
+                acc[ci] = 0.0
+                du[ci] = delta_row[ci] * u_row[ci]
+            for n in range(n_state):
+                b_n = b[g, t, n]
+                c_n = c[g, t, n]
+                a_row = a_log2[p, n, c0 : c0 + w]
+                s_row = state[n]
+                for ci in range(w):
+                    # delta * A <= 0; below 2**-126 the decay is 0 for our purpose
+                    decay = _exp2(max(delta_row[ci] * a_row[ci], np.float32(-126.0)))
+                    s = decay * s_row[ci] + du[ci] * b_n
+                    s_row[ci] = s
+                    acc[ci] += s * c_n
+            z_row = xz[g, t, n_chan + c0 : n_chan + c0 + w]
+            y_row = y[t]
+            for ci in range(w):
+                gate = _silu(_load(z_row[ci]))
+                y_row[ci] += (acc[ci] + d_row[ci] * u_row[ci]) * gate
+    for t in range(length):
+        _store_row(y[t], out[g, t, c0 : c0 + w])
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  # noqa: ANN001
     """``out = sum_p (scan_p(u_p) + D_p * u_p) * silu(z)`` with z = ``xz[..., Di:]``.
@@ -165,53 +214,43 @@ def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  
     or bfloat16 bits (int16); ``out`` (G, L, Di) float32 or bfloat16 bits. The sum
     over directions is kept in float32 and rounded once.
     """
-    n_seq, length, n_chan = out.shape
-    n_dir = len(us)
-    n_state = a_log2.shape[1]
+    n_seq, n_chan = out.shape[0], out.shape[2]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
     for item in numba.prange(n_seq * n_block):
         g = item // n_block
         c0 = (item % n_block) * CHANNEL_BLOCK
-        w = min(CHANNEL_BLOCK, n_chan - c0)
-        state = np.empty((n_state, w), dtype=np.float32)
-        y = np.zeros((length, w), dtype=np.float32)
-        acc = np.empty(w, dtype=np.float32)
-        du = np.empty(w, dtype=np.float32)
-        delta_row = np.empty(w, dtype=np.float32)
-        for p in range(n_dir):
-            u, dt, b, c = us[p], dts[p], bs[p], cs[p]
-            d_row = d[p, c0 : c0 + w]
-            bias_row = dt_bias[p, c0 : c0 + w]
-            state[:] = 0.0
-            for step in range(length):
-                t = length - 1 - step if reverse[p] else step
-                dt_row = dt[g, t, c0 : c0 + w]
-                u_row = u[g, t, c0 : c0 + w]
-                for ci in range(w):
-                    delta_row[ci] = _softplus(dt_row[ci] + bias_row[ci])
-                for ci in range(w):
-                    acc[ci] = 0.0
-                    du[ci] = delta_row[ci] * u_row[ci]
-                for n in range(n_state):
-                    b_n = b[g, t, n]
-                    c_n = c[g, t, n]
-                    a_row = a_log2[p, n, c0 : c0 + w]
-                    s_row = state[n]
-                    for ci in range(w):
-                        # delta * A <= 0; below 2**-126 the decay is 0 for our purpose
-                        decay = _exp2(
-                            max(delta_row[ci] * a_row[ci], np.float32(-126.0))
-                        )
-                        s = decay * s_row[ci] + du[ci] * b_n
-                        s_row[ci] = s
-                        acc[ci] += s * c_n
-                z_row = xz[g, t, n_chan + c0 : n_chan + c0 + w]
-                y_row = y[t]
-                for ci in range(w):
-                    gate = _silu(_load(z_row[ci]))
-                    y_row[ci] += (acc[ci] + d_row[ci] * u_row[ci]) * gate
-        for t in range(length):
-            _store_row(y[t], out[g, t, c0 : c0 + w])
+        if c0 + CHANNEL_BLOCK <= n_chan:
+            _scan_block(
+                us,
+                dts,
+                bs,
+                cs,
+                a_log2,
+                d,
+                dt_bias,
+                reverse,
+                xz,
+                out,
+                g,
+                c0,
+                CHANNEL_BLOCK,
+            )
+        else:
+            _scan_block(
+                us,
+                dts,
+                bs,
+                cs,
+                a_log2,
+                d,
+                dt_bias,
+                reverse,
+                xz,
+                out,
+                g,
+                c0,
+                n_chan - c0,
+            )
 
 
 def _store_row(src, dst):  # noqa: ANN001, ANN202
