@@ -1,11 +1,12 @@
 """Throughput of the embedding engine vs a naive loop, on a realistic encoder shape.
 
 Model: a random-initialised ``EsmModel`` shaped like Nucleotide Transformer v2 50M
-(hidden 512, 12 layers, 16 heads, FFN 2048, rotary positions, 4,107-token vocabulary
-of non-overlapping 6-mers plus single bases, a leading <cls>). Differences from the
-real checkpoint: stock ESM feed-forward (GELU with biases) instead of NT-v2's gated
-(SwiGLU) one, so about 40M parameters instead of ~56M; the tokenizer rule is the
-same (6-mers from the left, single bases where an N or the end breaks a 6-mer).
+(the issue says "v1 50M", but NT v1 comes in 500M and 2.5B only). Published NT-v2
+configs give hidden 512, FFN 2048, 16 heads, rotary positions and a 4,107-token
+vocabulary; 12 layers follows from the 50M model's 55.9M parameters. The tokenizer
+follows NT's rule: non-overlapping 6-mers from the left, single bases where an N or
+the end breaks a 6-mer, a leading <cls>. Difference: stock ESM feed-forward (GELU with
+biases) instead of NT-v2's gated one, so 37.8M non-embedding parameters, not ~50M.
 
 Sequences: real test sequences from ../shared/data/genomic-benchmarks/*/test.tsv
 when present (251 bp and 500 bp), else random ones of the same lengths.
@@ -17,7 +18,9 @@ the model sees (padding excluded); FLOPs are 2 x non-embedding parameters per to
 (the embedding is a lookup; attention scores are not counted, so utilisation is a
 lower bound).
 
-Run: ``.venv/bin/python benchmarks/embed_bench.py [--n 400] [--budgets 4096,8192,16384]``
+Run: ``.venv/bin/python benchmarks/embed_bench.py [--n 240] [--rounds 3] [--threads 1]``. The
+machine is shared: each configuration runs in every round, interleaved, and the best
+round is kept; the load average is printed alongside.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -176,10 +180,9 @@ def naive_loop(path: Path, seqs: list[str]) -> tuple[np.ndarray, float]:
 
 
 def engine_run(
-    path: Path, seqs: list[str], *, dtype: str, budget: int, autocast: bool = False
+    adapter: object, seqs: list[str], *, budget: int, autocast: bool = False
 ) -> tuple[np.ndarray, float]:
-    adapter = load_adapter(str(path), dtype=dtype, device="cpu")
-    adapter.embed_batch(seqs[:2])  # warm-up: first-call allocations are not throughput
+    """One engine pass over ``seqs`` into a fresh store: vectors and wall time."""
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp) / "store")
         ctx = (
@@ -196,84 +199,133 @@ def engine_run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=400, help="sequences")
+    parser.add_argument("--n", type=int, default=240, help="sequences for the engine")
     parser.add_argument(
-        "--budgets", default="2048,4096,8192,16384", help="bf16 token budgets to sweep"
+        "--n-naive", type=int, default=60, help="sequences for the naive loop"
     )
+    parser.add_argument(
+        "--budgets", default="4096,8192,16384", help="bf16 budgets to sweep"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="repeats; the best is kept"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # the random model's load report is expected noise
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, load average {load}"
+    )
     seqs, what = load_sequences(args.n)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "nt50m-like"
-        n_params = build_model(path)
-        tokenizer_adapter = load_adapter(str(path), device="cpu")
-        n_tokens = sum(tokenizer_adapter.n_tokens_many(seqs))
-        del tokenizer_adapter
-        flops_per_token = 2 * n_params
-        print(
-            f"sequences: {what}; {n_tokens} model tokens (mean {n_tokens / len(seqs):.1f})"
-        )
-        print(
-            f"model: EsmModel NT-v2-50M-like, {n_params / 1e6:.1f}M non-embedding parameters"
-        )
+    naive_seqs = seqs[: args.n_naive]  # shuffled: a fair sample of the lengths
+    budgets = [int(b) for b in args.budgets.split(",")]
+    tmp = tempfile.TemporaryDirectory()
+    path = Path(tmp.name) / "nt50m-like"
+    n_params = build_model(path)
+    adapters = {
+        "fp32": load_adapter(str(path), device="cpu"),
+        "bf16": load_adapter(str(path), dtype="bfloat16", device="cpu"),
+    }
+    count = adapters["fp32"].n_tokens_many
+    n_tokens, n_naive_tokens = sum(count(seqs)), sum(count(naive_seqs))
+    flops_per_token = 2 * n_params
+    print(
+        f"sequences: {what}; {n_tokens} model tokens (mean {n_tokens / len(seqs):.1f})"
+    )
+    print(
+        f"model: EsmModel NT-v2-50M-like, {n_params / 1e6:.1f}M non-embedding parameters"
+    )
 
-        peak_bf16 = matmul_peak(torch.bfloat16)
-        peak_fp32 = matmul_peak(torch.float32)
+    peak_bf16 = matmul_peak(torch.bfloat16)
+    peak_fp32 = matmul_peak(torch.float32)
+    print(
+        f"matmul peak (2048^2): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 "
+        f"{peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}x)"
+    )
+
+    def report(name: str, tokens: int, n_seqs: int, elapsed: float) -> float:
+        tps = tokens / elapsed
         print(
-            f"matmul peak (2048^2): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 "
-            f"{peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}x)"
+            f"  {name:<36} {elapsed:7.2f} s {tps:8.0f} tok/s {n_seqs / elapsed:6.1f} seq/s"
+            f" {100 * tps * flops_per_token / peak_bf16:5.1f}% of bf16 peak"
+            f" {100 * tps * flops_per_token / peak_fp32:5.1f}% of fp32 peak",
+            flush=True,
         )
+        return tps
 
-        rows = []
-
-        def report(name: str, elapsed: float) -> float:
-            tps = n_tokens / elapsed
-            util_bf16 = tps * flops_per_token / peak_bf16
-            util_fp32 = tps * flops_per_token / peak_fp32
-            rows.append((name, elapsed, tps, util_bf16, util_fp32))
-            print(
-                f"  {name:<34} {elapsed:7.2f} s {tps:9.0f} tok/s {len(seqs) / elapsed:7.1f} seq/s "
-                f"{100 * util_bf16:5.1f}% of bf16 peak {100 * util_fp32:5.1f}% of fp32 peak",
-                flush=True,
+    configs = [("fp32", DEFAULT_TOKEN_BUDGET, False)]
+    configs += [("bf16", b, False) for b in budgets]
+    configs += [("fp32", b, True) for b in budgets if b == DEFAULT_TOKEN_BUDGET]
+    for adapter in adapters.values():
+        adapter.embed_batch(
+            seqs[:8]
+        )  # warm-up: first-call allocations are not throughput
+    best: dict[tuple[str, int, bool], tuple[float, np.ndarray]] = {}
+    naive_tps, naive_vectors = 0.0, None
+    for round_ in range(1, args.rounds + 1):
+        print(f"round {round_} (load average {os.getloadavg()[0]:.1f})")
+        vectors, t = naive_loop(path, naive_seqs)
+        tps = report(
+            f"naive loop (batch 1, fp32, n={len(naive_seqs)})",
+            n_naive_tokens,
+            len(naive_seqs),
+            t,
+        )
+        if tps > naive_tps:
+            naive_tps, naive_vectors = tps, vectors
+        for dtype, budget, autocast in configs:
+            vectors, t = engine_run(
+                adapters[dtype], seqs, budget=budget, autocast=autocast
             )
-            return tps
+            label = (
+                "fp32 + autocast bf16"
+                if autocast
+                else f"{dtype}{' cast' * (dtype == 'bf16')}"
+            )
+            tps = report(f"engine {label} (budget {budget})", n_tokens, len(seqs), t)
+            key = (dtype, budget, autocast)
+            if tps > best.get(key, (0.0, None))[0]:
+                best[key] = (tps, vectors)
 
-        naive_vectors, t = naive_loop(path, seqs)
-        naive_tps = report("naive loop (batch 1, fp32)", t)
-        fp32_vectors, t = engine_run(
-            path, seqs, dtype="float32", budget=DEFAULT_TOKEN_BUDGET
-        )
-        fp32_tps = report(f"engine fp32 (budget {DEFAULT_TOKEN_BUDGET})", t)
-        best = (0.0, None, None)
-        for budget in (int(b) for b in args.budgets.split(",")):
-            vectors, t = engine_run(path, seqs, dtype="bfloat16", budget=budget)
-            tps = report(f"engine bf16 cast (budget {budget})", t)
-            if tps > best[0]:
-                best = (tps, budget, vectors)
-        _, t = engine_run(path, seqs, dtype="float32", budget=best[1], autocast=True)
-        autocast_tps = report(f"engine fp32 + autocast (budget {best[1]})", t)
-
-    bf16_tps, bf16_budget, bf16_vectors = best
+    tmp.cleanup()
+    fp32_tps, fp32_vectors = best["fp32", DEFAULT_TOKEN_BUDGET, False]
+    bf16_key = max((k for k in best if k[0] == "bf16"), key=lambda k: best[k][0])
+    bf16_tps, bf16_vectors = best[bf16_key]
+    default_bf16_tps = best["bf16", DEFAULT_TOKEN_BUDGET, False][0]
+    autocast_tps = best["fp32", DEFAULT_TOKEN_BUDGET, True][0]
     cos = (bf16_vectors * fp32_vectors).sum(1) / (
         np.linalg.norm(bf16_vectors, axis=1) * np.linalg.norm(fp32_vectors, axis=1)
     )
-    print("summary")
-    print(f"  engine fp32 / naive:          {fp32_tps / naive_tps:.2f}x")
+    share = 100 * bf16_tps * flops_per_token / peak_bf16
     print(
-        f"  engine bf16 / naive:          {bf16_tps / naive_tps:.2f}x (best budget {bf16_budget})"
+        f"summary (best of {args.rounds} rounds; load average now {os.getloadavg()[0]:.1f})"
     )
-    print(f"  bf16 cast / bf16 autocast:    {bf16_tps / autocast_tps:.2f}x")
+    print(f"  engine fp32 / naive loop:        {fp32_tps / naive_tps:.2f}x")
     print(
-        f"  engine bf16 share of bf16 matmul peak: {100 * bf16_tps * flops_per_token / peak_bf16:.1f}%"
+        f"  engine bf16 / naive loop:        {bf16_tps / naive_tps:.2f}x (best budget {bf16_key[1]})"
     )
     print(
-        f"  engine fp32 vs naive vectors: max abs diff {np.abs(fp32_vectors - naive_vectors).max():.2e}"
+        f"  bf16 budget {DEFAULT_TOKEN_BUDGET} (default) / best: {default_bf16_tps / bf16_tps:.2f}"
+    )
+    print(
+        f"  bf16 cast / autocast (budget {DEFAULT_TOKEN_BUDGET}): {default_bf16_tps / autocast_tps:.2f}x"
+    )
+    print(f"  engine bf16 share of the bf16 matmul peak: {share:.1f}% (goal >= 50%)")
+    n_common = len(naive_seqs)
+    print(
+        "  engine fp32 vs naive loop vectors: max abs diff "
+        f"{np.abs(fp32_vectors[:n_common] - naive_vectors).max():.2e}"
     )
     print(
         f"  bf16 vs fp32 vectors: cosine min {cos.min():.5f} mean {cos.mean():.5f}, "
         f"max abs diff {np.abs(bf16_vectors - fp32_vectors).max():.3e} "
-        f"(vector scale: mean |x| {np.abs(fp32_vectors).mean():.3e})"
+        f"(mean |x| {np.abs(fp32_vectors).mean():.3f})"
     )
 
 

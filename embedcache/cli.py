@@ -261,6 +261,13 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             help="padded tokens per forward pass",
         )
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="torch CPU threads (default: torch's, one per core; on a busy "
+            "shared machine 1 can be faster)",
+        )
 
     p = sub.add_parser(
         "embed", help="embed sequences from a file into OUT.npy, caching in the store"
@@ -321,6 +328,10 @@ def _run_embedding(
     from embedcache.embed import DEFAULT_TOKEN_BUDGET, embed_sequences
     from embedcache.store import EmbeddingStore
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     adapter = _embed_adapter(args)
     store = EmbeddingStore(args.store or _default_store())
     return embed_sequences(

@@ -187,7 +187,9 @@ def load_adapter(
             raise AdapterOptionError(msg)
         model_type = _local_model_type(path)
         model_type_from_dir = True
-        source, model_id, resolved = path, str(path.resolve()), content
+        # the content digest pins the model; the folder name keeps keys readable and
+        # lets a moved or copied directory keep its cache
+        source, model_id, resolved = path, path.resolve().name, content
     elif _HUB_ID.match(model) and not path.exists():
         model_type = "caduceus" if "caduceus" in model.lower() else None
         model_type_from_dir = False

@@ -336,3 +336,11 @@ def test_hub_caduceus_id_dispatches_with_commit(monkeypatch, tmp_path, fake_cadu
     [(source, kwargs)] = fake_caduceus
     assert source == "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"
     assert kwargs["revision"] == commit
+
+
+def test_moved_copy_keeps_its_key(tiny_bert_dir, tmp_path):
+    copy = tmp_path / "elsewhere" / tiny_bert_dir.name
+    shutil.copytree(tiny_bert_dir, copy)
+    original = load_adapter(str(tiny_bert_dir), device="cpu").key
+    assert load_adapter(str(copy), device="cpu").key == original
+    assert original.model_id == tiny_bert_dir.name
