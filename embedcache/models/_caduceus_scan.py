@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+_TIME_CHUNK = 64
+
 
 def scan_torch(
     u: torch.Tensor,
@@ -50,13 +52,19 @@ def scan_torch(
     n_seq, length = u.shape[1], u.shape[2]
     out = torch.empty_like(u)
     for p in range(u.shape[0]):
-        # (G, L, Di, N): one exp per state element, as the official reference does
-        decay = torch.exp(delta[p].unsqueeze(-1) * a[p])
-        drive = (delta[p] * u[p]).unsqueeze(-1) * b[p].unsqueeze(-2)
         state = u.new_zeros((n_seq, u.shape[-1], a.shape[-1]))
-        steps = range(length - 1, -1, -1) if reverse[p] else range(length)
-        for t in steps:
-            state = decay[:, t] * state + drive[:, t]
-            out[p, :, t] = torch.einsum("gdn,gn->gd", state, c[p, :, t])
+        starts = range(0, length, _TIME_CHUNK)
+        for t0 in reversed(starts) if reverse[p] else starts:
+            t1 = min(t0 + _TIME_CHUNK, length)
+            # (G, T, Di, N) per chunk of time: one exp per state element, as the
+            # official reference does, without holding (G, L, Di, N) at once
+            decay = torch.exp(delta[p, :, t0:t1].unsqueeze(-1) * a[p])
+            drive = (delta[p, :, t0:t1] * u[p, :, t0:t1]).unsqueeze(-1) * b[
+                p, :, t0:t1
+            ].unsqueeze(-2)
+            steps = range(t1 - t0 - 1, -1, -1) if reverse[p] else range(t1 - t0)
+            for i in steps:
+                state = decay[:, i] * state + drive[:, i]
+                out[p, :, t0 + i] = torch.einsum("gdn,gn->gd", state, c[p, :, t0 + i])
         out[p] += u[p] * d[p]
     return out

@@ -115,6 +115,10 @@ class CaduceusAdapter:
         """One token per base: no special tokens are added."""
         return len(seq)
 
+    def n_tokens_many(self, seqs: Sequence[str]) -> list[int]:
+        """:meth:`n_tokens` of every sequence."""
+        return [len(seq) for seq in seqs]
+
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
         """Float32 vectors (len(seqs), dim), in order; equal lengths run together.
 
