@@ -420,7 +420,7 @@ class CaduceusBackbone:
 
         def branch(p: int, xz: torch.Tensor) -> tuple[torch.Tensor, ...]:
             w = dirs[p]
-            u = hidden.new_empty((n_seq, length, di))
+            u = torch.empty((n_seq, length, di))
             u_mm = torch.empty(
                 (n_seq, length, di) if bf16 else (0, 0, 0), dtype=torch.bfloat16
             )
@@ -433,10 +433,8 @@ class CaduceusBackbone:
                 u_mm.view(torch.int16).numpy(),
             )
             dbl = F.linear(u_mm if bf16 else u, w.x_w).float()
-            # a contiguous copy of the thin dt slice makes the matmul 3x faster; its
-            # bias and softplus are applied in the scan kernel
-            dt = F.linear(dbl[..., :r].contiguous(), w.dt_w)
-            return u, dt, dbl[..., r : r + n], dbl[..., r + n :]
+            # dt_proj, its bias and the softplus are applied in the scan kernel
+            return u, dbl[..., :r], dbl[..., r : r + n], dbl[..., r + n :]
 
         def scan(ps: list[int], xz: torch.Tensor) -> torch.Tensor:
             parts = [branch(p, xz) for p in ps]
@@ -446,6 +444,7 @@ class CaduceusBackbone:
                 *(tuple(part[i].numpy() for part in parts) for i in range(4)),
                 params["a_log2"][sl],
                 params["d"][sl],
+                params["dt_w"][sl],
                 params["dt_bias"][sl],
                 params["reverse"][sl],
                 bits(xz),
@@ -459,8 +458,11 @@ class CaduceusBackbone:
 
         if layer.tied and (len(dirs) == 1 or arch.strategy == "add"):
             # one in_proj for both directions and one out_proj on their sum
-            xz = in_proj(layer.fwd)
-            return out_proj(scan(list(range(len(dirs))), xz), layer.fwd, len(dirs))
+            y = scan(list(range(len(dirs))), in_proj(layer.fwd))
+            if layer.fwd.out_b is None:
+                # left in the matmul dtype: the next add+norm kernel reads bfloat16
+                return F.linear(y, layer.fwd.out_w)
+            return out_proj(y, layer.fwd, len(dirs))
         outs = [out_proj(scan([p], in_proj(w)), w, 1) for p, w in enumerate(dirs)]
         if len(outs) == 1:
             return outs[0]
@@ -532,6 +534,8 @@ class CaduceusBackbone:
             hidden = torch.cat([w.embedding[ids], w.embedding[rc_ids]])
         else:
             hidden = w.embedding[ids]
+        if self.kernels == "numba" and self.arch.rms_norm:
+            return self._final_hidden_numba(hidden)
         residual = None
         swap = self.arch.rcps and self.arch.fused_add_norm
         for index, layer in enumerate(w.layers):
@@ -542,6 +546,44 @@ class CaduceusBackbone:
                 self._norm(residual, layer.norm_w, layer.norm_b), index
             )
         return self._norm(hidden + residual, w.norm_w, w.norm_b)
+
+    def _final_hidden_numba(self, hidden: torch.Tensor) -> torch.Tensor:
+        """:meth:`final_hidden` with each add+RMSNorm as one numba pass (CPU)."""
+        import torch
+
+        from embedcache.models import _caduceus_numba as kernels
+
+        def bits(t: torch.Tensor) -> np.ndarray:
+            return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+        w = self.weights
+        swap = self.arch.rcps and self.arch.fused_add_norm
+        residual = torch.empty((0, 0, 0))
+        for index, layer in enumerate(w.layers):
+            res_out = torch.empty((*hidden.shape[:2], self.arch.d_model))
+            normed = torch.empty(res_out.shape, dtype=self.matmul_dtype)
+            kernels.add_rms_norm(
+                bits(hidden),
+                residual.numpy(),
+                layer.norm_w.numpy(),
+                self.arch.norm_eps,
+                swap,
+                res_out.numpy(),
+                bits(normed),
+            )
+            residual = res_out
+            hidden = self._mixer(normed, index)
+        out = torch.empty(residual.shape)
+        kernels.add_rms_norm(
+            bits(hidden),
+            residual.numpy(),
+            w.norm_w.numpy(),
+            self.arch.norm_eps,
+            False,
+            torch.empty(residual.shape).numpy(),
+            out.numpy(),
+        )
+        return out
 
     def pooled(self, ids: torch.Tensor) -> torch.Tensor:
         """Mean over tokens of the final-norm output: (G, d) for ph, (G, 2d) for ps."""
@@ -574,6 +616,7 @@ def _kernel_params(layer: LayerWeights) -> dict[str, Any]:
         .contiguous()
         .numpy(),
         "d": torch.stack([w.d for w in dirs]).contiguous().numpy(),
+        "dt_w": torch.stack([w.dt_w.t() for w in dirs]).contiguous().numpy(),
         "dt_bias": torch.stack([w.dt_b for w in dirs]).contiguous().numpy(),
         "reverse": np.array([False, True][: len(dirs)]),
     }

@@ -155,7 +155,7 @@ def conv_silu(xz, weight, bias, reverse, out, out_bf16) -> None:  # noqa: ANN001
 
 
 @numba.njit(inline="always", fastmath=True)
-def _scan_block(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out, g, c0, w):  # noqa: ANN001, ANN202
+def _scan_block(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, g, c0, w):  # noqa: ANN001, ANN202
     """Scan channels ``c0 .. c0+w`` of sequence ``g`` in every direction.
 
     Inlined twice by :func:`scan_gated`, once with ``w`` the constant
@@ -169,6 +169,7 @@ def _scan_block(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out, g, c0, w)
     acc = np.empty(w, dtype=np.float32)
     du = np.empty(w, dtype=np.float32)
     delta_row = np.empty(w, dtype=np.float32)
+    n_rank = dt_w.shape[1]
     for p in range(len(us)):
         u, dt, b, c = us[p], dts[p], bs[p], cs[p]
         d_row = d[p, c0 : c0 + w]
@@ -176,10 +177,18 @@ def _scan_block(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out, g, c0, w)
         state[:] = 0.0
         for step in range(length):
             t = length - 1 - step if reverse[p] else step
-            dt_row = dt[g, t, c0 : c0 + w]
             u_row = u[g, t, c0 : c0 + w]
+            # dt_proj (rank 16 -> channels) here: as a torch matmul this thin
+            # product ran at a tenth of the machine's matmul rate
             for ci in range(w):
-                delta_row[ci] = _softplus(dt_row[ci] + bias_row[ci])
+                delta_row[ci] = bias_row[ci]
+            for k in range(n_rank):
+                dt_k = dt[g, t, k]
+                w_row = dt_w[p, k, c0 : c0 + w]
+                for ci in range(w):
+                    delta_row[ci] += w_row[ci] * dt_k
+            for ci in range(w):
+                delta_row[ci] = _softplus(delta_row[ci])
             for ci in range(w):
                 acc[ci] = 0.0
                 du[ci] = delta_row[ci] * u_row[ci]
@@ -204,12 +213,13 @@ def _scan_block(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out, g, c0, w)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  # noqa: ANN001
+def scan_gated(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out) -> None:  # noqa: ANN001
     """``out = sum_p (scan_p(u_p) + D_p * u_p) * silu(z)`` with z = ``xz[..., Di:]``.
 
-    ``us``, ``dts``: tuples of P (G, L, Di) float32 arrays; the step size of the scan
-    is ``delta = softplus(dt + dt_bias)``, computed here; ``dt_bias`` is (P, Di);
-    ``bs``, ``cs``: tuples of P (G, L, N) arrays (any strides); ``a_log2`` (P, N, Di)
+    ``us``: tuple of P (G, L, Di) float32 arrays; ``dts``, ``bs``, ``cs``: tuples of P
+    (G, L, R) and (G, L, N) arrays (any strides), the x_proj outputs; the step size
+    ``delta = softplus(dt_w @ dt + dt_bias)`` is computed here, with ``dt_w`` (P, R, Di)
+    the transposed dt_proj weight and ``dt_bias`` (P, Di); ``a_log2`` (P, N, Di)
     = A * log2(e); ``d`` (P, Di); ``reverse`` (P,) bool; ``xz`` (G, L, 2Di) float32
     or bfloat16 bits (int16); ``out`` (G, L, Di) float32 or bfloat16 bits. The sum
     over directions is kept in float32 and rounded once.
@@ -227,6 +237,7 @@ def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  
                 cs,
                 a_log2,
                 d,
+                dt_w,
                 dt_bias,
                 reverse,
                 xz,
@@ -243,6 +254,7 @@ def scan_gated(us, dts, bs, cs, a_log2, d, dt_bias, reverse, xz, out) -> None:  
                 cs,
                 a_log2,
                 d,
+                dt_w,
                 dt_bias,
                 reverse,
                 xz,
@@ -272,3 +284,52 @@ def _store_row_impl(src, dst):  # noqa: ANN001, ANN202
             dst[i] = _bf16_bits(src[i])
 
     return store_bf16
+
+
+ROW_BLOCK = 32
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def add_rms_norm(hidden, residual, weight, eps, swap, res_out, norm_out) -> None:  # noqa: ANN001
+    """Mamba's add + RMSNorm: ``res_out = hidden + residual``, ``norm_out = rms(res_out)``.
+
+    ``hidden`` (G, L, d) float32 or bfloat16 bits; ``residual`` (G, L, d) float32, or
+    an empty array for the first layer (no residual yet); ``weight`` (d,); ``swap``:
+    the RCPS fused add+norm, which reads frame ``(g + G/2) % G`` at time ``L-1-t``,
+    channel ``d-1-c``; ``res_out`` (G, L, d) float32; ``norm_out`` (G, L, d) float32
+    or bfloat16 bits. Math in float32: ``x * (1 / sqrt(mean(x^2) + eps)) * weight``.
+    """
+    n_seq, length, dim = res_out.shape
+    half = n_seq // 2
+    has_residual = residual.size > 0
+    n_rows = n_seq * length
+    n_block = (n_rows + ROW_BLOCK - 1) // ROW_BLOCK
+    for block in numba.prange(n_block):
+        scratch = np.empty(dim, dtype=np.float32)
+        for row in range(block * ROW_BLOCK, min((block + 1) * ROW_BLOCK, n_rows)):
+            g, t = row // length, row % length
+            out_row = res_out[g, t]
+            if swap:
+                gs, ts = (g + half) % n_seq, length - 1 - t
+                h_row = hidden[gs, ts]
+                for c in range(dim):
+                    out_row[c] = _load(h_row[dim - 1 - c])
+                if has_residual:
+                    r_row = residual[gs, ts]
+                    for c in range(dim):
+                        out_row[c] += r_row[dim - 1 - c]
+            else:
+                h_row = hidden[g, t]
+                for c in range(dim):
+                    out_row[c] = _load(h_row[c])
+                if has_residual:
+                    r_row = residual[g, t]
+                    for c in range(dim):
+                        out_row[c] += r_row[c]
+            total = np.float32(0.0)
+            for c in range(dim):
+                total += out_row[c] * out_row[c]
+            rstd = np.float32(1.0) / np.sqrt(total / np.float32(dim) + np.float32(eps))
+            for c in range(dim):
+                scratch[c] = out_row[c] * rstd * weight[c]
+            _store_row(scratch, norm_out[g, t])
