@@ -308,8 +308,9 @@ class CaduceusBackbone:
         (nearly all the matmul work); the residual stream, norms, convolutions, the
         dt projection and the scan state stay float32.
     kernels
-        ``"numba"``: the compiled CPU kernels of :mod:`._caduceus_numba` (conv + SiLU,
-        scan + gate + direction sum); ``"torch"``: torch ops only, any device.
+        ``"numba"``: the compiled CPU kernels of :mod:`._caduceus_numba` between the
+        matmuls (add+RMSNorm, conv + SiLU, dt projection + scan + gate + direction
+        sum); ``"torch"``: torch ops only, any device.
     """
 
     def __init__(

@@ -1,15 +1,18 @@
-"""Compiled CPU kernels (numba) for the Caduceus mixer; imported only when one runs.
+"""Compiled CPU kernels (numba) for the Caduceus backbone; imported only when one runs.
 
-Two kernels cover everything between the projections: the depthwise convolution with
-its SiLU, and the selective scan with the D skip, the ``silu(z)`` gate and the sum of
-the two directions. Fusing them avoids a dozen passes over (tokens x d_inner) tensors.
+Three kernels cover everything but the in, x and out projections: ``add_rms_norm``
+(residual add + RMSNorm, with the RCPS frame swap), ``conv_silu`` (depthwise
+convolution + SiLU) and ``scan_gated`` (dt projection, softplus, the selective scan,
+the D skip, the ``silu(z)`` gate and the sum of the two directions). Fusing them
+avoids a dozen passes over (tokens x d_inner) tensors; in bfloat16 they read and
+write bfloat16 bits themselves, so no conversion pass sits between matmuls.
 
 The scan splits work over (sequence, block of 64 channels) with ``prange``; each item
 keeps its state (d_state x 64 floats) in L1, walks the sequence once per direction
 and writes its slice of the output, so items never share memory. Inner loops run over
 contiguous channels so LLVM vectorises them. That needs ``exp`` as plain arithmetic
-(numba has no vector ``exp`` without Intel's SVML), hence :func:`_exp`, a range-reduced
-polynomial accurate to about one float32 ulp.
+(numba has no vector ``exp`` without Intel's SVML), hence :func:`_exp2`, a
+range-reduced polynomial accurate to about one float32 ulp.
 """
 
 from __future__ import annotations

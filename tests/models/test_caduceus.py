@@ -345,3 +345,56 @@ def test_cuda_matches_official_code(expected, variant):
     adapter = load_caduceus_adapter(FIXTURES / variant, rc_mode="none", device="cuda")
     got = adapter.embed_batch(seqs)
     np.testing.assert_allclose(got, expected[f"{variant}_none"], atol=1e-4, rtol=0)
+
+
+def _variant(tmp_path, change: str) -> Path:
+    """The ph fixture with one architecture option the published models do not use."""
+    path = copy_model("ph", tmp_path / change)
+    config = json.loads((path / "config.json").read_text())
+    state = load_file(path / "model.safetensors")
+    gen = torch.Generator().manual_seed(1)
+
+    def noise(like):
+        return torch.randn(like.shape, generator=gen) * 0.1
+
+    layers = [n for n in state if n.endswith("mamba_fwd.in_proj.weight")]
+    if change == "untied":
+        config["bidirectional_weight_tie"] = False
+        for name in list(state):
+            if ".mamba_fwd.in_proj." in name or ".mamba_fwd.out_proj." in name:
+                state[name.replace("mamba_fwd", "mamba_rev")] = state[name] + noise(
+                    state[name]
+                )
+    elif change == "ew_multiply":
+        config["bidirectional_strategy"] = "ew_multiply"
+    elif change == "layer_norm":
+        config["rms_norm"] = False
+        for name in [n for n in state if n.endswith(("norm.weight", "norm_f.weight"))]:
+            state[name.replace(".weight", ".bias")] = noise(state[name])
+    elif change == "proj_bias":
+        config["ssm_cfg"]["bias"] = True
+        for name in layers:
+            out_name = name.replace("in_proj", "out_proj")
+            state[name.replace(".weight", ".bias")] = noise(state[name][:, 0])
+            state[out_name.replace(".weight", ".bias")] = noise(state[out_name][:, 0])
+    elif change == "one_way":
+        config["bidirectional"] = False
+        state = {n: t for n, t in state.items() if ".mamba_rev." not in n}
+    (path / "config.json").write_text(json.dumps(config))
+    save_file(state, path / "model.safetensors")
+    return path
+
+
+@pytest.mark.parametrize(
+    "change", ["untied", "ew_multiply", "layer_norm", "proj_bias", "one_way"]
+)
+def test_other_architecture_options_agree_across_paths(tmp_path, change):
+    # no official fixture covers these: the numba kernels must at least agree with the
+    # plain torch path, and the option must change the vectors
+    path = _variant(tmp_path, change)
+    seqs = [normalise_sequence(s) for s in fixture_sequences()]
+    fast = load_caduceus_adapter(path, rc_mode="none", scan="numba").embed_batch(seqs)
+    slow = load_caduceus_adapter(path, rc_mode="none", scan="torch").embed_batch(seqs)
+    np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+    base = load_caduceus_adapter(FIXTURES / "ph", rc_mode="none").embed_batch(seqs)
+    assert np.abs(fast - base).max() > 1e-3
