@@ -325,7 +325,7 @@ def _embed_adapter(args: argparse.Namespace) -> object:
 def _run_embedding(
     args: argparse.Namespace, seqs: list[str], names: list[str]
 ) -> object:
-    from embedcache.embed import DEFAULT_TOKEN_BUDGET, embed_sequences
+    from embedcache.embed import embed_sequences
     from embedcache.store import EmbeddingStore
 
     if args.threads:
@@ -339,7 +339,7 @@ def _run_embedding(
         seqs,
         store,
         names=names,
-        token_budget=args.token_budget or DEFAULT_TOKEN_BUDGET,
+        token_budget=args.token_budget,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
 

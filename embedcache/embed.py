@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Tokens (padded length x batch size) per forward pass. Measured with
-# benchmarks/embed_bench.py (NT-50M-like trunk, 251/500 bp, 2 threads): see the
-# note there; larger budgets gain nothing and cost memory.
-DEFAULT_TOKEN_BUDGET = 8192
+# Padded tokens (longest item x batch size) per forward pass. Measured with
+# benchmarks/embed_bench.py on an NT-v2-50M-shaped encoder in bf16 (251/500 bp):
+# batches of ~1-1.5k tokens ran at ~60% of the one-thread bf16 matmul peak, 2k at
+# ~50%, 5.5k at ~40% (activations fall out of cache); fewer tokens per batch pay
+# per-call overhead. Adapters may prefer another budget (``preferred_token_budget``).
+DEFAULT_TOKEN_BUDGET = 1536
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def embed_sequences(
     store: EmbeddingStore,
     *,
     names: Sequence[str] | None = None,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int | None = None,
     progress: bool = False,
 ) -> EmbedResult:
     """Return one vector per sequence, computing and storing only what the store lacks.
@@ -112,7 +114,9 @@ def embed_sequences(
     names
         Item names for error messages (e.g. ``"line 3"`` or an item id), one per sequence.
     token_budget
-        Upper bound on padded tokens (longest item x batch size) per forward pass.
+        Upper bound on padded tokens (longest item x batch size) per forward pass;
+        None takes the adapter's ``preferred_token_budget`` if it has one, else
+        :data:`DEFAULT_TOKEN_BUDGET`.
 
     Raises
     ------
@@ -123,6 +127,8 @@ def embed_sequences(
     """
     key = adapter.key
     n = len(seqs)
+    if token_budget is None:
+        token_budget = getattr(adapter, "preferred_token_budget", DEFAULT_TOKEN_BUDGET)
     if names is not None and len(names) != n:
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)

@@ -76,6 +76,8 @@ class KmerAdapter:
 
     needs_equal_lengths = False
     max_tokens = None
+    # counting is microseconds a sequence: large batches keep store commits rare
+    preferred_token_budget = 2_000_000
 
     def __init__(self, k: int, *, rc_mode: str = "none") -> None:
         if not 1 <= k <= MAX_K:
