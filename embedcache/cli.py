@@ -191,6 +191,13 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
 # --- engine: embed, embeddings ------------------------------------------------------
 
 
+_COUNTS_NOTE = (
+    "The last line printed is `computed=<N> cached=<M>`: N distinct sequences ran "
+    "through the model, M counts every other input row (already in the store, or a "
+    "repeat of a sequence computed in this run); N + M is the number of inputs."
+)
+
+
 def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
     """`embed` (any sequences -> OUT.npy) and `embeddings` (every item of a version).
 
@@ -270,7 +277,9 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         )
 
     p = sub.add_parser(
-        "embed", help="embed sequences from a file into OUT.npy, caching in the store"
+        "embed",
+        help="embed sequences from a file into OUT.npy, caching in the store",
+        description=_COUNTS_NOTE,
     )
     add_model_options(p)
     p.add_argument(
@@ -288,7 +297,9 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_embed)
 
     p = sub.add_parser(
-        "embeddings", help="embed every item (train and test) of a leaderboard version"
+        "embeddings",
+        help="embed every item (train and test) of a leaderboard version",
+        description=_COUNTS_NOTE,
     )
     add_model_options(p)
     p.add_argument(

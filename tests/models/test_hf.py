@@ -4,6 +4,7 @@ import json
 import shutil
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -344,3 +345,25 @@ def test_moved_copy_keeps_its_key(tiny_bert_dir, tmp_path):
     original = load_adapter(str(tiny_bert_dir), device="cpu").key
     assert load_adapter(str(copy), device="cpu").key == original
     assert original.model_id == tiny_bert_dir.name
+
+
+def test_cached_hub_id_resolves_to_its_commit_offline(tiny_bert_dir):
+    from huggingface_hub import constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = Path(constants.HF_HUB_CACHE) / "models--someone--tiny-dna-bert"
+    shutil.copytree(tiny_bert_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    adapter = load_adapter("someone/tiny-dna-bert", device="cpu")
+    assert adapter.key.model_id == "someone/tiny-dna-bert"
+    assert adapter.key.revision == commit  # never "main"
+    assert (
+        load_adapter("someone/tiny-dna-bert", revision=commit, device="cpu").key
+        == adapter.key
+    )
+    np.testing.assert_allclose(
+        adapter.embed_batch(SEQS), direct_mean(tiny_bert_dir, SEQS), atol=1e-5, rtol=0
+    )
+    with pytest.raises(UnknownModelError, match="offline"):
+        load_adapter("someone/tiny-dna-bert", revision="v2", device="cpu")
