@@ -77,7 +77,7 @@ def read_sequences(path: Path) -> SequenceRecords:
     start, head = first
     if head.startswith(">"):
         records = _read_fasta(lines, path)
-    elif "\t" in head and "seq" in [f.strip() for f in head.split("\t")]:
+    elif "seq" in [f.strip() for f in head.split("\t")]:  # a one-column TSV too
         records = _read_tsv(lines, start, path)
     elif "\t" in head:
         msg = (

@@ -105,3 +105,9 @@ def test_validate_sequence():
     assert validate_sequence("acgtN", "x") == "ACGTN"
     with pytest.raises(InvalidSequenceError, match="item 7: the sequence is empty"):
         validate_sequence("", "item 7")
+
+
+def test_one_column_tsv(tmp_path):
+    records = read_sequences(write(tmp_path, "one.tsv", "seq\nACGT\nGG\n"))
+    assert records.format == "tsv"
+    assert records.seqs == ["ACGT", "GG"]

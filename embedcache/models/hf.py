@@ -14,6 +14,7 @@ import numpy as np
 
 from embedcache.errors import (
     AdapterOptionError,
+    InvalidSequenceError,
     SequenceTooLongError,
     UnknownModelError,
 )
@@ -248,7 +249,7 @@ class HFEncoderAdapter:
         if bool(empty.any()):
             row = int(empty.nonzero()[0, 0])
             msg = f"sequence {seqs[row]!r} has no tokens left to pool once special tokens are excluded"
-            raise AdapterOptionError(msg)
+            raise InvalidSequenceError(msg)
         return masked_mean(hidden, mask.to(self.device))
 
 
