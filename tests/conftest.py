@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 # Set before anything imports huggingface_hub, which reads these once at import time.
 _HF_HOME = Path(tempfile.mkdtemp(prefix="embedcache-hf-home-"))
+atexit.register(shutil.rmtree, _HF_HOME, ignore_errors=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = str(_HF_HOME)
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
