@@ -29,6 +29,7 @@ CHANNEL_BLOCK = 64
 TIME_BLOCK = 64
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
+_EXP2_COEF = tuple(_LN2**i / math.factorial(i) for i in range(8))
 
 
 @intrinsic
@@ -56,14 +57,16 @@ def _float_to_bits(typingctx, value):  # noqa: ANN001, ANN202 (numba intrinsic p
 @numba.njit(inline="always", fastmath=True)
 def _exp2(x):  # noqa: ANN001, ANN202
     """2**x for x in [-126, 127]: 2**round(x) from exponent bits times a Taylor 2**f."""
-    k = np.floor(x + np.float32(0.5))
-    f = (x - k) * np.float32(_LN2)  # |f| <= ln(2)/2: degree 7 is below one ulp
-    q = np.float32(1.0 / 5040.0) * f + np.float32(1.0 / 720.0)
-    q = q * f + np.float32(1.0 / 120.0)
-    q = q * f + np.float32(1.0 / 24.0)
-    q = q * f + np.float32(1.0 / 6.0)
-    q = q * f + np.float32(0.5)
-    q = q * f + np.float32(1.0)
+    k = np.rint(x)
+    f = x - k
+    # 2**f = exp(f ln2), |f ln2| <= ln(2)/2: degree 7 is below one ulp; ln2**i / i!
+    # is folded into the coefficients
+    q = np.float32(_EXP2_COEF[7]) * f + np.float32(_EXP2_COEF[6])
+    q = q * f + np.float32(_EXP2_COEF[5])
+    q = q * f + np.float32(_EXP2_COEF[4])
+    q = q * f + np.float32(_EXP2_COEF[3])
+    q = q * f + np.float32(_EXP2_COEF[2])
+    q = q * f + np.float32(_EXP2_COEF[1])
     q = q * f + np.float32(1.0)
     return q * _bits_to_float((np.int32(k) + np.int32(127)) << 23)
 
@@ -76,27 +79,24 @@ def _silu(z):  # noqa: ANN001, ANN202
 
 @numba.njit(inline="always", fastmath=True)
 def _softplus(x):  # noqa: ANN001, ANN202
-    """log(1 + exp(x)) as torch computes it (x itself above 20), to about 2 ulp."""
-    e = _exp2(min(max(x * np.float32(_LOG2E), np.float32(-126.0)), np.float32(126.0)))
-    y = np.float32(1.0) + e
-    # log(y) = ex * ln2 + log(m), m in [sqrt(1/2), sqrt(2)), log(m) by the atanh series
-    bits = _float_to_bits(y)
-    ex = (bits >> 23) - np.int32(127)
-    m = _bits_to_float((bits & np.int32(0x7FFFFF)) | np.int32(0x3F800000))
-    big = m > np.float32(1.4142135)
-    m = m * np.float32(0.5) if big else m
-    ex = ex + np.int32(1) if big else ex
-    s = (m - np.float32(1.0)) / (m + np.float32(1.0))
+    """log(1 + exp(x)) as torch computes it (x itself above 20), to about 1 ulp.
+
+    ``max(x, 0) + log1p(e)`` with ``e = exp(-|x|)`` in (0, 1] and
+    ``log1p(e) = 2 atanh(s)``, ``s = e / (2 + e)`` in (0, 1/3]: an odd series with no
+    cancellation, so fastmath's reassociation cannot hurt it (Kahan's log1p trick,
+    which relies on ``(1 + e) - 1`` not being simplified, does not survive it).
+    """
+    e = _exp2(max(-abs(x) * np.float32(_LOG2E), np.float32(-126.0)))
+    s = e / (np.float32(2.0) + e)
     s2 = s * s
-    series = np.float32(1.0 / 9.0) * s2 + np.float32(1.0 / 7.0)
+    series = np.float32(1.0 / 13.0) * s2 + np.float32(1.0 / 11.0)
+    series = series * s2 + np.float32(1.0 / 9.0)
+    series = series * s2 + np.float32(1.0 / 7.0)
     series = series * s2 + np.float32(1.0 / 5.0)
     series = series * s2 + np.float32(1.0 / 3.0)
     series = series * s2 + np.float32(1.0)
-    log_y = np.float32(ex) * np.float32(_LN2) + np.float32(2.0) * s * series
-    # Kahan's log1p: y - 1 is exact, so this recovers the bits that 1 + e rounded away
-    den = y - np.float32(1.0)
-    log1p = log_y * (e / den) if den != np.float32(0.0) else e
-    return x if x > np.float32(20.0) else log1p
+    result = max(x, np.float32(0.0)) + np.float32(2.0) * s * series
+    return x if x > np.float32(20.0) else result
 
 
 def _load(x):  # noqa: ANN001, ANN202

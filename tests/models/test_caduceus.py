@@ -398,3 +398,28 @@ def test_other_architecture_options_agree_across_paths(tmp_path, change):
     np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
     base = load_caduceus_adapter(FIXTURES / "ph", rc_mode="none").embed_batch(seqs)
     assert np.abs(fast - base).max() > 1e-3
+
+
+def test_kernel_exp_and_softplus_are_accurate():
+    # the kernels' own exp and softplus (no SVML, fastmath on); an earlier softplus
+    # lost all precision below x = -15 once fastmath reassociated Kahan's log1p
+    import numba
+
+    from embedcache.models._caduceus_numba import _exp2, _softplus
+
+    @numba.njit(fastmath=True)
+    def evaluate(x, exp_out, softplus_out):
+        for i in range(x.size):
+            exp_out[i] = _exp2(x[i])
+            softplus_out[i] = _softplus(x[i])
+
+    x = np.linspace(-40, 40, 400_001, dtype=np.float32)
+    exp_out, softplus_out = np.empty_like(x), np.empty_like(x)
+    negative = x <= 0
+    evaluate(x, exp_out, softplus_out)
+    x64 = x.astype(np.float64)
+    exp_err = np.abs(exp_out[negative] / np.exp2(x64[negative]) - 1)
+    softplus_want = torch.nn.functional.softplus(torch.from_numpy(x64)).numpy()
+    softplus_err = np.abs(softplus_out / softplus_want - 1)
+    assert exp_err.max() < 2e-7
+    assert softplus_err.max() < 5e-6
