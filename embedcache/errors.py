@@ -81,7 +81,3 @@ class ProbeError(EmbedcacheError, ValueError):
 
 class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
-
-
-class CheckpointError(EmbedcacheError, ValueError):
-    """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
