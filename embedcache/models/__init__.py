@@ -9,7 +9,6 @@ A name is one of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -21,6 +20,7 @@ from embedcache.errors import (
     DeviceUnavailableError,
     UnknownModelError,
 )
+from embedcache.hashing import files_digest
 
 if TYPE_CHECKING:
     from embedcache.models.base import Adapter
@@ -73,20 +73,12 @@ def resolve_device(device: str) -> str:
 
 def local_revision(path: Path) -> str:
     """``"sha256:<hex>"`` over the names and bytes of a model directory's content files."""
-    digest = hashlib.sha256()
-    files = sorted(
+    files = [
         p
         for p in path.rglob("*")
         if p.is_file() and p.suffix in _CONTENT_SUFFIXES and ".cache" not in p.parts
-    )
-    for file in files:
-        digest.update(file.relative_to(path).as_posix().encode("utf-8") + b"\0")
-        file_digest = hashlib.sha256()
-        with file.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                file_digest.update(block)
-        digest.update(file_digest.digest())
-    return f"sha256:{digest.hexdigest()}"
+    ]
+    return files_digest(path, files)
 
 
 def resolve_hub_model(repo_id: str, *, revision: str | None = None) -> tuple[Path, str]:

@@ -21,7 +21,6 @@ the engine to hand it equal lengths to begin with.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -34,11 +33,11 @@ import numpy as np
 from embedcache.errors import (
     AdapterOptionError,
     CheckpointError,
-    DeviceUnavailableError,
     InvalidSequenceError,
     UnknownModelError,
 )
-from embedcache.hashing import reverse_complement
+from embedcache.hashing import files_digest, reverse_complement
+from embedcache.models import resolve_device
 from embedcache.models._caduceus_model import (
     BASE_IDS,
     UNK_ID,
@@ -228,7 +227,7 @@ def load_caduceus_adapter(
     if scan not in SCANS:
         msg = f"scan {scan!r} is not one of {SCANS}"
         raise AdapterOptionError(msg)
-    device = _resolve_device(device)
+    device = resolve_device(device)
     on_cuda = device.startswith("cuda")
     if scan == "numba" and on_cuda:
         msg = "scan='numba' runs on CPU tensors only; use scan='torch' or 'auto' with CUDA"
@@ -244,7 +243,7 @@ def load_caduceus_adapter(
         raise CheckpointError(msg)
     weight_path = _weight_file(folder)
     if resolved is None:
-        resolved = _content_digest([config_path, weight_path])
+        resolved = files_digest(folder, [config_path, weight_path])
         if revision is not None and revision != resolved:
             if not revision.startswith("sha256:"):
                 msg = (
@@ -294,22 +293,6 @@ def load_caduceus_adapter(
         "numba" if use_numba else "torch",
     )
     return CaduceusAdapter(backbone, key=key)
-
-
-def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            msg = f"device {device!r} was requested for Caduceus but CUDA is not available; use device='cpu'"
-            raise DeviceUnavailableError(msg)
-        return device
-    if device != "cpu":
-        msg = f"device {device!r} is not one of 'cpu', 'cuda', 'cuda:<index>', 'auto'"
-        raise DeviceUnavailableError(msg)
-    return device
 
 
 def _resolve_source(
@@ -388,19 +371,3 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     except Exception as err:  # safetensors and pickle raise many types on a bad file
         msg = f"cannot read the weights in {path}: {err}"
         raise CheckpointError(msg) from err
-
-
-def _content_digest(files: list[Path]) -> str:
-    """``sha256:`` over the sorted file names and each file's bytes."""
-    digest = hashlib.sha256()
-    for file in sorted(files, key=lambda p: p.name):
-        digest.update(file.name.encode("utf-8") + b"\0")
-        file_digest = hashlib.sha256()
-        with file.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                file_digest.update(block)
-        digest.update(file_digest.digest())
-    return f"sha256:{digest.hexdigest()}"
-
-
-__all__ = ["CaduceusAdapter", "is_caduceus_config", "load_caduceus_adapter", "tokenize"]
