@@ -54,3 +54,13 @@ def write_mirror(
         write_split(root, dataset, split, seqs, labels)
         frames.append(pl.DataFrame({"seq": seqs, "label": labels}))
     return frames[0], frames[1]
+
+
+def mirror_shared_test_file(root: Path, dataset: str) -> Path:
+    """Lay out ../shared/data's real test file of ``dataset`` as a mirror's test split."""
+    raw = pl.read_csv(
+        SHARED_DATA / "genomic-benchmarks" / dataset / "test.tsv", separator="\t"
+    )
+    return write_split(
+        root, dataset, "test", raw["seq"].to_list(), raw["label"].to_list()
+    )

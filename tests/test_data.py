@@ -17,7 +17,12 @@ from embedcache.errors import (
     InvalidLabelError,
     InvalidSequenceError,
 )
-from tests.mirrors import SHARED_DATA, random_sequences, write_split
+from tests.mirrors import (
+    SHARED_DATA,
+    mirror_shared_test_file,
+    random_sequences,
+    write_split,
+)
 
 DATASET = "human_enhancers_cohn"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -223,17 +228,7 @@ def test_bad_row_via_cli_leaves_earlier_manifest(tmp_path, capsys):
     not (SHARED_DATA / "genomic-benchmarks").exists(), reason="../shared/data is absent"
 )
 def test_real_nontata_test_file_validates_with_its_n(tmp_path):
-    raw = pl.read_csv(
-        SHARED_DATA / "genomic-benchmarks/human_nontata_promoters/test.tsv",
-        separator="\t",
-    )
-    write_split(
-        tmp_path,
-        "human_nontata_promoters",
-        "test",
-        raw["seq"].to_list(),
-        raw["label"].to_list(),
-    )
+    mirror_shared_test_file(tmp_path, "human_nontata_promoters")
     frame = load_split("human_nontata_promoters", "test", data_dir=tmp_path).frame
     assert frame.height == 9034
     assert frame["seq"].str.contains("N").sum() == 1

@@ -17,7 +17,12 @@ from embedcache.subsets import (
     write_manifest,
 )
 from embedcache.versions import load_version
-from tests.mirrors import SHARED_DATA, random_sequences, write_split
+from tests.mirrors import (
+    SHARED_DATA,
+    mirror_shared_test_file,
+    random_sequences,
+    write_split,
+)
 
 DATASET = "human_enhancers_cohn"
 
@@ -229,17 +234,7 @@ def test_bundled_demo_data_is_rebuildable_from_shared_data():
 @needs_shared
 def test_real_test_file_draw_of_n100(tmp_path):
     """n100-style draw over the real nontata test file, checked against a hand computation."""
-    raw = pl.read_csv(
-        SHARED_DATA / "genomic-benchmarks/human_nontata_promoters/test.tsv",
-        separator="\t",
-    )
-    write_split(
-        tmp_path,
-        "human_nontata_promoters",
-        "test",
-        raw["seq"].to_list(),
-        raw["label"].to_list(),
-    )
+    mirror_shared_test_file(tmp_path, "human_nontata_promoters")
     pool = load_split("human_nontata_promoters", "test", data_dir=tmp_path).frame
     drawn = draw_stratified(pool, 100, seed=20261006)
     # 4,119 zeros and 4,915 ones: 100 * 4119 / 9034 = 45.59, 54.41 -> 45 + 54, leftover to label 0
