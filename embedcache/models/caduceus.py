@@ -302,7 +302,8 @@ def _resolve_source(
     text = os.fspath(source)
     path = Path(text).expanduser()
     if path.is_dir():
-        return path, str(path.resolve()), None
+        # the folder name, as for other local models: a moved copy keeps its cache
+        return path, path.resolve().name, None
     if path.exists() or not _HUB_ID.match(text):
         msg = (
             f"Caduceus model {text!r} is neither a local directory (config.json + weights) "

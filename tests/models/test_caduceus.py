@@ -209,6 +209,13 @@ def test_revision_is_a_content_digest(tmp_path):
         load_caduceus_adapter(path, revision="main")
 
 
+def test_moved_copy_keeps_its_key(tmp_path):
+    first = load_caduceus_adapter(copy_model("ph", tmp_path / "a" / "caduceus-tiny")).key
+    moved = load_caduceus_adapter(copy_model("ph", tmp_path / "b" / "caduceus-tiny")).key
+    assert first.model_id == "caduceus-tiny"
+    assert moved.digest == first.digest
+
+
 @pytest.mark.parametrize("variant", ["ph", "ps"])
 def test_pytorch_model_bin_with_all_tied_names(expected, tmp_path, variant):
     # a torch.save'd state dict holds every name, the tied ones included
