@@ -210,8 +210,12 @@ def test_revision_is_a_content_digest(tmp_path):
 
 
 def test_moved_copy_keeps_its_key(tmp_path):
-    first = load_caduceus_adapter(copy_model("ph", tmp_path / "a" / "caduceus-tiny")).key
-    moved = load_caduceus_adapter(copy_model("ph", tmp_path / "b" / "caduceus-tiny")).key
+    first = load_caduceus_adapter(
+        copy_model("ph", tmp_path / "a" / "caduceus-tiny")
+    ).key
+    moved = load_caduceus_adapter(
+        copy_model("ph", tmp_path / "b" / "caduceus-tiny")
+    ).key
     assert first.model_id == "caduceus-tiny"
     assert moved.digest == first.digest
 
