@@ -26,6 +26,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.models._caduceus_model import arch_from_config
 from embedcache.models.caduceus import (
     CaduceusAdapter,
     is_caduceus_config,
@@ -434,3 +435,17 @@ def test_kernel_exp_and_softplus_are_accurate():
     softplus_err = np.abs(softplus_out / softplus_want - 1)
     assert exp_err.max() < 2e-7
     assert softplus_err.max() < 5e-6
+
+
+def test_published_ps_config_parses_to_the_official_shape():
+    """config.json of caduceus-ps_seqlen-131k_d_model-256_n_layer-16 as published on the hub
+    (copied from a public project's setup script; the hub itself is unreachable here)."""
+    config = json.loads((FIXTURES / "published_ps_config.json").read_text())
+    assert is_caduceus_config(config)
+    arch = arch_from_config(config, where="published ps config")
+    assert (arch.d_model, arch.n_layer, arch.vocab_size) == (256, 16, 16)
+    assert (arch.d_state, arch.d_conv, arch.expand, arch.dt_rank) == (16, 4, 2, 16)
+    assert arch.rcps
+    assert arch.weight_tie
+    assert arch.fused_add_norm
+    assert (arch.conv_bias, arch.proj_bias) == (True, False)
