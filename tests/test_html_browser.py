@@ -6,43 +6,21 @@ Skipped where /usr/bin/chromium is absent (Debian: `apt-get install -y chromium`
 from __future__ import annotations
 
 import base64
-import subprocess
-from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
+from benchmarks.screenshot_report import chromium, find_chromium
 from embedcache import leaderboard, report
 from embedcache.render import notebook_to_html
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
 from tests.test_report import TINY_VERSION, DictStore, _fill
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-]
+CHROMIUM = find_chromium()
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium not installed")
-
-
-def _chromium(html: Path, profile: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args, html.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return out.stdout
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 
 
 def _output(obj):
@@ -84,9 +62,7 @@ def report_html(tmp_path_factory):
 
 
 def test_dom_after_load_holds_table_and_figures(report_html, tmp_path):
-    dom = _chromium(
-        report_html, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=3000"
-    )
+    dom = chromium(CHROMIUM, report_html, "--dump-dom", "--virtual-time-budget=3000")
     assert "Leaderboard (accuracy)" in dom
     assert "toy/strong" in dom
     assert dom.count('src="data:image/png;base64,') == 2
@@ -97,9 +73,9 @@ def test_screenshot_shows_text_and_plot_markers(report_html, tmp_path):
     from PIL import Image
 
     png = tmp_path / "shot.png"
-    _chromium(
+    chromium(
+        CHROMIUM,
         report_html,
-        tmp_path / "profile",
         f"--screenshot={png}",
         "--window-size=1200,1800",
     )
