@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from embedcache.errors import EmbedcacheError
+from embedcache.models.options import POOLINGS
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +241,28 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
         )
         p.add_argument(
+            "--pooling",
+            choices=POOLINGS,
+            default="mean",
+            help="mean over the sequence's tokens (the protocol's), cls (the "
+            "classification token, where the family has one) or last (the last "
+            "token, causal families)",
+        )
+        p.add_argument(
+            "--random-init",
+            type=int,
+            default=None,
+            metavar="SEED",
+            help="the architecture with seeded random weights (a pretraining control)",
+        )
+        p.add_argument(
+            "--family-option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an option only the model's family understands (repeatable)",
+        )
+        p.add_argument(
             "--include-special-tokens",
             action="store_true",
             help="pool [CLS]/[SEP]-style tokens too",
@@ -316,21 +339,40 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_embeddings)
 
 
+def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from embedcache.errors import AdapterOptionError
+
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            msg = f"--family-option {pair!r} is not NAME=VALUE"
+            raise AdapterOptionError(msg)
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def _embed_options(args: argparse.Namespace) -> dict[str, object]:
+    """The EmbedOptions fields the embedding commands set (also sent to workers)."""
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "rc_mode": args.rc,
+        "layers": (args.layer,),
+        "pooling": args.pooling,
+        "special_tokens": "include" if args.include_special_tokens else "exclude",
+        "truncation": "right" if args.truncate else "error",
+        "kmer_split": args.kmer_split,
+        "random_init": args.random_init,
+        "family_options": _family_options(args.family_option),
+        "trust_remote_code": args.trust_remote_code,
+    }
+
+
 def _embed_adapter(args: argparse.Namespace) -> object:
     from embedcache.models import load_adapter
 
-    return load_adapter(
-        args.model,
-        revision=args.revision,
-        dtype=args.dtype,
-        device=args.device,
-        rc_mode=args.rc,
-        layer=args.layer,
-        special_tokens="include" if args.include_special_tokens else "exclude",
-        truncation="right" if args.truncate else "error",
-        kmer_split=args.kmer_split,
-        trust_remote_code=args.trust_remote_code,
-    )
+    return load_adapter(args.model, revision=args.revision, **_embed_options(args))
 
 
 def _run_embedding(
