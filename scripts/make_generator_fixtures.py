@@ -122,9 +122,7 @@ TINY = {
 
 def published_files() -> dict[str, str]:
     """The published small files, as text, in their published byte layout."""
-    pieces = SPECIAL_TOKENS + [
-        "".join(k) for k in itertools.product("ATCG", repeat=6)
-    ]
+    pieces = SPECIAL_TOKENS + ["".join(k) for k in itertools.product("ATCG", repeat=6)]
     added = {
         str(i): {
             "content": p,

@@ -251,6 +251,7 @@ def build_llama(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed or 0)
             model = LlamaModel(cfg)  # transformers' Llama init: N(0, initializer_range)
+        model.requires_grad_(False)
         return model.to(dtype) if dtype is not None else model
     with torch.device("meta"):
         model = LlamaModel(cfg)
@@ -262,9 +263,12 @@ def build_llama(
     if dtype is not None:
         state = {name: tensor.to(dtype) for name, tensor in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
+    model.requires_grad_(False)
     # the rotary frequencies are computed, never stored: rebuild them off the meta device
     model.rotary_emb = type(model.rotary_emb)(config=cfg)
-    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    meta = [
+        n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta
+    ]
     if meta:
         msg = f"{where}: tensors left unloaded after assignment: {', '.join(meta[:5])}"
         raise CheckpointError(msg)
