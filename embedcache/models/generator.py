@@ -121,7 +121,10 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     auto_map = json.dumps(config.get("auto_map") or {})
     if _REPO_CLASS in architectures or "modeling_generator." in auto_map:
         return True
-    tokenizer_config = _read_json(folder / "tokenizer_config.json") or {}
+    try:
+        tokenizer_config = _read_json(folder / "tokenizer_config.json") or {}
+    except CheckpointError:  # not ours to judge: the family that claims it will say
+        return False
     tok_map = json.dumps(tokenizer_config.get("auto_map") or {})
     return (
         tokenizer_config.get("tokenizer_class") == _REPO_TOKENIZER
@@ -187,12 +190,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def llama_config(config: dict[str, Any]) -> Any:  # noqa: ANN401
+def llama_config(config: dict[str, Any], *, where: str = "GENERator") -> Any:  # noqa: ANN401
     """transformers' ``LlamaConfig`` from the published dict (repository fields ignored)."""
     from transformers import LlamaConfig
 
     fields = {k: v for k, v in config.items() if k not in ("auto_map", "architectures")}
-    return LlamaConfig.from_dict(fields)
+    try:
+        return LlamaConfig.from_dict(fields)
+    except Exception as err:  # transformers' config validators raise their own types
+        msg = (
+            f"{where}: config.json does not describe a Llama model transformers can "
+            f"build: {err}"
+        )
+        raise CheckpointError(msg) from err
 
 
 def _network_class() -> type:
@@ -246,7 +256,7 @@ def build_llama(
     import torch
     from transformers import LlamaModel
 
-    cfg = llama_config(config)
+    cfg = llama_config(config, where=where)
     if folder is None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed or 0)

@@ -376,6 +376,15 @@ def test_wrong_shape_is_refused(tmp_path):
         load_adapter(str(path), device="cpu")
 
 
+def test_unbuildable_config_is_refused(tmp_path):
+    path = copy_model(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+    config["hidden_size"] = 15  # not a multiple of the 4 heads
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="does not describe a Llama model"):
+        load_adapter(str(path), device="cpu")
+
+
 @pytest.mark.parametrize("change", ["swap", "vocab_size", "k"])
 def test_other_vocabulary_is_refused(tmp_path, change):
     path = copy_model(tmp_path / "m")
