@@ -270,8 +270,9 @@ def build_llama(
         # strict names and shapes; the copy into meta tensors is a no-op, torch says so
         warnings.filterwarnings("ignore", message=".*meta parameter.*")
         load_strict(model, state, where=where, family="GENERator (LlamaModel)")
-    if dtype is not None:
-        state = {name: tensor.to(dtype) for name, tensor in state.items()}
+    if dtype is not None:  # one tensor at a time: the peak stays one model's size
+        for name in list(state):
+            state[name] = state[name].to(dtype)
     model.load_state_dict(state, strict=True, assign=True)
     model.requires_grad_(False)
     # the rotary frequencies are computed, never stored: rebuild them off the meta device

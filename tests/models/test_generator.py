@@ -376,6 +376,23 @@ def test_wrong_shape_is_refused(tmp_path):
         load_adapter(str(path), device="cpu")
 
 
+def test_bfloat16_checkpoint_computes_in_the_asked_dtype(tmp_path, adapters):
+    path = copy_model(tmp_path / "m")
+    state = load_file(path / "model.safetensors")
+    save_file(
+        {n: t.to(torch.bfloat16) for n, t in state.items()}, path / "model.safetensors"
+    )
+    adapter = load_adapter(str(path), device="cpu")
+    assert adapter.network.model.layers[0].mlp.up_proj.weight.dtype == torch.float32
+    seqs = upper_sequences()
+    np.testing.assert_allclose(
+        adapter.embed_batch(seqs),
+        adapters[("oov", "none")].embed_batch(seqs),
+        atol=0.05,
+        rtol=0,
+    )
+
+
 def test_unbuildable_config_is_refused(tmp_path):
     path = copy_model(tmp_path / "m")
     config = json.loads((path / "config.json").read_text())
