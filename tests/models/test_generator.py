@@ -119,7 +119,7 @@ def test_remainder_policies():
         gen.KmerTokenizer(remainder="pad")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.text(alphabet="ACGTN", max_size=80))
 def test_token_count_law(seq):
     oov = gen.KmerTokenizer().token_ids(seq)
