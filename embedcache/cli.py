@@ -7,12 +7,17 @@ Each command group has its own `_add_*` function below; keep them apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embedcache.errors import EmbedcacheError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -536,6 +541,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _kernel_cache_env() -> Iterator[None]:
+    """Point numba's kernel cache at a user cache dir for one command, unless set.
+
+    Numba reads ``NUMBA_CACHE_DIR`` when a kernel module is first imported, and the
+    worker processes a command starts inherit it; so compiled kernels are written
+    outside the (possibly read-only) installed package and reused by later runs. A
+    ``NUMBA_CACHE_DIR`` the user set wins; an unusable dir leaves numba its defaults.
+    """
+    from embedcache.jitcache import default_cache_dir
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        yield
+        return
+    try:
+        path = default_cache_dir(
+            xdg_cache_home=os.environ.get("XDG_CACHE_HOME"), home=Path.home()
+        )
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as err:  # RuntimeError: no home directory
+        logger.debug(
+            "no user cache dir for compiled kernels (%s); numba's default", err
+        )
+        yield
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("NUMBA_CACHE_DIR", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -547,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         # the hub client logs every retry; our own error says what failed and what to do
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
-        return int(args.func(args) or 0)
+        with _kernel_cache_env():
+            return int(args.func(args) or 0)
     except EmbedcacheError as err:
         notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
         print(f"embedcache: error: {err}{notes}", file=sys.stderr)
