@@ -194,6 +194,7 @@ def run_table(parameters: Mapping[str, Any]) -> Table:
     return Table(
         pl.DataFrame(rows, schema=["parameter", "value"], orient="row"),
         "Run parameters",
+        css_class="embedcache wrap",
     )
 
 
@@ -449,7 +450,9 @@ def provenance_table(
         ("date", _fmt_date(created)),
     ]
     return Table(
-        pl.DataFrame(rows, schema=["field", "value"], orient="row"), "Provenance"
+        pl.DataFrame(rows, schema=["field", "value"], orient="row"),
+        "Provenance",
+        css_class="embedcache wrap",  # long file hashes wrap instead of widening the page
     )
 
 

@@ -50,6 +50,8 @@ section.ec-section{margin:14px 0 10px 0;font-family:sans-serif}
 section.ec-section h2{font-size:17px;margin:6px 0}
 section.ec-section details>summary{cursor:pointer}
 section.ec-section details>summary h2{display:inline}
+section.ec-section td{white-space:nowrap}
+section.ec-section table.wrap td{white-space:normal}
 table.published td{color:#555;font-style:italic}
 </style>"""
 
