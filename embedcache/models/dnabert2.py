@@ -263,7 +263,7 @@ def load(
         state = strip_prefix(state, prefix, ignore=HEADS)
         load_strict(network, state, where=str(folder), family=FAMILY)
     dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
-    network = network.to(device=device, dtype=dtype).eval()
+    network = network.to(device=device, dtype=dtype).eval().requires_grad_(False)
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
