@@ -41,6 +41,7 @@ BUILTIN_MODELS: tuple[str, ...] = tuple(f"kmer-{k}" for k in range(1, 7))
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
     "generator",
+    "dnabert2",
     "hf",
 )
 # the model id of every local directory: its content digest (the revision) is its
