@@ -81,3 +81,7 @@ class ProbeError(EmbedcacheError, ValueError):
 
 class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
+
+
+class InvalidAliasError(EmbedcacheError, ValueError):
+    """A display alias given to the store is not a short printable name."""
