@@ -6,6 +6,7 @@ modules, one job each:
 
 - ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
 - ``layout``: object names, group documents, commit records (``schema_version`` 2)
+- ``groups``: open the location, the root group and the key groups
 - ``commits``: the commit protocol and each key's view of its committed shards
 - ``shards``: shard I/O through zarr arrays with the crc32c codec
 - ``index``: sequence hashes and the per-key hash index

@@ -8,20 +8,17 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embedcache.errors import (
-    CorruptStoreError,
     DimensionMismatchError,
     InvalidAliasError,
     InvalidVectorError,
     StoreError,
 )
 from embedcache.store import maintenance
-from embedcache.store.backend import Backend, is_url, open_object_store
 from embedcache.store.commits import (
     RETRIES,
     KeyView,
@@ -33,23 +30,9 @@ from embedcache.store.commits import (
     refresh,
     retries_exhausted,
 )
+from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, to_hex
-from embedcache.store.layout import (
-    COMMITS_KIND,
-    HOST,
-    META,
-    SCHEMA_VERSION,
-    SHARDS_KIND,
-    STORE_KIND,
-    commits_prefix,
-    embedcache_version,
-    group_attrs,
-    group_doc,
-    is_key_digest,
-    key_attrs,
-    parse_key_doc,
-    shards_prefix,
-)
+from embedcache.store.layout import HOST
 from embedcache.store.verify import Fault, verify_store
 
 if TYPE_CHECKING:
@@ -119,14 +102,14 @@ class EmbeddingStore:
             )
             raise ValueError(msg)
         self.writer_id = writer_id
-        self._backend = _open_backend(root, options, create=create)
+        self._backend = open_backend(root, options, create=create)
         self.root = self._backend.location
         self._writer = Writer(writer_id)
         self._auto_merge = auto_merge
         self._lock = threading.RLock()
         self._views: dict[str, KeyView] = {}
         self._own: dict[str, list[tuple[int, str]]] = {}
-        self._writable = self._open_root(create=create)
+        self._writable = open_root(self._backend, create=create)
 
     def __repr__(self) -> str:
         return f"EmbeddingStore({self.root!r}, writer_id={self.writer_id!r})"
@@ -313,33 +296,6 @@ class EmbeddingStore:
 
     # --- opening ----------------------------------------------------------------
 
-    def _open_root(self, *, create: bool) -> bool:
-        """Check (or create) the root group; return whether this store may write."""
-        backend = self._backend
-        doc = backend.read_or_none(META)
-        writable = backend.probe_put_if_absent() if backend.needs_probe else True
-        if doc is None:
-            if not create:
-                msg = f"no embedcache store at {self.root} (no zarr.json there)"
-                raise StoreError(msg)
-            folders, files = backend.list_dir("")
-            names = [*folders, *(f.path.rpartition("/")[2] for f in files)]
-            if any(not n.startswith(".") for n in names):
-                msg = (
-                    f"{self.root} is not empty and is not an embedcache store (no "
-                    "zarr.json); choose a new or empty folder or prefix for the store"
-                )
-                raise StoreError(msg)
-            attrs = {
-                "kind": STORE_KIND,
-                "schema_version": SCHEMA_VERSION,
-                "embedcache_version": embedcache_version(),
-            }
-            backend.create(META, group_doc(attrs))
-            doc = backend.read(META)
-        group_attrs(doc, backend.describe(META), kind=STORE_KIND)
-        return writable
-
     def _check_writable(self) -> None:
         if not self._writable:
             msg = (
@@ -352,72 +308,16 @@ class EmbeddingStore:
         """The fresh view of ``key``; None if absent (created if ``create_dim``)."""
         view = self._views.get(key.digest)
         if view is None:
-            path = f"{key.digest}/{META}"
-            doc = self._backend.read_or_none(path)
-            if doc is None:
-                if create_dim is None:
-                    return None
-                self._create_key(key, create_dim)
-                doc = self._backend.read(path)
-            found, dim = parse_key_doc(doc, self._backend.describe(path), key.digest)
-            if found != key:
-                msg = f"{self._backend.describe(path)} records another key than {key}"
-                raise CorruptStoreError(msg)
-            view = self._views[key.digest] = KeyView(key, key.digest, dim)
+            view = open_key(self._backend, key, create_dim=create_dim)
+            if view is None:
+                return None
+            self._views[key.digest] = view
         refresh(self._backend, view)
         return view
 
     def _all_views(self) -> list[KeyView]:
-        backend = self._backend
-        folders, _ = backend.list_dir("")
-        digests = [d for d in folders if is_key_digest(d)]
-        paths = [f"{d}/{META}" for d in digests]
-        views = []
-        for digest, path, doc in zip(
-            digests, paths, backend.read_many(paths), strict=True
-        ):
-            if doc is None:
-                continue  # a folder without zarr.json is not a key group
-            key, _ = parse_key_doc(doc, backend.describe(path), digest)
-            view = self._view(key)
-            if view is not None:
-                views.append(view)
-        return views
-
-    def _create_key(self, key: ModelKey, dim: int) -> None:
-        # subgroups first: whenever the key's zarr.json exists, so do they
-        for folder, kind in (
-            (shards_prefix(key.digest), SHARDS_KIND),
-            (commits_prefix(key.digest), COMMITS_KIND),
-        ):
-            attrs = {"kind": kind, "schema_version": SCHEMA_VERSION}
-            self._backend.create(f"{folder}/{META}", group_doc(attrs))
-        # put-if-absent: a concurrent writer's group (maybe of another dim) wins and
-        # is then checked like any existing group
-        if self._backend.create(f"{key.digest}/{META}", group_doc(key_attrs(key, dim))):
-            logger.info(
-                "created group %s for %s (dim %d)", key.digest, key.short(), dim
-            )
-
-
-def _open_backend(
-    root: Any,  # noqa: ANN401
-    options: Mapping[str, str] | None,
-    *,
-    create: bool,
-) -> Backend:
-    if not isinstance(root, str | os.PathLike):  # an obstore store object
-        return Backend(root)
-    text = os.fspath(root)
-    if is_url(text):
-        return Backend(open_object_store(text, options), location=text.rstrip("/"))
-    path = Path(text)
-    if not path.is_dir():
-        if not create:
-            msg = f"no embedcache store at {path} (no such folder)"
-            raise StoreError(msg)
-        path.mkdir(parents=True, exist_ok=True)
-    return Backend(open_object_store(path, options), location=text)
+        views = (self._view(key) for key in list_keys(self._backend))
+        return [view for view in views if view is not None]
 
 
 def _check_vectors(key: ModelKey, n: int, vectors: object) -> np.ndarray:

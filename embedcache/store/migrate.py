@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
-from embedcache.store.backend import Backend, is_url, open_object_store
+from embedcache.store.groups import open_backend
 from embedcache.store.layout import (
     COMMITS_KIND,
     KEY_KIND,
@@ -40,6 +40,8 @@ from embedcache.store.verify import verify_shard
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from embedcache.store.backend import Backend
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +70,7 @@ def migrate_store(
     StoreError
         ``root`` is no embedcache store, or of an unknown schema.
     """
-    if isinstance(root, str | os.PathLike):
-        text = os.fspath(root)
-        location = text.rstrip("/") if is_url(text) else text
-        backend = Backend(open_object_store(text, options), location=location)
-    else:
-        backend = Backend(root)
+    backend = open_backend(root, options, create=False)
     doc = backend.read_or_none(META)
     attrs = _attrs(doc, backend, META, STORE_KIND)
     version = attrs.get("schema_version")
@@ -154,7 +151,7 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
 
 
 def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:
-    """The schema-1 commit records of a key, as schema-2 records (no supersedes)."""
+    """The schema-1 commit records of a key, as schema-2 records."""
     prefix = commits_prefix(digest) + "/"
     out = {}
     for entry in backend.list(prefix):

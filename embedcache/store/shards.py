@@ -8,6 +8,7 @@ its commit record and builds the zarr arrays from those verified bytes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class Shard:
     record: CommitRecord
     prefix: str
     keys: np.ndarray  # (n,) S32: raw sha256 of each row's sequence
-    vectors: Any  # zarr.Array (n, dim) float32
+    vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
 
 
 class _Recording(WrapperStore):
@@ -73,7 +74,9 @@ class _Recording(WrapperStore):
 
     async def set(self, key: str, value: Any) -> None:  # noqa: ANN401
         data = value.as_numpy_array()
-        self.written[key] = (data.nbytes, sha256(memoryview(data)))
+        # hashlib releases the GIL: hash beside zarr's other chunk writes
+        digest = await asyncio.to_thread(sha256, memoryview(data))
+        self.written[key] = (data.nbytes, digest)
         await self._store.set(key, value)
 
 
@@ -183,7 +186,10 @@ def check_array_meta(meta: dict[str, Any], shape: tuple[int, int], dtype: str) -
 
 
 def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
-    """Check a committed shard's metadata against its record, then read its hashes.
+    """Check a committed shard's hashes against its record and read them.
+
+    The vectors' metadata is checked at the first read from the shard
+    (:func:`vectors_of`): opening a key of many shards costs two requests each.
 
     Raises
     ------
@@ -193,42 +199,56 @@ def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
         Metadata differs from the record, or a hashes chunk fails its crc32c.
     """
     prefix = shard_prefix(digest, record.shard)
-
-    def bad(path: str, problem: str) -> CorruptStoreError:
-        return corrupt(backend, path, problem, digest, record.shard)
-
     missing = [rel for rel in SHARD_META_FILES if rel not in record.files]
     if missing:
-        raise bad(prefix, f"commit record lists no {missing[0]}")
-    docs = backend.read_many(f"{prefix}/{rel}" for rel in SHARD_META_FILES)
-    metas = {}
-    for rel, doc in zip(SHARD_META_FILES, docs, strict=True):
-        path = f"{prefix}/{rel}"
-        if doc is None:
-            raise MissingObjectError(path)
-        if sha256(doc) != record.files[rel][1]:
-            raise bad(path, "sha256 differs from the commit record")
-        metas[rel] = parse_json(doc, backend.describe(path))
-    n, dim = record.n_rows, record.dim
-    try:
-        check_array_meta(metas["vectors/zarr.json"], (n, dim), "float32")
-        check_array_meta(metas["hashes/zarr.json"], (n, HASH_WIDTH), "uint8")
-    except ValueError as err:
-        raise bad(prefix, str(err)) from err
-    zstore = backend.zarr_store()
-    vectors = _array(zstore, f"{prefix}/vectors", docs[1])
-    hashes = _array(zstore, f"{prefix}/hashes", docs[2])
+        problem = f"commit record lists no {missing[0]}"
+        raise corrupt(backend, prefix, problem, digest, record.shard)
+    n = record.n_rows
+    hashes = _checked_array(backend, digest, record, "hashes", (n, HASH_WIDTH), "uint8")
     try:
         raw = np.ascontiguousarray(hashes[:]) if n else np.empty((0, HASH_WIDTH))
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
         path, problem = f"{prefix}/hashes", f"a chunk failed its check ({err})"
-        raise bad(path, problem) from err
+        raise corrupt(backend, path, problem, digest, record.shard) from err
     # a missing chunk reads as zarr's fill value; no sha256 is all zero
     if n and not raw.any(axis=1).all():
         path = f"{prefix}/hashes/c"
         raise MissingObjectError(path)
     keys = np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
-    return Shard(record=record, prefix=prefix, keys=keys, vectors=vectors)
+    return Shard(record=record, prefix=prefix, keys=keys)
+
+
+def vectors_of(backend: Backend, digest: str, shard: Shard) -> Any:  # noqa: ANN401
+    """The shard's vectors array, its metadata checked against the record once."""
+    if shard.vectors is None:
+        shape = (shard.record.n_rows, shard.record.dim)
+        shard.vectors = _checked_array(
+            backend, digest, shard.record, "vectors", shape, "float32"
+        )
+    return shard.vectors
+
+
+def _checked_array(
+    backend: Backend,
+    digest: str,
+    record: CommitRecord,
+    name: str,
+    shape: tuple[int, int],
+    dtype: str,
+) -> Any:  # noqa: ANN401
+    rel = f"{name}/zarr.json"
+    path = f"{shard_prefix(digest, record.shard)}/{rel}"
+    doc = backend.read_or_none(path)
+    if doc is None:
+        raise MissingObjectError(path)
+    try:
+        if sha256(doc) != record.files[rel][1]:
+            msg = "sha256 differs from the commit record"
+            raise ValueError(msg)
+        check_array_meta(parse_json(doc, backend.describe(path)), shape, dtype)
+    except (ValueError, CorruptStoreError) as err:
+        raise corrupt(backend, path, str(err), digest, record.shard) from err
+    return _array(backend.zarr_store(), path.removesuffix("/zarr.json"), doc)
 
 
 def read_rows(
@@ -243,7 +263,7 @@ def read_rows(
     k = len(rows)
     if not k:
         return
-    arr = shard.vectors
+    arr = vectors_of(backend, digest, shard)
     try:
         if _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
             r0, d0 = int(rows[0]), int(dest[0])
@@ -255,7 +275,12 @@ def read_rows(
             served = target[:, 0]
         else:
             uniq, inverse = np.unique(rows, return_inverse=True)
-            values = arr.get_orthogonal_selection((uniq, slice(None)))
+            lo, hi = int(uniq[0]), int(uniq[-1]) + 1
+            if 4 * len(uniq) >= hi - lo:  # dense: read the span, pick in memory
+                values = arr.get_basic_selection((slice(lo, hi), slice(None)))
+                values = values[uniq - lo]
+            else:  # sparse: zarr reads only the chunks holding these rows
+                values = arr.get_orthogonal_selection((uniq, slice(None)))
             out[dest] = values[inverse]
             served = values[:, 0]
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode

@@ -26,7 +26,7 @@ from embedcache.store.layout import (
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.shards import MissingObjectError, open_shard
+from embedcache.store.shards import MissingObjectError, open_shard, vectors_of
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -139,7 +139,7 @@ def verify_shard(backend: Backend, digest: str, record: CommitRecord) -> list[Fa
         faults.append(Fault(where, "object not in the shard's commit record"))
     if not faults:
         try:
-            open_shard(backend, digest, record)
+            vectors_of(backend, digest, open_shard(backend, digest, record))
         except CorruptStoreError as err:
             faults.append(Fault(backend.describe(prefix), str(err)))
         except MissingObjectError as err:
