@@ -221,15 +221,38 @@ class Backend:
         with contextlib.suppress(FileNotFoundError):
             obstore.delete(self.store, path)
 
+    def delete_many(self, paths: Iterable[str]) -> None:
+        """Remove objects (in bulk where the backend can); missing ones are fine."""
+        paths = list(paths)
+        if self.local is None and paths:
+            with contextlib.suppress(FileNotFoundError):
+                obstore.delete(self.store, paths)  # S3: 1,000 per request
+                return
+        self.map(self.delete, paths)
+
     def delete_prefix(self, prefix: str) -> None:
         """Remove every object under ``prefix/`` (a whole folder on a local store)."""
+        self.delete_prefixes([prefix])
+
+    def delete_prefixes(self, prefixes: Iterable[str]) -> None:
+        """Remove every object under each ``prefix/``; one listing per parent."""
+        prefixes = [p.rstrip("/") for p in prefixes]
         if self.local is not None:
-            # also takes the staging files obstore leaves behind a killed writer
-            shutil.rmtree(self.local / prefix, ignore_errors=True)
+            # rmtree also takes the staging files obstore leaves behind a killed writer
+            for prefix in prefixes:
+                shutil.rmtree(self.local / prefix, ignore_errors=True)
             return
-        paths = [e.path for e in self.list(prefix.rstrip("/") + "/")]
-        if paths:
-            obstore.delete(self.store, paths)
+        by_parent: dict[str, set[str]] = {}
+        for prefix in prefixes:
+            parent, _, name = prefix.rpartition("/")
+            by_parent.setdefault(parent, set()).add(name)
+        doomed = []
+        for parent, names in by_parent.items():
+            start = f"{parent}/" if parent else ""
+            for entry in self.list(start):
+                if entry.path[len(start) :].partition("/")[0] in names:
+                    doomed.append(entry.path)
+        self.delete_many(doomed)
 
     def list(self, prefix: str) -> list[Entry]:
         """Every object whose path starts with ``prefix``, sorted by path."""
@@ -259,7 +282,11 @@ class Backend:
         if self.local is None:
             return
         files = [self.local / p for p in paths]
-        folders = {f.parent for f in files}
+        # every folder up to the root: a new folder's entry must last too
+        folders = {
+            folder for f in files for folder in f.relative_to(self.local).parents
+        }
+        folders = {self.local / folder for folder in folders}
 
         def fsync(path: Path) -> None:
             flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)

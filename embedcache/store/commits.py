@@ -77,14 +77,13 @@ class KeyView:
 
 
 def list_records(backend: Backend, digest: str) -> frozenset[str]:
-    """Names of the shards with a commit record under the key."""
-    prefix = commits_prefix(digest) + "/"
-    names = set()
-    for entry in backend.list(prefix):
-        name, _, rest = entry.path[len(prefix) :].partition("/")
-        if rest == "zarr.json" and name:
-            names.add(name)
-    return frozenset(names)
+    """Names of the shards with (or just getting) a commit record under the key.
+
+    One directory listing, not a walk: a record folder whose ``zarr.json`` is not
+    there (yet) is skipped when its record is read.
+    """
+    folders, _ = backend.list_dir(commits_prefix(digest))
+    return frozenset(folders)
 
 
 def missing_or_retired(
@@ -145,7 +144,9 @@ def _rebuild(backend: Backend, view: KeyView, names: frozenset[str]) -> None:
     view.shards = [loaded[r.shard] for r in visible]
     view.records, view.hidden = records, hidden
     view.index = HashIndex.build([s.keys for s in view.shards])
-    view.listing = names
+    # names without a record (being created, or retired since listed) are left
+    # out, so the next listing differs and reads them again
+    view.listing = frozenset(records)
 
 
 def read_gids(
@@ -260,11 +261,10 @@ def _drop_uncommitted(backend: Backend, prefix: str, path: str) -> None:
 def retire(backend: Backend, digest: str, shards: Iterable[str]) -> None:
     """Delete superseded shards: every record first, then the objects."""
     shards = list(shards)
-    for shard in shards:
-        backend.delete(record_path(digest, shard))
-    for shard in shards:
-        backend.delete_prefix(shard_prefix(digest, shard))
-        backend.delete_prefix(f"{commits_prefix(digest)}/{shard}")
+    backend.delete_many(record_path(digest, shard) for shard in shards)
+    backend.delete_prefixes(shard_prefix(digest, shard) for shard in shards)
+    if backend.local is not None:  # a record folder may hold staging leftovers
+        backend.delete_prefixes(f"{commits_prefix(digest)}/{s}" for s in shards)
 
 
 def retries_exhausted(backend: Backend, key: ModelKey) -> StoreError:

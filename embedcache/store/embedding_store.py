@@ -94,7 +94,8 @@ class EmbeddingStore:
         auto_merge: int = maintenance.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
     ) -> None:
-        writer_id = writer_id or f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
+        if writer_id is None:
+            writer_id = f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
         if not _WRITER_RE.fullmatch(writer_id):
             msg = (
                 f"writer_id {writer_id!r} must be 1-80 characters of letters, digits, "

@@ -160,6 +160,11 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
         name, _, rest = entry.path[len(prefix) :].partition("/")
         if rest:
             newest[name] = max(newest.get(name, 0.0), entry.modified)
+    # a local folder may hold only obstore's hidden staging files (a writer killed
+    # during its first write): age unknown, so only a dead owner lets it go
+    folders, _ = backend.list_dir(prefix)
+    for name in set(folders) - newest.keys():
+        newest[name] = time.time()
     out = []
     for name in sorted(newest.keys() | view.hidden.keys()):
         folder = (shard_prefix(view.digest, name),) if name in newest else ()
@@ -173,19 +178,23 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
 
 def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> None:
     """Remove the removable leftovers."""
-    removed = 0
-    for leftover in leftovers:
-        if not leftover.removable:
-            continue
-        if leftover.shard in view.hidden:
-            retire(backend, view.digest, [leftover.shard])
-        elif not backend.exists(record_path(view.digest, leftover.shard)):
-            # checked just now: a dead writer cannot commit any more
-            backend.delete_prefix(shard_prefix(view.digest, leftover.shard))
-            backend.delete_prefix(f"{commits_prefix(view.digest)}/{leftover.shard}")
-        removed += 1
-    if removed:
-        logger.info("removed %d leftover shards of %s", removed, view.key.short())
+    removable = [lo.shard for lo in leftovers if lo.removable]
+    superseded = [s for s in removable if s in view.hidden]
+    retire(backend, view.digest, superseded)
+    uncommitted = [s for s in removable if s not in view.hidden]
+    # checked just now: a dead writer cannot commit any more
+    exists = backend.map(
+        backend.exists, [record_path(view.digest, s) for s in uncommitted]
+    )
+    dead = [
+        s for s, committed in zip(uncommitted, exists, strict=True) if not committed
+    ]
+    backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
+    backend.delete_prefixes(f"{commits_prefix(view.digest)}/{s}" for s in dead)
+    if removable:
+        logger.info(
+            "removed %d leftover shards of %s", len(removable), view.key.short()
+        )
 
 
 def _dead(shard: str, writer: Writer) -> bool:
