@@ -53,8 +53,12 @@ _CLOUD_OF_SCHEME = {"s3": "s3", "s3a": "s3", "gs": "gs"} | dict.fromkeys(
 )
 
 
-def _storage_options(location: str) -> dict[str, str]:
-    """The store options for a URL, from its cloud's environment variables."""
+def storage_options(location: str) -> dict[str, str]:
+    """The store options for a URL, from its cloud's environment variables.
+
+    Plain strings: a cluster client can send them with the URL to its workers,
+    which open ``EmbeddingStore(location, options=...)`` themselves.
+    """
     cloud = _CLOUD_OF_SCHEME.get(location.partition("://")[0].lower())
     names = _STORAGE_ENV.get(cloud, ()) if "://" in location else ()
     return {name.lower(): os.environ[name] for name in names if os.environ.get(name)}
@@ -64,7 +68,7 @@ def _store_at(location: str, **kwargs: object) -> object:
     """Open the store at a folder or URL with the options the environment gives."""
     from embedcache.store import EmbeddingStore
 
-    return EmbeddingStore(location, options=_storage_options(location), **kwargs)
+    return EmbeddingStore(location, options=storage_options(location), **kwargs)
 
 
 def _default_data_dir() -> Path | None:
@@ -240,7 +244,7 @@ def _cmd_store_migrate(args: argparse.Namespace) -> int:
     from embedcache.store import migrate_store
 
     location = args.store or _default_store()
-    done = migrate_store(location, options=_storage_options(location))
+    done = migrate_store(location, options=storage_options(location))
     if done.from_version == 2:
         print(f"{location} is already schema_version 2: nothing to do")
     else:

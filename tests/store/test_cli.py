@@ -122,3 +122,19 @@ def test_two_embed_processes_on_one_s3_store_lose_nothing(
     np.testing.assert_array_equal(together[:28], np.load(tmp_path / "w0.npy"))
     np.testing.assert_array_equal(together[12:], np.load(tmp_path / "w1.npy"))
     assert main(["store", "verify", "--store", url]) == 0
+
+
+def test_only_the_cli_reads_the_environment(monkeypatch):
+    from embedcache.cli import storage_options
+
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "acct")
+    monkeypatch.setenv("AWS_PROFILE", "unused")  # not a store option
+    assert storage_options("s3://bucket/prefix") == {
+        "aws_region": "eu-west-1",
+        "aws_allow_http": "true",
+    }
+    assert storage_options("az://container/p") == {"azure_storage_account_name": "acct"}
+    assert storage_options("store") == {}
+    assert storage_options("memory://") == {}
