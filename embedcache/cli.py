@@ -7,12 +7,18 @@ Each command group has its own `_add_*` function below; keep them apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embedcache.errors import EmbedcacheError
+from embedcache.models.options import POOLINGS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -307,6 +313,28 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
         )
         p.add_argument(
+            "--pooling",
+            choices=POOLINGS,
+            default="mean",
+            help="mean over the sequence's tokens (the protocol's), cls (the "
+            "classification token, where the family has one) or last (the last "
+            "token, causal families)",
+        )
+        p.add_argument(
+            "--random-init",
+            type=int,
+            default=None,
+            metavar="SEED",
+            help="the architecture with seeded random weights (a pretraining control)",
+        )
+        p.add_argument(
+            "--family-option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an option only the model's family understands (repeatable)",
+        )
+        p.add_argument(
             "--include-special-tokens",
             action="store_true",
             help="pool [CLS]/[SEP]-style tokens too",
@@ -383,21 +411,40 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_embeddings)
 
 
+def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from embedcache.errors import AdapterOptionError
+
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            msg = f"--family-option {pair!r} is not NAME=VALUE"
+            raise AdapterOptionError(msg)
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def _embed_options(args: argparse.Namespace) -> dict[str, object]:
+    """The EmbedOptions fields the embedding commands set (also sent to workers)."""
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "rc_mode": args.rc,
+        "layers": (args.layer,),
+        "pooling": args.pooling,
+        "special_tokens": "include" if args.include_special_tokens else "exclude",
+        "truncation": "right" if args.truncate else "error",
+        "kmer_split": args.kmer_split,
+        "random_init": args.random_init,
+        "family_options": _family_options(args.family_option),
+        "trust_remote_code": args.trust_remote_code,
+    }
+
+
 def _embed_adapter(args: argparse.Namespace) -> object:
     from embedcache.models import load_adapter
 
-    return load_adapter(
-        args.model,
-        revision=args.revision,
-        dtype=args.dtype,
-        device=args.device,
-        rc_mode=args.rc,
-        layer=args.layer,
-        special_tokens="include" if args.include_special_tokens else "exclude",
-        truncation="right" if args.truncate else "error",
-        kmer_split=args.kmer_split,
-        trust_remote_code=args.trust_remote_code,
-    )
+    return load_adapter(args.model, revision=args.revision, **_embed_options(args))
 
 
 def _run_embedding(
@@ -470,6 +517,101 @@ def _save_npy_atomic(path: Path, array: object) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# --- export: a version's items with one model's vectors ----------------------------
+
+
+def _add_export_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write every item of a version with one model's stored vector "
+        "(.parquet or .npz), to probe in your own code",
+        description="One row per item (train and test): item_id, dataset, split, "
+        "label, seq_sha256 and the float32 vector (a fixed-size array column in "
+        ".parquet; an (n, d) array in .npz).",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model id in the store, or a key digest prefix (8+ hex digits) "
+        "when several keys share the id",
+    )
+    p.add_argument(
+        "--version", required=True, help="a shipped version name or a version .toml"
+    )
+    p.add_argument(
+        "--output", type=Path, required=True, help="FILE.parquet or FILE.npz"
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="embedding store: a folder or s3://, gs://, az:// URL "
+        "(default: $EMBEDCACHE_STORE or ./store)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from embedcache.export import check_format, export_frame, write_export
+    from embedcache.subsets import draw_version
+    from embedcache.versions import load_version
+
+    check_format(args.output)  # before the draw, which can take a while
+    version = load_version(args.version)
+    store = _store_at(args.store or _default_store(), create=False)
+    subset = draw_version(version, data_dir=args.data_dir or _default_data_dir())
+    export = export_frame(subset, store, args.model)
+    write_export(export, args.output)
+    print(
+        f"{version.name} (subset {subset.subset_id}): wrote {export.frame.height} items "
+        f"x {export.dim} float32 of {export.key.short()} (key {export.key.digest[:12]}) "
+        f"to {args.output}"
+    )
+    return 0
+
+
+# --- models: the supported families and known checkpoints ---------------------------
+
+
+def _add_models_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "models", help="list the supported model families and known checkpoints"
+    )
+    p.set_defaults(func=_cmd_models)
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from embedcache.models import BUILTIN_MODELS, FAMILY_MODULES, family_module
+    from embedcache.models.catalogue import load_catalogue
+
+    print("families (recognised from config.json, most specific first):")
+    for name in FAMILY_MODULES:
+        module = family_module(name)
+        summary = (module.__doc__ or "").strip().splitlines()[0]
+        print(f"  {module.FAMILY:<12} {summary}")
+    print(f"built-in floors: {', '.join(BUILTIN_MODELS)}")
+    print()
+    columns = ("hub_id", "family", "params", "context", "rc_default", "licence")
+    entries = load_catalogue()
+    widths = {
+        c: max(len(c), *(len(str(getattr(e, c))) for e in entries)) for c in columns
+    }
+    print("  ".join(f"{c:<{widths[c]}}" for c in columns) + "  loading")
+    for e in entries:
+        cells = "  ".join(f"{getattr(e, c)!s:<{widths[c]}}" for c in columns)
+        print(f"{cells}  {e.loading}; tokens: {e.tokenizer}")
+    print(
+        f"{len(entries)} known checkpoints; any other checkpoint whose config.json "
+        "is recognised loads too"
+    )
+    return 0
 
 
 # --- report, demo -------------------------------------------------------------------
@@ -601,9 +743,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_commands(sub)
     _add_store_commands(sub)
     _add_embed_commands(sub)
+    _add_export_command(sub)
+    _add_models_command(sub)
     _add_report_commands(sub)
     _add_demo_command(sub)
     return parser
+
+
+@contextlib.contextmanager
+def _kernel_cache_env() -> Iterator[None]:
+    """Point numba's kernel cache at a user cache dir for one command, unless set.
+
+    Numba reads ``NUMBA_CACHE_DIR`` when a kernel module is first imported, and the
+    worker processes a command starts inherit it; so compiled kernels are written
+    outside the (possibly read-only) installed package and reused by later runs. A
+    ``NUMBA_CACHE_DIR`` the user set wins; an unusable dir leaves numba its defaults.
+    """
+    from embedcache.jitcache import default_cache_dir
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        yield
+        return
+    try:
+        path = default_cache_dir(
+            xdg_cache_home=os.environ.get("XDG_CACHE_HOME"), home=Path.home()
+        )
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as err:  # RuntimeError: no home directory
+        logger.debug(
+            "no user cache dir for compiled kernels (%s); numba's default", err
+        )
+        yield
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("NUMBA_CACHE_DIR", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -617,7 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         # the hub client logs every retry; our own error says what failed and what to do
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
-        return int(args.func(args) or 0)
+        with _kernel_cache_env():
+            return int(args.func(args) or 0)
     except EmbedcacheError as err:
         notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
         print(f"embedcache: error: {err}{notes}", file=sys.stderr)

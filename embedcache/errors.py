@@ -83,5 +83,13 @@ class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
 
 
+class AmbiguousModelError(EmbedcacheError, LookupError):
+    """A model name matches several keys in the store where one is needed."""
+
+
+class ExportError(EmbedcacheError, ValueError):
+    """An export cannot be written as asked (e.g. an unknown output format)."""
+
+
 class InvalidAliasError(EmbedcacheError, ValueError):
     """A display alias given to the store is not a short printable name."""
