@@ -56,8 +56,10 @@ _CLIENT_KEYS = frozenset(
         "pool_max_idle_per_host",
     }
 )
-# remote stores: requests in flight at once when loading many small objects
+# requests in flight at once when loading many small objects (a local folder:
+# file reads and zarr's decoding overlap a little)
 _REMOTE_WORKERS = 16
+_LOCAL_WORKERS = 4
 
 
 def is_url(root: str | os.PathLike[str]) -> bool:
@@ -165,7 +167,7 @@ class Backend:
             Path(store.prefix) if isinstance(store, LocalStore) else None
         )
         in_process = isinstance(store, LocalStore | MemoryStore)
-        self.workers = 1 if in_process else _REMOTE_WORKERS
+        self.workers = _LOCAL_WORKERS if in_process else _REMOTE_WORKERS
         # LocalStore creates by hard link, MemoryStore under a lock: both atomic.
         # A remote server's conditional put is probed at open instead.
         self.needs_probe = not in_process
@@ -238,9 +240,15 @@ class Backend:
         """Remove every object under each ``prefix/``; one listing per parent."""
         prefixes = [p.rstrip("/") for p in prefixes]
         if self.local is not None:
-            # rmtree also takes the staging files obstore leaves behind a killed writer
-            for prefix in prefixes:
-                shutil.rmtree(self.local / prefix, ignore_errors=True)
+            # rmtree also takes the staging files obstore leaves behind a killed
+            # writer; folders in parallel (each unlink or rmdir waits on the disk)
+            with ThreadPoolExecutor(max_workers=_LOCAL_WORKERS) as pool:
+                list(
+                    pool.map(
+                        lambda p: shutil.rmtree(self.local / p, ignore_errors=True),
+                        prefixes,
+                    )
+                )
             return
         by_parent: dict[str, set[str]] = {}
         for prefix in prefixes:

@@ -278,10 +278,15 @@ def read_rows(
             lo, hi = int(uniq[0]), int(uniq[-1]) + 1
             if 4 * len(uniq) >= hi - lo:  # dense: read the span, pick in memory
                 values = arr.get_basic_selection((slice(lo, hi), slice(None)))
-                values = values[uniq - lo]
+                if len(uniq) < hi - lo:
+                    values = values[uniq - lo]
             else:  # sparse: zarr reads only the chunks holding these rows
                 values = arr.get_orthogonal_selection((uniq, slice(None)))
-            out[dest] = values[inverse]
+            if _is_run(dest):  # one pass straight into the output
+                d0 = int(dest[0])
+                np.take(values, inverse, axis=0, out=out[d0 : d0 + k])
+            else:
+                out[dest] = values[inverse]
             served = values[:, 0]
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
         path, problem = _find_bad_chunk(arr, shard.prefix, rows, err)

@@ -66,6 +66,8 @@ def test_put_get_roundtrip_in_any_order_with_missing(handle):
     )
     assert np.isnan(got[~found]).all()
     np.testing.assert_array_equal(store.contains(KEY_A, order), expected_found)
+    sparse = [hs[199], hs[0], hs[199]]  # far apart, one twice: zarr picks the rows
+    np.testing.assert_array_equal(store.get(KEY_A, sparse)[0], vs[[199, 0, 199]])
     # another instance (another process, on a shared backend) sees the same
     got2, found2 = handle.open(create=False).get(KEY_A, order)
     np.testing.assert_array_equal(found2, found)
