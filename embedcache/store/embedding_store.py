@@ -236,7 +236,7 @@ class EmbeddingStore:
             rows = rows[view.index.lookup(q[rows]) < 0]
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
-            new = vecs[rows]
+            new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
             shard = commit_shard(
                 self._backend,
                 view,
