@@ -89,3 +89,7 @@ class AmbiguousModelError(EmbedcacheError, LookupError):
 
 class ExportError(EmbedcacheError, ValueError):
     """An export cannot be written as asked (e.g. an unknown output format)."""
+
+
+class InvalidAliasError(EmbedcacheError, ValueError):
+    """A display alias given to the store is not a short printable name."""
