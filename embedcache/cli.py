@@ -210,7 +210,7 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--model",
             required=True,
-            help="kmer-1..kmer-6, a local HF directory, or a hub id",
+            help="kmer-1..kmer-6, gc, a local HF directory, or a hub id",
         )
         p.add_argument(
             "--store",

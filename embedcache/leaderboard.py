@@ -3,9 +3,9 @@
 Ties a :class:`~embedcache.subsets.Subset`, an embedding store and model keys into
 per-model predictions, bootstrap intervals, ranks and the ``results.csv`` frame.
 
-Floors (shown unranked): the majority class of each dataset's train items, and the
-``kmer-K`` spectrum probes, read from the store like any model (keys whose adapter
-is ``"kmer"``). The best K is the one with the highest mean test accuracy: a generous
+Floors (shown unranked): the majority class of each dataset's train items, the
+``kmer-K`` spectrum probes and the ``gc`` (GC fraction) probe, read from the store
+like any model (keys whose adapter is ``"kmer"`` or ``"gc"``). The best K is the one with the highest mean test accuracy: a generous
 floor, so a model has to beat the strongest k-mer probe, not a chosen one.
 """
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLOOR_ADAPTER = "kmer"
+FLOOR_ADAPTERS = (FLOOR_ADAPTER, "gc")  # built-in floors: scored like models, unranked
 MAJORITY = "majority"
 MAJORITY_KEY = "builtin:majority-class"
 _CHUNK = 4096  # test vectors read and predicted per step
@@ -93,7 +94,7 @@ def _key_of(info: object) -> ModelKey:
 
 
 def _is_floor_key(key: ModelKey) -> bool:
-    return key.adapter == FLOOR_ADAPTER
+    return key.adapter in FLOOR_ADAPTERS
 
 
 def _names(keys: Sequence[ModelKey]) -> list[str]:
@@ -275,7 +276,11 @@ class Evaluation:
 
     def best_kmer(self) -> ModelEntry | None:
         """The k-mer floor with the highest mean test accuracy (None without k-mer keys)."""
-        kmers = [e for e in self.entries if e.key is not None and _is_floor_key(e.key)]
+        kmers = [
+            e
+            for e in self.entries
+            if e.key is not None and e.key.adapter == FLOOR_ADAPTER
+        ]
         if not kmers:
             return None
         point = self.bootstrap.point("accuracy")

@@ -2,7 +2,7 @@
 
 A name is one of
 
-- a built-in floor: ``kmer-1`` .. ``kmer-6`` (no download);
+- a built-in floor: ``kmer-1`` .. ``kmer-6``, or ``gc`` (GC fraction; no download);
 - a local directory in Hugging Face layout (``config.json`` + tokenizer + weights);
 - a hub id ``owner/name``, resolved with ``huggingface_hub`` to a commit sha.
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_MODELS: tuple[str, ...] = tuple(f"kmer-{k}" for k in range(1, 7))
+BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -248,6 +248,14 @@ def _load_builtin(
 ) -> Adapter:
     from embedcache.models.kmer import KmerAdapter
 
+    if model == "gc":
+        return _load_gc(
+            revision=revision,
+            rc_mode=rc_mode,
+            layer=layer,
+            kmer_split=kmer_split,
+            truncation=truncation,
+        )
     if revision is not None:
         msg = (
             f"{model} is built in; its revision is the adapter version, drop --revision"
@@ -261,6 +269,29 @@ def _load_builtin(
         raise AdapterOptionError(msg)
     # dtype and device are ignored: counting k-mers is exact and runs in numpy
     return KmerAdapter(int(model.split("-")[1]), rc_mode=rc_mode or "none")
+
+
+def _load_gc(
+    *,
+    revision: str | None,
+    rc_mode: str | None,
+    layer: int,
+    kmer_split: int | None,
+    truncation: str,
+) -> Adapter:
+    from embedcache.models.gc import GCAdapter
+
+    if revision is not None:
+        msg = "gc is built in; its revision is the adapter version, drop --revision"
+        raise AdapterOptionError(msg)
+    if layer != -1 or kmer_split is not None:
+        msg = "gc is the GC fraction of a sequence: --layer and --kmer-split do not apply"
+        raise AdapterOptionError(msg)
+    if truncation != "error":
+        msg = "gc accepts sequences of any length: --truncate does not apply"
+        raise AdapterOptionError(msg)
+    # dtype and device are ignored: counting bases is exact and runs in numpy
+    return GCAdapter(rc_mode=rc_mode or "none")
 
 
 def _local_model_type(path: Path) -> str | None:
