@@ -285,7 +285,9 @@ def _load_gc(
         msg = "gc is built in; its revision is the adapter version, drop --revision"
         raise AdapterOptionError(msg)
     if layer != -1 or kmer_split is not None:
-        msg = "gc is the GC fraction of a sequence: --layer and --kmer-split do not apply"
+        msg = (
+            "gc is the GC fraction of a sequence: --layer and --kmer-split do not apply"
+        )
         raise AdapterOptionError(msg)
     if truncation != "error":
         msg = "gc accepts sequences of any length: --truncate does not apply"
