@@ -512,3 +512,32 @@ def model_vectors(
         )
         labels[name] = part["label"].to_numpy().astype(np.int64)
     return vectors, labels
+
+
+def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFrame:
+    """``results.csv`` rows for an analysis of ``evaluation`` (new metrics, same columns).
+
+    ``summary`` has columns model, dataset, metric, value, ci_low, ci_high, n, with
+    models named as in the evaluation; rows follow the evaluation's model order.
+    """
+    entries = evaluation.entries
+    meta = pl.DataFrame(
+        {
+            "model": [e.name for e in entries],
+            "model_key": [e.model_key for e in entries],
+            "is_floor": [e.is_floor for e in entries],
+            "_order": list(range(len(entries))),
+        }
+    )
+    dataset_order = {d: i for i, d in enumerate((*evaluation.datasets, MEAN))}
+    return (
+        summary.join(meta, on="model", how="left")
+        .with_columns(
+            pl.lit(evaluation.version).alias("version"),
+            pl.lit(evaluation.subset_id).alias("subset_id"),
+            pl.col("dataset").replace_strict(dataset_order).alias("_d"),
+            pl.col("n").cast(pl.Int64),
+        )
+        .sort(["_order", "metric", "_d"], maintain_order=True)
+        .select(RESULT_COLUMNS)
+    )
