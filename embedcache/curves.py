@@ -40,7 +40,7 @@ from embedcache.subsets import draw_stratified
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from embedcache.leaderboard import ModelEntry, VectorStore
+    from embedcache.leaderboard import Evaluation, ModelEntry, VectorStore
     from embedcache.subsets import Subset
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ def label_efficiency(
     n_boot: int = 1000,
     seed: int = 0,
     probe_config: ProbeConfig | None = None,
+    board: Evaluation | None = None,
 ) -> Curves:
     """Accuracy of every entry at every n_train, on each dataset's full test set.
 
@@ -132,8 +133,21 @@ def label_efficiency(
     models read from ``store``, and the majority floor (key None), whose prediction is
     the subset's most frequent label. The bootstrap uses the protocol's per-dataset
     resamples, so every point of every curve sees the same resamples.
+
+    ``board``: the evaluation of the same subset with the same probe config; at
+    n_train = the whole train, whose subset is the board's own train, its
+    predictions and chosen C are taken instead of fitting the same probe again.
     """
     config = probe_config or ProbeConfig()
+    if board is not None and (
+        board.subset_id != subset.subset_id or board.probe_config != config
+    ):
+        msg = (
+            f"the board evaluation scored subset {board.subset_id} with "
+            f"{board.probe_config}; the curves need subset {subset.subset_id} with "
+            f"{config}. Pass the evaluation of the same subset and probe config."
+        )
+        raise AnalysisInputError(msg)
     version = subset.version
     names = [e.name for e in entries]
     labels: dict[str, NDArray[np.int64]] = {}
@@ -152,17 +166,30 @@ def label_efficiency(
         usable = dict.fromkeys(nested, True)
         row_of = {item: i for i, item in enumerate(train["item_id"].to_list())}
         for e in entries:
-            x_train = (
-                None
-                if e.key is None
-                else load_vectors(
-                    store, e.key, train["seq_sha256"].to_list(), version=version.name
-                )
-            )
+            x_train = None
             x_test = None
             for n, drawn in nested.items():
                 y = drawn["label"].to_numpy().astype(np.int64)
                 cfg = curve_probe_config(y, config)
+                if board is not None and n == train.height and e.key is not None:
+                    row = [x.name for x in board.entries].index(e.name)
+                    rows[n].append(board.predictions[draw.name][row])
+                    chosen = board.probes.filter(
+                        (pl.col("model") == e.name) & (pl.col("dataset") == draw.name)
+                    )
+                    counts = np.bincount(y, minlength=2)
+                    fit_rows.append(
+                        {
+                            "model": e.name,
+                            "dataset": draw.name,
+                            "n_train": n,
+                            "n_label_0": int(counts[0]),
+                            "n_label_1": int(counts[1]),
+                            "n_folds": config.n_folds,
+                            "C": float(chosen["C"][0]),
+                        }
+                    )
+                    continue
                 if e.key is None:
                     rows[n].append(
                         np.full(test.height, majority_label(y), dtype=np.int64)
@@ -171,6 +198,13 @@ def label_efficiency(
                 if cfg is None:
                     usable[n] = False
                     continue
+                if x_train is None:
+                    x_train = load_vectors(
+                        store,
+                        e.key,
+                        train["seq_sha256"].to_list(),
+                        version=version.name,
+                    )
                 if x_test is None:
                     x_test = np.concatenate(
                         [

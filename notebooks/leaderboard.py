@@ -89,3 +89,44 @@ report.probe_table(evaluation)
 
 # %%
 report.provenance_table(evaluation, subset)
+
+# %% [markdown]
+# ## Analyses: leakage-clean accuracy, cluster-aware intervals, label efficiency
+
+# %%
+from pathlib import Path
+
+from embedcache import report_analyses
+from embedcache.analyses import run_analyses
+from embedcache.curves import write_curves
+
+analyses = run_analyses(subset, emb_store, evaluation, data_dir=data_dir)
+if results_csv:
+    # the board's rows plus accuracy_clean and accuracy_cluster_ci rows
+    leaderboard.write_results(analyses.results(evaluation), results_csv)
+    write_curves(analyses.curves.frame, Path(results_csv).with_name("curves.csv"))
+report_analyses.clean_table(evaluation, analyses)
+
+# %%
+report_analyses.clean_dataset_table(evaluation, analyses)
+
+# %%
+report_analyses.leakage_audit_table(analyses)
+
+# %%
+report_analyses.full_train_table(analyses)
+
+# %%
+report_analyses.cluster_table(evaluation, analyses)
+
+# %%
+report_analyses.cluster_paired_table(evaluation, analyses)
+
+# %%
+report_analyses.curves_table(evaluation, analyses)
+
+# %%
+report_analyses.curves_figure(evaluation, analyses)
+
+# %%
+report_analyses.timings_table(analyses)

@@ -14,6 +14,7 @@ from embedcache.curves import (
     nested_train_subsets,
     write_curves,
 )
+from embedcache.errors import AnalysisInputError
 from embedcache.probe import ProbeConfig
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
@@ -104,7 +105,31 @@ def test_curves_frame_columns_points_and_full_size_matches_the_board(tiny, tmp_p
     assert set(fits["n_folds"]) == {5}  # 5 or more of each label at n_train = 10
     small = fits.filter(pl.col("n_train") == 10)
     assert (small["n_label_0"] + small["n_label_1"] == 10).all()
+    # reusing the board's predictions at the full size gives the same curves
+    reused = label_efficiency(
+        subset,
+        store,
+        evaluation.entries,
+        sizes=(10, 80),
+        n_boot=200,
+        seed=1,
+        board=evaluation,
+    )
+    assert reused.frame.equals(frame.filter(pl.col("n_train").is_in([10, 80])))
+    key = ["model", "dataset", "n_train"]
+    assert reused.fits.sort(key).equals(
+        curves.fits.filter(pl.col("n_train").is_in([10, 80])).sort(key)
+    )
     path = write_curves(frame, tmp_path / "out" / "curves.csv")
     back = pl.read_csv(path)
     assert back.columns == list(CURVE_COLUMNS)
     assert back.height == frame.height
+
+
+def test_board_of_another_probe_config_is_refused(tiny):
+    subset, store, evaluation = tiny
+    other = ProbeConfig(c_grid=(1.0,))
+    with pytest.raises(AnalysisInputError, match="same subset and probe config"):
+        label_efficiency(
+            subset, store, evaluation.entries, probe_config=other, board=evaluation
+        )
