@@ -247,3 +247,14 @@ def test_real_sequences_overlap_matches_pairwise_python():
     np.testing.assert_allclose(
         got.max_containment, [max(_containment(t, r) for r in train) for t in test]
     )
+
+
+def test_jaccard_of_exactly_the_threshold_is_near():
+    a = "ACGTTGCAAGGCTTAGC"  # 17 bp: 10 distinct 8-mers
+    b = a[:16]  # 9 of them: Jaccard 9 / 10
+    assert len(_kmers(a, 8)) == 10
+    assert _jaccard(a, b) == 0.9
+    flags = audit_sequences([a], [b])
+    assert flags.max_jaccard[0] == 0.9
+    assert flags.near[0]
+    assert not flags.exact[0]
