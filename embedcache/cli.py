@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from embedcache.errors import EmbedcacheError
+from embedcache.models.options import POOLINGS
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +241,28 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
         )
         p.add_argument(
+            "--pooling",
+            choices=POOLINGS,
+            default="mean",
+            help="mean over the sequence's tokens (the protocol's), cls (the "
+            "classification token, where the family has one) or last (the last "
+            "token, causal families)",
+        )
+        p.add_argument(
+            "--random-init",
+            type=int,
+            default=None,
+            metavar="SEED",
+            help="the architecture with seeded random weights (a pretraining control)",
+        )
+        p.add_argument(
+            "--family-option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an option only the model's family understands (repeatable)",
+        )
+        p.add_argument(
             "--include-special-tokens",
             action="store_true",
             help="pool [CLS]/[SEP]-style tokens too",
@@ -316,21 +339,40 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_embeddings)
 
 
+def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from embedcache.errors import AdapterOptionError
+
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            msg = f"--family-option {pair!r} is not NAME=VALUE"
+            raise AdapterOptionError(msg)
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def _embed_options(args: argparse.Namespace) -> dict[str, object]:
+    """The EmbedOptions fields the embedding commands set (also sent to workers)."""
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "rc_mode": args.rc,
+        "layers": (args.layer,),
+        "pooling": args.pooling,
+        "special_tokens": "include" if args.include_special_tokens else "exclude",
+        "truncation": "right" if args.truncate else "error",
+        "kmer_split": args.kmer_split,
+        "random_init": args.random_init,
+        "family_options": _family_options(args.family_option),
+        "trust_remote_code": args.trust_remote_code,
+    }
+
+
 def _embed_adapter(args: argparse.Namespace) -> object:
     from embedcache.models import load_adapter
 
-    return load_adapter(
-        args.model,
-        revision=args.revision,
-        dtype=args.dtype,
-        device=args.device,
-        rc_mode=args.rc,
-        layer=args.layer,
-        special_tokens="include" if args.include_special_tokens else "exclude",
-        truncation="right" if args.truncate else "error",
-        kmer_split=args.kmer_split,
-        trust_remote_code=args.trust_remote_code,
-    )
+    return load_adapter(args.model, revision=args.revision, **_embed_options(args))
 
 
 def _run_embedding(
@@ -404,6 +446,43 @@ def _save_npy_atomic(path: Path, array: object) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# --- models: the supported families and known checkpoints ---------------------------
+
+
+def _add_models_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "models", help="list the supported model families and known checkpoints"
+    )
+    p.set_defaults(func=_cmd_models)
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from embedcache.models import BUILTIN_MODELS, FAMILY_MODULES, family_module
+    from embedcache.models.catalogue import load_catalogue
+
+    print("families (recognised from config.json, most specific first):")
+    for name in FAMILY_MODULES:
+        module = family_module(name)
+        summary = (module.__doc__ or "").strip().splitlines()[0]
+        print(f"  {module.FAMILY:<12} {summary}")
+    print(f"built-in floors: {', '.join(BUILTIN_MODELS)}")
+    print()
+    columns = ("hub_id", "family", "params", "context", "rc_default", "licence")
+    entries = load_catalogue()
+    widths = {
+        c: max(len(c), *(len(str(getattr(e, c))) for e in entries)) for c in columns
+    }
+    print("  ".join(f"{c:<{widths[c]}}" for c in columns) + "  loading")
+    for e in entries:
+        cells = "  ".join(f"{getattr(e, c)!s:<{widths[c]}}" for c in columns)
+        print(f"{cells}  {e.loading}; tokens: {e.tokenizer}")
+    print(
+        f"{len(entries)} known checkpoints; any other checkpoint whose config.json "
+        "is recognised loads too"
+    )
+    return 0
 
 
 # --- report, demo -------------------------------------------------------------------
@@ -531,6 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_commands(sub)
     _add_store_commands(sub)
     _add_embed_commands(sub)
+    _add_models_command(sub)
     _add_report_commands(sub)
     _add_demo_command(sub)
     return parser

@@ -82,6 +82,28 @@ def plan_batches(
     return batches
 
 
+def adapter_keys(adapter: Adapter) -> tuple[ModelKey, ...]:
+    """Every key one forward pass of ``adapter`` fills (several in a layer sweep)."""
+    return tuple(getattr(adapter, "keys", None) or (adapter.key,))
+
+
+def embed_outputs(adapter: Adapter, seqs: Sequence[str]) -> np.ndarray:
+    """Float32 (len(keys), len(seqs), dim): one batch through the adapter, checked."""
+    keys = adapter_keys(adapter)
+    many = getattr(adapter, "embed_layers", None)
+    outputs = np.asarray(
+        many(seqs) if many is not None else adapter.embed_batch(seqs)[None],
+        dtype=np.float32,
+    )
+    if outputs.shape != (len(keys), len(seqs), adapter.dim):
+        msg = (
+            f"{adapter.key.short()} returned vectors of shape {outputs.shape} for a batch "
+            f"of {len(seqs)}; expected ({len(keys)}, {len(seqs)}, {adapter.dim})"
+        )
+        raise DimensionMismatchError(msg)
+    return outputs
+
+
 def _item_name(names: Sequence[str] | None, index: int) -> str:
     return names[index] if names is not None else f"sequence #{index} (0-based)"
 
@@ -145,11 +167,11 @@ def embed_sequences(
     n_tokens = _count_tokens(adapter, unique_seqs)
     _check_lengths(adapter, n_tokens, [first_index[h] for h in unique], clean, names)
 
-    found = (
-        np.asarray(store.contains(key, unique), dtype=bool)
-        if unique
-        else np.zeros(0, bool)
-    )
+    # a sequence is computed when any of the adapter's keys (layers) lacks it
+    found = np.ones(len(unique), dtype=bool)
+    for output_key in adapter_keys(adapter):
+        if unique:
+            found &= np.asarray(store.contains(output_key, unique), dtype=bool)
     missing = np.flatnonzero(~found).tolist()
     logger.info(
         "%s: %d sequences, %d distinct, %d to compute",
@@ -232,20 +254,15 @@ def _compute_missing(
         no_grad,
     ):
         for number, batch in enumerate(batches, start=1):
-            vectors = np.asarray(adapter.embed_batch([seqs[i] for i in batch]))
-            if vectors.shape != (len(batch), adapter.dim):
-                msg = (
-                    f"{key.short()} returned vectors of shape {vectors.shape} for a batch of "
-                    f"{len(batch)}; expected ({len(batch)}, {adapter.dim})"
-                )
-                raise DimensionMismatchError(msg)
-            if not np.isfinite(vectors).all():
-                row = batch[int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])]
-                msg = f"{key.short()} produced a non-finite vector for sequence {seqs[row][:40]!r}..."
-                raise InvalidSequenceError(msg)
-            store.put(
-                key, [hashes[i] for i in batch], vectors.astype(np.float32, copy=False)
-            )
+            outputs = embed_outputs(adapter, [seqs[i] for i in batch])
+            batch_hashes = [hashes[i] for i in batch]
+            for output_key, vectors in zip(adapter_keys(adapter), outputs, strict=True):
+                if not np.isfinite(vectors).all():
+                    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0]
+                    row = batch[int(bad)]
+                    msg = f"{output_key.short()} produced a non-finite vector for sequence {seqs[row][:40]!r}..."
+                    raise InvalidSequenceError(msg)
+                store.put(output_key, batch_hashes, vectors)
             total_tokens += sum(n_tokens[i] for i in batch)
             elapsed = max(time.perf_counter() - start, 1e-9)
             bar.update(len(batch))
@@ -282,4 +299,11 @@ def _gather(
     return np.asarray(stored, dtype=np.float32)[[row_of[h] for h in hashes]]
 
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "EmbedResult", "embed_sequences", "plan_batches"]
+__all__ = [
+    "DEFAULT_TOKEN_BUDGET",
+    "EmbedResult",
+    "adapter_keys",
+    "embed_outputs",
+    "embed_sequences",
+    "plan_batches",
+]

@@ -5,15 +5,22 @@ A name is one of
 - a built-in floor: ``kmer-1`` .. ``kmer-6``, or ``gc`` (GC fraction; no download);
 - a local directory in Hugging Face layout (``config.json`` + tokenizer + weights);
 - a hub id ``owner/name``, resolved with ``huggingface_hub`` to a commit sha.
+
+A checkpoint's family is recognised from its ``config.json`` in one place,
+:func:`recognise_family`: each family module under ``embedcache/models/`` says whether
+a config is its own (``recognise``) and builds the adapter (``load``). No repository
+code ever runs unless the checkpoint is none of these families and the user opts in.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import (
     AdapterOptionError,
@@ -21,6 +28,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import files_digest
+from embedcache.models.options import EmbedOptions, non_default
 
 if TYPE_CHECKING:
     from embedcache.models.base import Adapter
@@ -28,6 +36,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
+# Family modules, most specific first; "hf" (native transformers classes) is the
+# fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
+FAMILY_MODULES: tuple[str, ...] = (
+    "caduceus",
+    "hf",
+)
+# the model id of every local directory: its content digest (the revision) is its
+# identity, its folder name only a display alias kept beside the key
+LOCAL_MODEL_ID = "local"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -35,6 +52,8 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _CONTENT_SUFFIXES = frozenset(
     {".json", ".txt", ".model", ".safetensors", ".bin", ".py", ".pt"}
 )
+# what a hub snapshot needs: configs, tokenizer files, code (read, never run unasked)
+_HUB_FILES = ["*.json", "*.txt", "*.model", "*.py", "*.tiktoken"]
 # weights in formats the PyTorch adapters never read: skip them when downloading
 _HUB_IGNORE = [
     "*.h5",
@@ -81,6 +100,24 @@ def local_revision(path: Path) -> str:
     return files_digest(path, files)
 
 
+def _hub_patterns(repo_id: str, revision: str | None) -> list[str] | None:
+    """Files to fetch: configs, tokenizer and one weight format (safetensors when the
+    repository has it, else the pickles), or None when the file list is unreachable
+    (offline: the cached snapshot is used as it is)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        files = HfApi().list_repo_files(repo_id, revision=revision)
+    except (HfHubHTTPError, OSError, ValueError):
+        return None  # offline, private or unknown: snapshot_download says which
+    if any(f.endswith(".safetensors") for f in files):
+        weights = ["*.safetensors", "*.safetensors.index.json"]
+    else:
+        weights = ["*.bin", "*.bin.index.json"]
+    return _HUB_FILES + weights
+
+
 def resolve_hub_model(repo_id: str, *, revision: str | None = None) -> tuple[Path, str]:
     """Download (or find in the local cache) a hub model; return its folder and commit sha.
 
@@ -97,9 +134,15 @@ def resolve_hub_model(repo_id: str, *, revision: str | None = None) -> tuple[Pat
         OfflineModeIsEnabled,
     )
 
+    patterns = _hub_patterns(repo_id, revision)
     try:
         folder = Path(
-            snapshot_download(repo_id, revision=revision, ignore_patterns=_HUB_IGNORE)
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                allow_patterns=patterns,
+                ignore_patterns=_HUB_IGNORE if patterns is None else None,
+            )
         )
     except (LocalEntryNotFoundError, OfflineModeIsEnabled) as err:
         msg = (
@@ -127,18 +170,87 @@ def _unknown_model(model: str, reason: str) -> UnknownModelError:
     return UnknownModelError(msg)
 
 
+def read_config(folder: Path) -> dict[str, Any]:
+    """A model folder's ``config.json`` as a dict.
+
+    Raises
+    ------
+    UnknownModelError
+        The folder has no readable ``config.json``.
+    """
+    config = folder / "config.json"
+    if not config.is_file():
+        msg = (
+            f"{folder} has no config.json; a local model must be a directory in Hugging "
+            "Face layout (save_pretrained output)"
+        )
+        raise UnknownModelError(msg)
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        msg = f"cannot read {config}: {err}"
+        raise UnknownModelError(msg) from err
+    if not isinstance(data, dict):
+        msg = f"{config} is not a JSON object"
+        raise UnknownModelError(msg)
+    return data
+
+
+def family_module(name: str) -> ModuleType:
+    """The family module ``embedcache.models.<name>``."""
+    return importlib.import_module(f"embedcache.models.{name}")
+
+
+def describe_config(config: dict[str, Any]) -> str:
+    """``model_type``, ``architectures`` and ``auto_map`` of a config, for messages."""
+    parts = [
+        f"model_type {config.get('model_type')!r}",
+        f"architectures {config.get('architectures')}",
+    ]
+    if config.get("auto_map"):
+        parts.append(f"auto_map {config['auto_map']}")
+    return ", ".join(parts)
+
+
+def recognise_family(
+    config: dict[str, Any], folder: Path, *, trust_remote_code: bool = False
+) -> ModuleType:
+    """The family module that loads this checkpoint, decided from its config alone.
+
+    Raises
+    ------
+    UnknownModelError
+        The checkpoint needs its repository's own code and is none of embedcache's
+        families (and ``trust_remote_code`` is off), or it names no model type at all.
+    """
+    for name in FAMILY_MODULES[:-1]:
+        module = family_module(name)
+        if module.recognise(config, folder):
+            return module
+    fallback = family_module(FAMILY_MODULES[-1])
+    if config.get("auto_map") and not trust_remote_code:
+        known = ", ".join(FAMILY_MODULES[:-1])
+        msg = (
+            f"{folder} needs its repository's own code ({describe_config(config)}) and is "
+            f"none of the families embedcache loads without remote code ({known}, plus "
+            "native transformers classes). Running the repository's code is your own "
+            "opt-in: pass --trust-remote-code if you trust it."
+        )
+        raise UnknownModelError(msg)
+    if not config.get("model_type") and not config.get("auto_map"):
+        msg = (
+            f"{folder}/config.json names no model_type ({describe_config(config)}); "
+            "embedcache cannot tell which architecture it is"
+        )
+        raise UnknownModelError(msg)
+    return fallback
+
+
 def load_adapter(
     model: str,
     *,
     revision: str | None = None,
-    dtype: str = "float32",
-    device: str = "auto",
-    rc_mode: str | None = None,
-    layer: int = -1,
-    special_tokens: str = "exclude",
-    truncation: str = "error",
-    kmer_split: int | None = None,
-    trust_remote_code: bool = False,
+    **options: Any,  # noqa: ANN401
 ) -> Adapter:
     """Build the adapter for ``model`` with every option resolved into its key.
 
@@ -149,8 +261,10 @@ def load_adapter(
     revision
         Hub revision (branch, tag or commit); recorded as the resolved commit sha.
         Not allowed for built-ins and local directories (their revision is computed).
-    rc_mode
-        None: the family's default (``"average"`` for Caduceus, ``"none"`` otherwise).
+    **options
+        Fields of :class:`~embedcache.models.options.EmbedOptions` (dtype, device,
+        rc_mode, layers, pooling, special_tokens, truncation, kmer_split, random_init,
+        family_options, trust_remote_code).
 
     Raises
     ------
@@ -159,15 +273,32 @@ def load_adapter(
     AdapterOptionError
         An option does not apply to this model.
     """
+    try:
+        opts = EmbedOptions(**options)
+    except TypeError as err:
+        msg = f"{model}: {err}"
+        raise AdapterOptionError(msg) from err
     if model in BUILTIN_MODELS:
-        return _load_builtin(
-            model,
-            revision=revision,
-            rc_mode=rc_mode,
-            layer=layer,
-            kmer_split=kmer_split,
-            truncation=truncation,
-        )
+        return _load_builtin(model, revision=revision, options=opts)
+    folder, model_id, resolved, alias = _resolve_source(model, revision=revision)
+    config = read_config(folder)
+    family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
+    logger.debug("%s: recognised as %s", model, family.FAMILY)
+    return family.load(
+        folder,
+        config,
+        model_id=model_id,
+        revision=resolved,
+        options=opts,
+        device=resolve_device(opts.device),
+        alias=alias,
+    )
+
+
+def _resolve_source(
+    model: str, *, revision: str | None
+) -> tuple[Path, str, str, str | None]:
+    """(folder, model id, resolved revision, display alias) of a local dir or hub id."""
     path = Path(model).expanduser()
     if path.is_dir():
         content = local_revision(path)
@@ -177,145 +308,82 @@ def load_adapter(
                 f"content digest is {content}; drop --revision for local models"
             )
             raise AdapterOptionError(msg)
-        model_type = _local_model_type(path)
-        model_type_from_dir = True
-        # the content digest pins the model; the folder name keeps keys readable and
-        # lets a moved or copied directory keep its cache
-        source, model_id, resolved = path, path.resolve().name, content
-    elif _HUB_ID.match(model) and not path.exists():
-        model_type = "caduceus" if "caduceus" in model.lower() else None
-        model_type_from_dir = False
+        # the content digest is the identity; the folder name is only a display alias,
+        # so a renamed or moved byte-identical copy hits the same cache
+        return path, LOCAL_MODEL_ID, content, path.resolve().name
+    if _HUB_ID.match(model) and not path.exists():
         try:
-            source, resolved = resolve_hub_model(model, revision=revision)
+            folder, commit = resolve_hub_model(model, revision=revision)
         except UnknownModelError as err:
             err.add_note(f"no local directory {model!r} exists either")
             raise
-        model_id = model
-        if model_type is None:
-            model_type = _local_model_type(source)
+        return folder, model, commit, None
+    if path.exists():
+        reason = "it is a file, not a model directory"
+    elif model.startswith(("kmer", "k-mer")):
+        reason = "built-in k-mer models are kmer-1 .. kmer-6"
+    elif "/" in model or model.startswith((".", "~")):
+        reason = "no such directory, and it is not a hub id of the form owner/name"
     else:
-        if path.exists():
-            reason = "it is a file, not a model directory"
-        elif model.startswith(("kmer", "k-mer")):
-            reason = "built-in k-mer models are kmer-1 .. kmer-6"
-        elif "/" in model or model.startswith((".", "~")):
-            reason = "no such directory, and it is not a hub id of the form owner/name"
-        else:
-            reason = "not a built-in name, an existing directory, or a hub id"
-        raise _unknown_model(model, reason)
-
-    device = resolve_device(device)
-    if model_type == "caduceus":
-        # imported here: the Caduceus family pulls in its own (optional) kernels
-        from embedcache.models.caduceus import load_caduceus_adapter
-
-        if layer != -1 or special_tokens != "exclude" or kmer_split is not None:
-            msg = f"{model}: Caduceus adapters take no --layer, --include-special-tokens or --kmer-split"
-            raise AdapterOptionError(msg)
-        return load_caduceus_adapter(
-            source if model_type_from_dir else model,
-            revision=resolved,
-            rc_mode=rc_mode or "average",
-            dtype=dtype,
-            device=device,
-        )
-
-    from embedcache.models.hf import HFEncoderAdapter
-
-    return HFEncoderAdapter(
-        source,
-        model_id=model_id,
-        revision=resolved,
-        dtype=dtype,
-        device=device,
-        layer=layer,
-        special_tokens=special_tokens,
-        truncation=truncation,
-        kmer_split=kmer_split,
-        rc_mode=rc_mode or "none",
-        trust_remote_code=trust_remote_code,
-    )
+        reason = "not a built-in name, an existing directory, or a hub id"
+    raise _unknown_model(model, reason)
 
 
 def _load_builtin(
-    model: str,
-    *,
-    revision: str | None,
-    rc_mode: str | None,
-    layer: int,
-    kmer_split: int | None,
-    truncation: str,
+    model: str, *, revision: str | None, options: EmbedOptions
 ) -> Adapter:
     from embedcache.models.kmer import KmerAdapter
 
     if model == "gc":
-        return _load_gc(
-            revision=revision,
-            rc_mode=rc_mode,
-            layer=layer,
-            kmer_split=kmer_split,
-            truncation=truncation,
-        )
+        return _load_gc(revision=revision, options=options)
     if revision is not None:
         msg = (
             f"{model} is built in; its revision is the adapter version, drop --revision"
         )
         raise AdapterOptionError(msg)
-    if layer != -1 or kmer_split is not None:
-        msg = f"{model} is a k-mer spectrum: --layer and --kmer-split do not apply"
-        raise AdapterOptionError(msg)
-    if truncation != "error":
+    if options.truncation != "error":
         msg = f"{model} accepts sequences of any length: --truncate does not apply"
         raise AdapterOptionError(msg)
+    names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
+    flags = non_default(options, (*names, "family_options"))
+    if flags:
+        msg = f"{model} is a k-mer spectrum: {', '.join(flags)} do(es) not apply"
+        raise AdapterOptionError(msg)
     # dtype and device are ignored: counting k-mers is exact and runs in numpy
-    return KmerAdapter(int(model.split("-")[1]), rc_mode=rc_mode or "none")
+    return KmerAdapter(int(model.split("-")[1]), rc_mode=options.rc_mode or "none")
 
 
-def _load_gc(
-    *,
-    revision: str | None,
-    rc_mode: str | None,
-    layer: int,
-    kmer_split: int | None,
-    truncation: str,
-) -> Adapter:
+def _load_gc(*, revision: str | None, options: EmbedOptions) -> Adapter:
     from embedcache.models.gc import GCAdapter
 
     if revision is not None:
         msg = "gc is built in; its revision is the adapter version, drop --revision"
         raise AdapterOptionError(msg)
-    if layer != -1 or kmer_split is not None:
-        msg = (
-            "gc is the GC fraction of a sequence: --layer and --kmer-split do not apply"
-        )
-        raise AdapterOptionError(msg)
-    if truncation != "error":
+    if options.truncation != "error":
         msg = "gc accepts sequences of any length: --truncate does not apply"
         raise AdapterOptionError(msg)
-    # dtype and device are ignored: counting bases is exact and runs in numpy
-    return GCAdapter(rc_mode=rc_mode or "none")
-
-
-def _local_model_type(path: Path) -> str | None:
-    config = path / "config.json"
-    if not config.is_file():
+    names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
+    flags = non_default(options, (*names, "family_options"))
+    if flags:
         msg = (
-            f"{path} has no config.json; a local model must be a directory in Hugging Face "
-            "layout (save_pretrained output)"
+            f"gc is the GC fraction of a sequence: {', '.join(flags)} do(es) not apply"
         )
-        raise UnknownModelError(msg)
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        msg = f"cannot read {config}: {err}"
-        raise UnknownModelError(msg) from err
-    return data.get("model_type")
+        raise AdapterOptionError(msg)
+    # dtype and device are ignored: counting bases is exact and runs in numpy
+    return GCAdapter(rc_mode=options.rc_mode or "none")
 
 
 __all__ = [
     "BUILTIN_MODELS",
+    "FAMILY_MODULES",
+    "LOCAL_MODEL_ID",
+    "EmbedOptions",
+    "describe_config",
+    "family_module",
     "load_adapter",
     "local_revision",
+    "read_config",
+    "recognise_family",
     "resolve_device",
     "resolve_hub_model",
 ]

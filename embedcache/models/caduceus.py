@@ -21,10 +21,8 @@ the engine to hand it equal lengths to begin with.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +34,7 @@ from embedcache.errors import (
     InvalidSequenceError,
     UnknownModelError,
 )
-from embedcache.hashing import files_digest, reverse_complement
+from embedcache.hashing import reverse_complement
 from embedcache.models import resolve_device
 from embedcache.models._caduceus_model import (
     BASE_IDS,
@@ -46,6 +44,8 @@ from embedcache.models._caduceus_model import (
     complement_ids,
     weights_from_state_dict,
 )
+from embedcache.models.options import EmbedOptions, non_default
+from embedcache.models.weights import read_state_dict
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
@@ -56,15 +56,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CADUCEUS_ADAPTER_VERSION = "1"
-DTYPES = ("float32", "bfloat16")
 RC_MODES = ("average", "none")
 SCANS = ("auto", "numba", "torch")
 # tokens per forward pass (copies for the RC strand included): bounds activation memory
 # (~40 KB per token at d_model 256) while keeping the matmuls large
 _TOKENS_PER_PASS = 16384
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def _token_table() -> np.ndarray:
@@ -107,9 +103,13 @@ class CaduceusAdapter:
     # default), as the matmuls grow and per-call kernel overhead shrinks
     preferred_token_budget = 8192
 
-    def __init__(self, backbone: CaduceusBackbone, *, key: ModelKey) -> None:
+    def __init__(
+        self, backbone: CaduceusBackbone, *, key: ModelKey, alias: str | None = None
+    ) -> None:
         self.backbone = backbone
         self.key = key
+        self.keys = (key,)
+        self.alias = alias
         d = backbone.arch.d_model
         self.dim = 2 * d if backbone.arch.rcps and key.rc_mode == "none" else d
         self.max_tokens = key.max_length
@@ -175,112 +175,79 @@ class CaduceusAdapter:
         return f"CaduceusAdapter({self.key.short()}, dim={self.dim})"
 
 
-def load_caduceus_adapter(
-    source: str | os.PathLike,
+FAMILY = "caduceus"
+
+
+def recognise(config: dict[str, Any], folder: Path) -> bool:
+    """Whether a checkpoint's config is Caduceus (see :func:`is_caduceus_config`)."""
+    return is_caduceus_config(config)
+
+
+def load(
+    folder: Path,
+    config: dict[str, Any],
     *,
-    revision: str | None = None,
-    rc_mode: str = "average",
-    dtype: str = "float32",
-    device: str = "cpu",
+    model_id: str,
+    revision: str,
+    options: EmbedOptions,
+    device: str,
+    alias: str | None = None,
     scan: str = "auto",
 ) -> CaduceusAdapter:
-    """Load an official-layout Caduceus checkpoint as an adapter.
+    """A Caduceus adapter from an official-layout folder (``config.json`` + weights).
 
-    Parameters
-    ----------
-    source
-        A local directory in hub layout (``config.json`` + ``model.safetensors``, or
-        ``pytorch_model.bin``, read with ``weights_only=True``) or a hub id.
-    revision
-        Hub ids: branch, tag or commit, recorded as the resolved commit sha. Local
-        directories: their revision is ``"sha256:"`` + a digest of the config and
-        weight files; a ``sha256:`` digest passed here is superseded by it.
-    rc_mode
-        ``"average"`` (default) or ``"none"``.
-    dtype
-        ``"float32"``, or ``"bfloat16"`` for the in/out projections (the scan state,
-        norms and residual stream stay float32).
-    device
-        ``"cpu"``, ``"cuda"`` / ``"cuda:<i>"``, or ``"auto"``.
-    scan
-        ``"auto"`` (numba kernel on CPU, torch on CUDA), ``"numba"`` or ``"torch"``.
+    ``options.rc_mode`` None means ``"average"``; ``options.dtype`` ``"bfloat16"``
+    runs the in/out projections in bf16 (the scan state, norms and residual stream
+    stay float32). ``scan`` is ``"auto"`` (numba kernel on CPU, torch on CUDA),
+    ``"numba"`` or ``"torch"``.
 
     Raises
     ------
-    UnknownModelError
-        No such directory, or a hub id that cannot be resolved (offline, not cached).
     CheckpointError
         The weights are missing, incomplete or do not fit the config.
     AdapterOptionError
-        An option is not one of the allowed values.
-    DeviceUnavailableError
-        CUDA is requested but not available.
+        An option does not apply to Caduceus.
     """
     import torch
 
+    rc_mode = options.rc_mode or "average"
     if rc_mode not in RC_MODES:
         msg = f"rc_mode {rc_mode!r} is not one of {RC_MODES} for Caduceus"
-        raise AdapterOptionError(msg)
-    if dtype not in DTYPES:
-        msg = f"dtype {dtype!r} is not one of {DTYPES} for Caduceus"
         raise AdapterOptionError(msg)
     if scan not in SCANS:
         msg = f"scan {scan!r} is not one of {SCANS}"
         raise AdapterOptionError(msg)
-    device = resolve_device(device)
+    _check_options(options, model_id)
     on_cuda = device.startswith("cuda")
     if scan == "numba" and on_cuda:
         msg = "scan='numba' runs on CPU tensors only; use scan='torch' or 'auto' with CUDA"
         raise AdapterOptionError(msg)
-
-    folder, model_id, resolved = _resolve_source(source, revision=revision)
-    config_path = folder / "config.json"
-    config = _read_config(config_path)
     if not is_caduceus_config(config):
-        msg = (
-            f"{config_path} has model_type {config.get('model_type')!r}, not 'caduceus'"
-        )
+        msg = f"{folder}/config.json has model_type {config.get('model_type')!r}, not 'caduceus'"
         raise CheckpointError(msg)
-    weight_path = _weight_file(folder)
-    if resolved is None:
-        resolved = files_digest(folder, [config_path, weight_path])
-        if revision is not None and revision != resolved:
-            if not revision.startswith("sha256:"):
-                msg = (
-                    f"revision {revision!r} was given for the local directory {folder}; a local "
-                    f"model's revision is its content digest ({resolved}); drop the revision"
-                )
-                raise AdapterOptionError(msg)
-            logger.debug(
-                "%s: recording the adapter's digest %s instead of %s",
-                folder,
-                resolved,
-                revision,
-            )
-
-    arch = arch_from_config(config, where=str(config_path))
+    arch = arch_from_config(config, where=str(folder / "config.json"))
     weights = weights_from_state_dict(
-        arch, _read_state_dict(weight_path), config=config, where=str(weight_path)
+        arch, read_state_dict(folder), config=config, where=str(folder)
     )
     use_numba = scan == "numba" or (scan == "auto" and not on_cuda)
     backbone = CaduceusBackbone(
         arch,
         weights,
         device=device,
-        matmul_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32,
+        matmul_dtype=torch.bfloat16 if options.dtype == "bfloat16" else torch.float32,
         kernels="numba" if use_numba else "torch",
     )
     max_length = config.get("max_length") or config.get("max_position_embeddings")
     key = ModelKey(
         model_id=model_id,
-        revision=resolved,
+        revision=revision,
         adapter="caduceus",
         adapter_version=CADUCEUS_ADAPTER_VERSION,
         layer=-1,
         pooling="mean",
         special_tokens="none",
         rc_mode=rc_mode,
-        dtype=dtype,
+        dtype=options.dtype,
         max_length=int(max_length) if max_length else None,
     )
     logger.info(
@@ -292,83 +259,66 @@ def load_caduceus_adapter(
         device,
         "numba" if use_numba else "torch",
     )
-    return CaduceusAdapter(backbone, key=key)
+    return CaduceusAdapter(backbone, key=key, alias=alias)
 
 
-def _resolve_source(
-    source: str | os.PathLike, *, revision: str | None
-) -> tuple[Path, str, str | None]:
-    """(folder, model id, commit sha or None for a local dir whose digest is computed later)."""
-    text = os.fspath(source)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        # the folder name, as for other local models: a moved copy keeps its cache
-        return path, path.resolve().name, None
-    if path.exists() or not _HUB_ID.match(text):
+def _check_options(options: EmbedOptions, model_id: str) -> None:
+    if options.pooling != "mean":
         msg = (
-            f"Caduceus model {text!r} is neither a local directory (config.json + weights) "
-            "nor a hub id of the form owner/name"
+            f"{model_id}: Caduceus is bidirectional and adds no [CLS]: pooling "
+            f"{options.pooling!r} does not apply, only mean"
         )
+        raise AdapterOptionError(msg)
+    names = ("layers", "special_tokens", "kmer_split", "truncation", "random_init")
+    flags = non_default(options, (*names, "family_options"))
+    if flags:
+        msg = f"{model_id}: Caduceus adapters take no {', '.join(flags)} (yet)"
+        raise AdapterOptionError(msg)
+
+
+def load_caduceus_adapter(
+    source: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    rc_mode: str = "average",
+    dtype: str = "float32",
+    device: str = "cpu",
+    scan: str = "auto",
+) -> CaduceusAdapter:
+    """Load a local official-layout Caduceus directory (tests and benchmarks).
+
+    The key is that of :func:`embedcache.models.load_adapter` for the same folder: the
+    model id ``local`` and the folder's content digest as revision (a ``revision``
+    given must equal it). ``scan`` picks the CPU kernels (see :func:`load`).
+
+    Raises
+    ------
+    UnknownModelError
+        No such directory.
+    AdapterOptionError
+        A revision other than the content digest, or an unknown option.
+    """
+    from embedcache.models import LOCAL_MODEL_ID, local_revision, read_config
+
+    folder = Path(os.fspath(source)).expanduser()
+    if not folder.is_dir():
+        msg = f"Caduceus model {os.fspath(source)!r} is not a local directory; load hub ids with load_adapter"
         raise UnknownModelError(msg)
-    folder = _snapshot(
-        text, revision=revision, patterns=["config.json", "model.safetensors"]
+    content = local_revision(folder)
+    if revision is not None and revision != content:
+        msg = (
+            f"revision {revision!r} was given for the local directory {folder}; a local "
+            f"model's revision is its content digest ({content}); drop the revision"
+        )
+        raise AdapterOptionError(msg)
+    options = EmbedOptions(rc_mode=rc_mode, dtype=dtype, device=device)
+    return load(
+        folder,
+        read_config(folder),
+        model_id=LOCAL_MODEL_ID,
+        revision=content,
+        options=options,
+        device=resolve_device(device),
+        alias=folder.resolve().name,
+        scan=scan,
     )
-    if not (folder / "model.safetensors").is_file():
-        folder = _snapshot(
-            text, revision=revision, patterns=["config.json", "pytorch_model.bin"]
-        )
-    commit = folder.name  # .../snapshots/<commit sha>
-    if not _COMMIT.match(commit):
-        msg = f"hub snapshot folder {folder} is not named by a commit sha; cannot pin {text!r}"
-        raise UnknownModelError(msg)
-    return folder, text, commit
-
-
-def _snapshot(repo_id: str, *, revision: str | None, patterns: list[str]) -> Path:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(
-            snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
-        )
-    except Exception as err:  # hub errors vary by version: offline, 404, network
-        msg = (
-            f"cannot resolve Caduceus model {repo_id!r} (revision {revision or 'default'}) from "
-            f"the hub or the local cache: {err}. Download it on a connected machine or pass "
-            "a local directory."
-        )
-        raise UnknownModelError(msg) from err
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        msg = f"{path.parent} has no config.json; a Caduceus model directory needs one"
-        raise CheckpointError(msg) from err
-    except (OSError, json.JSONDecodeError) as err:
-        msg = f"cannot read {path}: {err}"
-        raise CheckpointError(msg) from err
-
-
-def _weight_file(folder: Path) -> Path:
-    for name in _WEIGHT_FILES:
-        if (folder / name).is_file():
-            return folder / name
-    msg = f"{folder} holds none of {', '.join(_WEIGHT_FILES)}; save the model with save_pretrained"
-    raise CheckpointError(msg)
-
-
-def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    import torch
-
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            return load_file(str(path), device="cpu")
-        # weights_only: a pickle from the internet must not run code
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # safetensors and pickle raise many types on a bad file
-        msg = f"cannot read the weights in {path}: {err}"
-        raise CheckpointError(msg) from err

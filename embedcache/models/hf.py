@@ -1,25 +1,26 @@
-"""Generic Hugging Face encoders (BERT, ESM / Nucleotide Transformer, DNABERT, GROVER, ...).
+"""Native Hugging Face encoders (BERT, ESM / Nucleotide Transformer v1, DNABERT, GROVER...).
 
-Loaded through ``AutoTokenizer`` / ``AutoModel`` from a local directory in HF layout.
-The pooled vector is the mean of one layer's hidden states over the sequence's tokens:
-padding is always left out, special tokens ([CLS], [SEP], ...) by default too.
+The fallback family: a checkpoint whose config names a class transformers ships,
+loaded through ``AutoTokenizer`` / ``AutoModel``. Loading is strict: a tensor of the
+encoder missing from the checkpoint, or one the checkpoint holds under the encoder's
+modules that the class has no place for, is refused (a checkpoint that only *looks*
+native, such as GENA-LM's ``model_type: bert``, never loads silently into the wrong
+class). Task heads (``cls.*``, ``lm_head.*`` ...) are left out on purpose.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from embedcache.errors import (
-    AdapterOptionError,
-    InvalidSequenceError,
-    SequenceTooLongError,
-    UnknownModelError,
+from embedcache.errors import CheckpointError, UnknownModelError
+from embedcache.models.encoder import (
+    Encoded,
+    EncoderAdapter,
+    EncoderTraits,
+    config_digest,
 )
-from embedcache.hashing import reverse_complement
-from embedcache.specs import ModelKey
+from embedcache.models.options import random_init_revision
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,17 +28,21 @@ if TYPE_CHECKING:
 
     import torch
 
+    from embedcache.models.options import EmbedOptions
+
 logger = logging.getLogger(__name__)
 
-HF_ADAPTER_VERSION = "1"
-DTYPES = ("float32", "bfloat16")
-SPECIAL_TOKEN_POLICIES = ("exclude", "include")
-TRUNCATION_POLICIES = ("error", "right")
-RC_MODES = ("none", "average")
+FAMILY = "hf-encoder"
+ADAPTER_VERSION = "1"
 # tokenizers report this (or larger) when they know no limit
 _NO_LIMIT = 10**8
 # models whose learned positions start after the padding index (RoBERTa heritage)
 _OFFSET_POSITIONS = frozenset({"esm", "roberta", "xlm-roberta", "camembert"})
+
+
+def recognise(config: dict[str, Any], folder: Path) -> bool:
+    """The fallback: any config transformers can map to a native class."""
+    return bool(config.get("model_type"))
 
 
 def kmer_split(seq: str, k: int) -> str:
@@ -47,16 +52,69 @@ def kmer_split(seq: str, k: int) -> str:
     return " ".join(seq[i : i + k] for i in range(len(seq) - k + 1))
 
 
-def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden`` (b, t, d) over positions where ``mask`` (b, t) is true, in float32."""
+class HFTokenizer:
+    """A transformers tokenizer as a :class:`SequenceTokenizer` (optionally k-mer split)."""
+
+    def __init__(self, tokenizer: Any, *, kmer: int | None = None) -> None:  # noqa: ANN401
+        self.tokenizer = tokenizer
+        self.kmer = kmer
+        self.pad_id = int(tokenizer.pad_token_id or 0)
+
+    def _text(self, seq: str) -> str:
+        return kmer_split(seq, self.kmer) if self.kmer else seq
+
+    def encode(self, seq: str) -> Encoded:
+        return self.encode_many([seq])[0]
+
+    def encode_many(self, seqs: Sequence[str]) -> list[Encoded]:
+        if not seqs:
+            return []
+        enc = self.tokenizer(
+            [self._text(s) for s in seqs],
+            add_special_tokens=True,
+            return_special_tokens_mask=True,
+        )
+        return [
+            Encoded(tuple(ids), tuple(bool(s) for s in special))
+            for ids, special in zip(
+                enc["input_ids"], enc["special_tokens_mask"], strict=True
+            )
+        ]
+
+
+def _network_class() -> type:
     import torch
 
-    weights = mask.to(torch.float32)
-    summed = (hidden.float() * weights.unsqueeze(-1)).sum(dim=1)
-    return summed / weights.sum(dim=1, keepdim=True)
+    class HFNetwork(torch.nn.Module):
+        """A transformers encoder behind the :class:`EncoderNetwork` call."""
+
+        def __init__(self, model: torch.nn.Module, config: Any) -> None:  # noqa: ANN401
+            super().__init__()
+            self.model = model
+            self.n_layers = int(config.num_hidden_layers)
+            self.hidden_size = int(config.hidden_size)
+
+        def forward(
+            self,
+            ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            layers: Sequence[int],
+        ) -> list[torch.Tensor]:
+            need_all = any(layer != -1 for layer in layers)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=attention_mask.long(),
+                output_hidden_states=need_all,
+            )
+            return [
+                out.last_hidden_state if layer == -1 else out.hidden_states[layer]
+                for layer in layers
+            ]
+
+    return HFNetwork
 
 
-def _max_tokens(config: object, tokenizer: object) -> int | None:
+def max_tokens(config: object, tokenizer: object) -> int | None:
     """The longest input (special tokens included) the model accepts, or None if unlimited."""
     limits = []
     tok_max = getattr(tokenizer, "model_max_length", None)
@@ -72,207 +130,129 @@ def _max_tokens(config: object, tokenizer: object) -> int | None:
     return min(limits) if limits else None
 
 
-class HFEncoderAdapter:
-    """Masked mean-pooled hidden states of a Hugging Face encoder.
+def load(
+    folder: Path,
+    config_dict: dict[str, Any],
+    *,
+    model_id: str,
+    revision: str,
+    options: EmbedOptions,
+    device: str,
+    alias: str | None = None,
+) -> EncoderAdapter:
+    """A native transformers encoder from ``folder`` (weights checked strictly).
 
-    Parameters
-    ----------
-    path
-        Local directory in HF layout (config, tokenizer, weights).
-    model_id, revision
-        Recorded in the key: the name the user gave and the resolved commit or digest.
-    layer
-        -1 (default) pools ``last_hidden_state`` (after any final layer norm); another
-        value indexes ``hidden_states`` (0 = embedding output, ``n_layers`` = last layer
-        before a final norm).
-    special_tokens
-        ``"exclude"`` pools the sequence's own tokens only; ``"include"`` adds [CLS]/[SEP]...
-    truncation
-        ``"error"``: a too-long sequence raises; ``"right"``: it is cut to the model's maximum.
-    kmer_split
-        Pre-split each sequence into overlapping k-mers joined by spaces (DNABERT).
-    rc_mode
-        ``"average"``: mean of the pooled vectors of the sequence and its reverse complement.
-    dtype
-        Compute dtype; the model is cast (measured faster than autocast on these CPUs).
+    Raises
+    ------
+    UnknownModelError
+        transformers cannot build the config, tokenizer or model.
+    CheckpointError
+        The checkpoint's encoder tensors do not match the class its config names.
     """
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    needs_equal_lengths = False
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        model_id: str,
-        revision: str,
-        dtype: str = "float32",
-        device: str = "cpu",
-        layer: int = -1,
-        special_tokens: str = "exclude",
-        truncation: str = "error",
-        kmer_split: int | None = None,
-        rc_mode: str = "none",
-        trust_remote_code: bool = False,
-    ) -> None:
-        import torch
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        _check_choice("dtype", dtype, DTYPES, model_id)
-        _check_choice(
-            "special-token policy", special_tokens, SPECIAL_TOKEN_POLICIES, model_id
+    remote = options.trust_remote_code
+    name = alias or model_id
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=remote)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=remote)
+        if options.random_init is not None:
+            torch.manual_seed(options.random_init)
+            model = _without_pooler(AutoModel.from_config, config, remote=remote)
+        else:
+            model = _load_checked(folder, config, remote=remote, where=name)
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, KeyError) as err:
+        msg = (
+            f"cannot load {name!r} from {folder} as a Hugging Face encoder: {err}. "
+            "Check the directory holds config.json, tokenizer files and weights."
         )
-        _check_choice("truncation policy", truncation, TRUNCATION_POLICIES, model_id)
-        _check_choice("rc mode", rc_mode, RC_MODES, model_id)
-        if kmer_split is not None and not 1 <= kmer_split <= 12:
-            msg = f"{model_id}: kmer split {kmer_split} is outside 1..12"
-            raise AdapterOptionError(msg)
-        try:
-            config = AutoConfig.from_pretrained(
-                path, trust_remote_code=trust_remote_code
-            )
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                path, trust_remote_code=trust_remote_code
-            )
-            model = _load_model(
-                AutoModel, path, config, trust_remote_code=trust_remote_code
-            )
-        except (OSError, ValueError, KeyError) as err:
-            msg = (
-                f"cannot load {model_id!r} from {path} as a Hugging Face encoder: {err}. "
-                "Check the directory holds config.json, tokenizer files and weights; "
-                "models with custom code need --trust-remote-code."
-            )
-            raise UnknownModelError(msg) from err
-        n_layers = getattr(config, "num_hidden_layers", None)
-        if layer != -1 and (n_layers is None or not 0 <= layer <= n_layers):
-            msg = (
-                f"{model_id}: layer {layer} does not exist; use -1 (last) or "
-                f"0..{n_layers} (0 = embeddings)"
-            )
-            raise AdapterOptionError(msg)
-        self.torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-        self.device = torch.device(device)
-        self.model = model.to(device=self.device, dtype=self.torch_dtype).eval()
-        self.layer = layer
-        self.special_tokens = special_tokens
-        self.truncation = truncation
-        self.kmer = kmer_split
-        self.rc_mode = rc_mode
-        self.dim = int(config.hidden_size)
-        self.max_tokens = _max_tokens(config, self.tokenizer)
-        options = [("model_type", str(getattr(config, "model_type", "")))]
-        if kmer_split is not None:
-            options.append(("kmer_split", str(kmer_split)))
-        self.key = ModelKey(
-            model_id=model_id,
-            revision=revision,
-            adapter="hf-encoder",
-            adapter_version=HF_ADAPTER_VERSION,
-            layer=layer,
-            pooling="mean",
-            special_tokens=special_tokens,
-            rc_mode=rc_mode,
-            dtype=dtype,
-            max_length=self.max_tokens,
-            truncation=truncation,
-            options=tuple(options),
-        )
-        logger.info(
-            "loaded %s (dim %d, max %s tokens)",
-            self.key.short(),
-            self.dim,
-            self.max_tokens,
-        )
-
-    def _text(self, seq: str) -> str:
-        return kmer_split(seq, self.kmer) if self.kmer else seq
-
-    def n_tokens(self, seq: str) -> int:
-        n = len(self.tokenizer(self._text(seq), add_special_tokens=True)["input_ids"])
-        if self.rc_mode == "average":
-            rc = self._text(reverse_complement(seq))
-            n = max(n, len(self.tokenizer(rc, add_special_tokens=True)["input_ids"]))
-        return n
-
-    def n_tokens_many(self, seqs: Sequence[str]) -> list[int]:
-        """``n_tokens`` for many sequences at once (one call into the fast tokenizer)."""
-        if not seqs:
-            return []
-        enc = self.tokenizer([self._text(s) for s in seqs], add_special_tokens=True)
-        counts = [len(ids) for ids in enc["input_ids"]]
-        if self.rc_mode == "average":
-            rcs = [self._text(reverse_complement(s)) for s in seqs]
-            enc_rc = self.tokenizer(rcs, add_special_tokens=True)
-            counts = [
-                max(a, len(b)) for a, b in zip(counts, enc_rc["input_ids"], strict=True)
-            ]
-        return counts
-
-    def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            pooled = self._pool(seqs)
-            if self.rc_mode == "average":
-                pooled = (
-                    pooled + self._pool([reverse_complement(s) for s in seqs])
-                ) / 2
-        return pooled.cpu().numpy().astype(np.float32, copy=False)
-
-    def _pool(self, seqs: Sequence[str]) -> torch.Tensor:
-        truncate = self.truncation == "right" and self.max_tokens is not None
-        enc = self.tokenizer(
-            [self._text(s) for s in seqs],
-            padding=True,
-            truncation=truncate,
-            max_length=self.max_tokens if truncate else None,
-            return_special_tokens_mask=True,
-            return_tensors="pt",
-        )
-        if self.max_tokens is not None and enc["input_ids"].shape[1] > self.max_tokens:
-            lengths = enc["attention_mask"].sum(dim=1).tolist()
-            row = max(range(len(seqs)), key=lambda i: lengths[i])
-            msg = (
-                f"a sequence of {len(seqs[row])} bp is {lengths[row]} tokens, more than the "
-                f"{self.max_tokens} {self.key.model_id} accepts; pass truncation='right' to cut it"
-            )
-            raise SequenceTooLongError(msg)
-        special = enc.pop("special_tokens_mask").bool()
-        attention = enc["attention_mask"].bool()
-        inputs = {k: v.to(self.device) for k, v in enc.items()}
-        out = self.model(**inputs, output_hidden_states=self.layer != -1)
-        hidden = (
-            out.last_hidden_state if self.layer == -1 else out.hidden_states[self.layer]
-        )
-        mask = attention & ~special if self.special_tokens == "exclude" else attention
-        empty = ~mask.any(dim=1)
-        if bool(empty.any()):
-            row = int(empty.nonzero()[0, 0])
-            msg = f"sequence {seqs[row]!r} has no tokens left to pool once special tokens are excluded"
-            raise InvalidSequenceError(msg)
-        return masked_mean(hidden, mask.to(self.device))
+        raise UnknownModelError(msg) from err
+    key_options = [("model_type", str(getattr(config, "model_type", "")))]
+    if options.kmer_split is not None:
+        key_options.append(("kmer_split", str(options.kmer_split)))
+    if options.random_init is not None:
+        revision = random_init_revision(options.random_init)
+        key_options.append(("config", config_digest(config_dict)))
+    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
+    network = _network_class()(model, config).to(device=device, dtype=dtype).eval()
+    limit = max_tokens(config, tokenizer)
+    traits = EncoderTraits(
+        family=FAMILY,
+        adapter_version=ADAPTER_VERSION,
+        causal=bool(getattr(config, "is_decoder", False)),
+        has_cls=tokenizer.cls_token_id is not None
+        or tokenizer.bos_token_id is not None,
+        max_tokens=limit,
+        options=tuple(key_options),
+    )
+    return EncoderAdapter(
+        tokenizer=HFTokenizer(tokenizer, kmer=options.kmer_split),
+        network=network,
+        traits=traits,
+        model_id=model_id,
+        revision=revision,
+        options=options,
+        device=device,
+        alias=alias,
+    )
 
 
-def _load_model(
-    auto: type, path: Path, config: object, *, trust_remote_code: bool
-) -> object:
+def _without_pooler(build: Any, *args: Any, remote: bool) -> torch.nn.Module:  # noqa: ANN401
+    """BERT/ESM-style encoders carry a [CLS] pooler we never use: skip building it."""
     import torch
 
-    kwargs = {
-        "config": config,
-        "trust_remote_code": trust_remote_code,
-        "dtype": torch.float32,
-    }
+    kwargs: dict[str, Any] = {"trust_remote_code": remote, "dtype": torch.float32}
     try:
-        # BERT/ESM-style encoders carry a [CLS] pooler we never use: skip building it
-        return auto.from_pretrained(path, add_pooling_layer=False, **kwargs)
+        return build(*args, add_pooling_layer=False, **kwargs)
     except TypeError:
-        return auto.from_pretrained(path, **kwargs)
+        return build(*args, **kwargs)
 
 
-def _check_choice(
-    what: str, value: str, allowed: tuple[str, ...], model_id: str
-) -> None:
-    if value not in allowed:
-        msg = f"{model_id}: {what} {value!r} is not one of {', '.join(allowed)}"
-        raise AdapterOptionError(msg)
+def _load_checked(
+    folder: Path,
+    config: Any,  # noqa: ANN401
+    *,
+    remote: bool,
+    where: str,
+) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    model, info = _without_pooler(
+        lambda *a, **k: AutoModel.from_pretrained(
+            *a, config=config, output_loading_info=True, **k
+        ),
+        folder,
+        remote=remote,
+    )
+    own_modules = {name.split(".")[0] for name in model.state_dict()}
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    unexpected = [
+        name
+        for name in info.get("unexpected_keys", ())
+        if name.split(".")[0] in own_modules
+        or (prefix and name.startswith(prefix + "."))
+    ]
+    missing = sorted(info.get("missing_keys", ()))
+    mismatched = list(info.get("mismatched_keys", ()))
+    if missing or unexpected or mismatched:
+        cls = type(model).__name__
+        parts = [
+            f"{label} {len(names)} ({', '.join(str(n) for n in sorted(names)[:5])})"
+            for label, names in (
+                ("missing", missing),
+                ("unexpected", unexpected),
+                ("misshaped", mismatched),
+            )
+            if names
+        ]
+        msg = (
+            f"{where}: its weights do not fit {cls}, the native class its config names: "
+            f"{'; '.join(parts)}. Refusing to load it into the wrong class; it may be a "
+            "model whose own code changes the architecture (a family embedcache does not "
+            "know yet), or an incomplete checkpoint."
+        )
+        raise CheckpointError(msg)
+    return model

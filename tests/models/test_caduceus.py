@@ -26,6 +26,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.models import load_adapter
 from embedcache.models._caduceus_model import arch_from_config
 from embedcache.models.caduceus import (
     CaduceusAdapter,
@@ -210,15 +211,12 @@ def test_revision_is_a_content_digest(tmp_path):
         load_caduceus_adapter(path, revision="main")
 
 
-def test_moved_copy_keeps_its_key(tmp_path):
-    first = load_caduceus_adapter(
-        copy_model("ph", tmp_path / "a" / "caduceus-tiny")
-    ).key
-    moved = load_caduceus_adapter(
-        copy_model("ph", tmp_path / "b" / "caduceus-tiny")
-    ).key
-    assert first.model_id == "caduceus-tiny"
-    assert moved.digest == first.digest
+def test_renamed_copy_keeps_its_key_and_shows_its_folder(tmp_path):
+    first = load_caduceus_adapter(copy_model("ph", tmp_path / "a" / "caduceus-tiny"))
+    renamed = load_caduceus_adapter(copy_model("ph", tmp_path / "b" / "other-name"))
+    assert first.key.model_id == renamed.key.model_id == "local"
+    assert renamed.key.digest == first.key.digest
+    assert (first.alias, renamed.alias) == ("caduceus-tiny", "other-name")
 
 
 @pytest.mark.parametrize("variant", ["ph", "ps"])
@@ -292,16 +290,25 @@ def test_hub_id_resolves_offline_from_the_cache(monkeypatch, tmp_path):
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    adapter = load_caduceus_adapter("someone/caduceus-tiny", rc_mode="none")
+    adapter = load_adapter("someone/caduceus-tiny", rc_mode="none", device="cpu")
+    assert adapter.key.adapter == "caduceus"
     assert adapter.key.revision == commit
     assert adapter.key.model_id == "someone/caduceus-tiny"
     with pytest.raises(UnknownModelError, match="someone/not-cached"):
-        load_caduceus_adapter("someone/not-cached")
+        load_adapter("someone/not-cached")
+    with pytest.raises(UnknownModelError, match="load hub ids with load_adapter"):
+        load_caduceus_adapter("someone/caduceus-tiny")
 
 
 def test_options_are_checked():
-    with pytest.raises(AdapterOptionError, match="rc_mode"):
+    with pytest.raises(AdapterOptionError, match="rc mode"):
         load_caduceus_adapter(FIXTURES / "ph", rc_mode="both")
+    for option, flag in [
+        ({"pooling": "cls"}, "pooling 'cls'"),
+        ({"layers": (1,)}, "--layer"),
+    ]:
+        with pytest.raises(AdapterOptionError, match=flag):
+            load_adapter(str(FIXTURES / "ph"), device="cpu", **option)
     with pytest.raises(AdapterOptionError, match="dtype"):
         load_caduceus_adapter(FIXTURES / "ph", dtype="float16")
     with pytest.raises(UnknownModelError):

@@ -60,7 +60,9 @@ def test_key_is_a_floor_and_rc_does_not_apply():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"layer": 3}, "--layer"),
+        ({"layers": (3,)}, "--layer"),
+        ({"random_init": 1}, "--random-init"),
+        ({"pooling": "cls"}, "--pooling"),
         ({"kmer_split": 3}, "--kmer-split"),
         ({"revision": "abc"}, "drop --revision"),
         ({"truncation": "right"}, "--truncate"),

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +13,19 @@ from transformers import AutoModel, AutoTokenizer
 
 from embedcache.errors import (
     AdapterOptionError,
+    CheckpointError,
     DeviceUnavailableError,
     SequenceTooLongError,
     UnknownModelError,
 )
 from embedcache.hashing import reverse_complement
-from embedcache.models import load_adapter, local_revision, resolve_device
+from embedcache.models import (
+    load_adapter,
+    local_revision,
+    read_config,
+    recognise_family,
+    resolve_device,
+)
 from embedcache.models.hf import kmer_split
 from tests.models.adapter_contract import AdapterContract
 
@@ -83,7 +88,7 @@ def test_special_token_policies_differ_and_are_keyed(model_dir):
 
 
 def test_layer_option_pools_that_hidden_state(model_dir):
-    adapter = load_adapter(str(model_dir), device="cpu", layer=1)
+    adapter = load_adapter(str(model_dir), device="cpu", layers=(1,))
     np.testing.assert_allclose(
         adapter.embed_batch(SEQS),
         direct_mean(model_dir, SEQS, layer=1),
@@ -92,7 +97,7 @@ def test_layer_option_pools_that_hidden_state(model_dir):
     )
     assert adapter.key.layer == 1
     with pytest.raises(AdapterOptionError, match="layer 9"):
-        load_adapter(str(model_dir), device="cpu", layer=9)
+        load_adapter(str(model_dir), device="cpu", layers=(9,))
 
 
 def test_key_pins_content_and_options(tiny_bert_dir):
@@ -295,56 +300,53 @@ def test_bad_options_are_named(tiny_bert_dir):
             load_adapter(str(tiny_bert_dir), device="cpu", **kwargs)
 
 
-@pytest.fixture
-def fake_caduceus(monkeypatch):
-    calls = []
-    module = types.ModuleType("embedcache.models.caduceus")
-
-    def load_caduceus_adapter(source, **kwargs):
-        calls.append((source, kwargs))
-        return "caduceus-adapter"
-
-    module.load_caduceus_adapter = load_caduceus_adapter
-    monkeypatch.setitem(sys.modules, "embedcache.models.caduceus", module)
-    return calls
-
-
-def test_local_caduceus_dir_dispatches(tmp_path, fake_caduceus):
+def test_a_caduceus_config_is_recognised_as_caduceus(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "caduceus"}))
-    assert load_adapter(str(tmp_path), device="cpu") == "caduceus-adapter"
-    [(source, kwargs)] = fake_caduceus
-    assert source == tmp_path
-    assert kwargs["revision"] == local_revision(tmp_path)
-    assert kwargs["rc_mode"] == "average"  # the family default
-    assert kwargs["device"] == "cpu"
-    load_adapter(str(tmp_path), device="cpu", rc_mode="none", dtype="bfloat16")
-    assert fake_caduceus[1][1]["rc_mode"] == "none"
-    assert fake_caduceus[1][1]["dtype"] == "bfloat16"
+    family = recognise_family(read_config(tmp_path), tmp_path)
+    assert family.FAMILY == "caduceus"
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    assert recognise_family(read_config(tmp_path), tmp_path).FAMILY == "hf-encoder"
 
 
-def test_hub_caduceus_id_dispatches_with_commit(monkeypatch, tmp_path, fake_caduceus):
-    import embedcache.models as registry
-
-    commit = "a" * 40
-    monkeypatch.setattr(
-        registry,
-        "resolve_hub_model",
-        lambda repo, revision=None: (tmp_path / commit, commit),
-    )
-    load_adapter(
-        "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16", device="cpu"
-    )
-    [(source, kwargs)] = fake_caduceus
-    assert source == "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"
-    assert kwargs["revision"] == commit
-
-
-def test_moved_copy_keeps_its_key(tiny_bert_dir, tmp_path):
-    copy = tmp_path / "elsewhere" / tiny_bert_dir.name
+def test_remote_code_of_no_known_family_is_refused_by_name(tiny_bert_dir, tmp_path):
+    copy = tmp_path / "m"
     shutil.copytree(tiny_bert_dir, copy)
-    original = load_adapter(str(tiny_bert_dir), device="cpu").key
-    assert load_adapter(str(copy), device="cpu").key == original
-    assert original.model_id == tiny_bert_dir.name
+    config = json.loads((copy / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_dna.DnaModel"}
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnknownModelError, match="--trust-remote-code") as err:
+        load_adapter(str(copy), device="cpu")
+    assert "modeling_dna.DnaModel" in str(err.value)
+
+
+def test_native_looking_checkpoint_with_foreign_weights_is_refused(
+    tiny_bert_dir, tmp_path
+):
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "m"
+    shutil.copytree(tiny_bert_dir, copy)
+    state = load_file(copy / "model.safetensors")
+    # a pre-LN BERT (GENA-LM) says model_type bert but carries extra norms
+    state["encoder.layer.0.pre_attention_ln.weight"] = torch.ones(16)
+    save_file(state, copy / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"unexpected 1 \(encoder.layer.0.pre"):
+        load_adapter(str(copy), device="cpu")
+    del state["encoder.layer.0.pre_attention_ln.weight"]
+    del state["encoder.layer.1.output.dense.weight"]
+    save_file(state, copy / "model.safetensors")
+    with pytest.raises(CheckpointError, match="missing 1"):
+        load_adapter(str(copy), device="cpu")
+
+
+def test_renamed_copy_keeps_its_key_and_shows_its_folder(tiny_bert_dir, tmp_path):
+    copy = tmp_path / "elsewhere" / "another-name"
+    shutil.copytree(tiny_bert_dir, copy)
+    original = load_adapter(str(tiny_bert_dir), device="cpu")
+    renamed = load_adapter(str(copy), device="cpu")
+    assert renamed.key == original.key
+    assert original.key.model_id == "local"
+    assert (original.alias, renamed.alias) == (tiny_bert_dir.name, "another-name")
 
 
 def test_cached_hub_id_resolves_to_its_commit_offline(tiny_bert_dir):
@@ -367,3 +369,32 @@ def test_cached_hub_id_resolves_to_its_commit_offline(tiny_bert_dir):
     )
     with pytest.raises(UnknownModelError, match="offline"):
         load_adapter("someone/tiny-dna-bert", revision="v2", device="cpu")
+
+
+def test_cls_pooling_is_the_first_tokens_state(tiny_bert_dir):
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu", pooling="cls")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    model = AutoModel.from_pretrained(tiny_bert_dir, dtype=torch.float32).eval()
+    want = []
+    for seq in SEQS:
+        with torch.no_grad():
+            out = model(**tokenizer(seq, return_tensors="pt"))
+        want.append(out.last_hidden_state[0, 0].numpy())
+    np.testing.assert_allclose(adapter.embed_batch(SEQS), want, atol=1e-5, rtol=0)
+    assert adapter.key.pooling == "cls"
+    with pytest.raises(AdapterOptionError, match="causal"):
+        load_adapter(str(tiny_bert_dir), device="cpu", pooling="last")
+
+
+def test_random_init_twin_is_seeded_and_keyed(tiny_bert_dir):
+    trained = load_adapter(str(tiny_bert_dir), device="cpu")
+    first = load_adapter(str(tiny_bert_dir), device="cpu", random_init=1)
+    again = load_adapter(str(tiny_bert_dir), device="cpu", random_init=1)
+    other = load_adapter(str(tiny_bert_dir), device="cpu", random_init=2)
+    assert first.key.revision == "random-init:1"
+    assert dict(first.key.options)["config"].startswith("sha256:")
+    assert len({trained.key.digest, first.key.digest, other.key.digest}) == 3
+    assert first.key == again.key
+    np.testing.assert_array_equal(first.embed_batch(SEQS), again.embed_batch(SEQS))
+    assert not np.allclose(first.embed_batch(SEQS), other.embed_batch(SEQS))
+    assert not np.allclose(first.embed_batch(SEQS), trained.embed_batch(SEQS))

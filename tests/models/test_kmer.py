@@ -112,7 +112,9 @@ def test_key_records_k_and_rc_mode():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"layer": 2}, "--layer"),
+        ({"layers": (2,)}, "--layer"),
+        ({"pooling": "cls"}, "--pooling"),
+        ({"random_init": 1}, "--random-init"),
         ({"kmer_split": 3}, "--kmer-split"),
         ({"revision": "abc"}, "drop --revision"),
         ({"truncation": "right"}, "--truncate"),
