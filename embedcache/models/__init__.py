@@ -45,6 +45,10 @@ FAMILY_MODULES: tuple[str, ...] = (
 # the model id of every local directory: its content digest (the revision) is its
 # identity, its folder name only a display alias kept beside the key
 LOCAL_MODEL_ID = "local"
+# Architectures shipped as a config without weights (embedcache/model_configs/): only
+# a random-init twin can be built from them; the name is the key's model id.
+ARCHITECTURES_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+BUILTIN_ARCHITECTURES: tuple[str, ...] = ("caduceus-tiny",)
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -280,6 +284,12 @@ def load_adapter(
         raise AdapterOptionError(msg) from err
     if model in BUILTIN_MODELS:
         return _load_builtin(model, revision=revision, options=opts)
+    if model in BUILTIN_ARCHITECTURES and opts.random_init is None:
+        msg = (
+            f"{model} is a shipped architecture without trained weights; build its "
+            "random-init control with --random-init SEED"
+        )
+        raise AdapterOptionError(msg)
     folder, model_id, resolved, alias = _resolve_source(model, revision=revision)
     config = read_config(folder)
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
@@ -299,6 +309,12 @@ def _resolve_source(
     model: str, *, revision: str | None
 ) -> tuple[Path, str, str, str | None]:
     """(folder, model id, resolved revision, display alias) of a local dir or hub id."""
+    if model in BUILTIN_ARCHITECTURES:
+        folder = ARCHITECTURES_DIR / model
+        if revision is not None:
+            msg = f"{model} is a shipped config; drop --revision"
+            raise AdapterOptionError(msg)
+        return folder, model, local_revision(folder), None
     path = Path(model).expanduser()
     if path.is_dir():
         content = local_revision(path)
@@ -327,6 +343,26 @@ def _resolve_source(
     else:
         reason = "not a built-in name, an existing directory, or a hub id"
     raise _unknown_model(model, reason)
+
+
+def layer_count(model: str, *, revision: str | None = None) -> int:
+    """Blocks of a model's architecture, read from its config (no weights loaded).
+
+    What ``--layers all`` expands to: -1 (the last layer, the protocol's) and the
+    embedding output 0 and every block 1..n-1 (block n's output is the last layer
+    itself, or the stream before the final norm). Raises for built-in floors.
+    """
+    if model in BUILTIN_MODELS:
+        msg = f"{model} is a built-in floor without layers; --layers does not apply"
+        raise AdapterOptionError(msg)
+    folder, *_ = _resolve_source(model, revision=revision)
+    config = read_config(folder)
+    for field in ("num_hidden_layers", "n_layer", "num_layers", "n_layers"):
+        value = config.get(field)
+        if isinstance(value, int) and value > 0:
+            return value
+    msg = f"{folder}/config.json names no layer count ({describe_config(config)})"
+    raise UnknownModelError(msg)
 
 
 def _load_builtin(
@@ -374,12 +410,14 @@ def _load_gc(*, revision: str | None, options: EmbedOptions) -> Adapter:
 
 
 __all__ = [
+    "BUILTIN_ARCHITECTURES",
     "BUILTIN_MODELS",
     "FAMILY_MODULES",
     "LOCAL_MODEL_ID",
     "EmbedOptions",
     "describe_config",
     "family_module",
+    "layer_count",
     "load_adapter",
     "local_revision",
     "read_config",
