@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -40,8 +41,6 @@ def test_random_init_twin_is_deterministic_per_seed_and_differs_across_seeds(
     assert first.key == again.key
     assert first.key.revision == "random-init:0"
     assert other.key.revision == "random-init:1"
-    import json
-
     config = json.loads((config_only / "config.json").read_text())
     assert dict(first.key.options)["config"] == config_digest(config)
 
@@ -78,7 +77,8 @@ def test_random_weights_follow_the_family_init():
     assert abs(layer.fwd.in_w).max() <= 1 / np.sqrt(32)
     assert abs(layer.fwd.out_w).max() <= 1 / np.sqrt(64) / np.sqrt(4)
     dt = torch.nn.functional.softplus(layer.fwd.dt_b)
-    assert 1e-3 * 0.999 <= dt.min() and dt.max() <= 0.1 * 1.001
+    assert dt.min() >= 1e-3 * 0.999
+    assert dt.max() <= 0.1 * 1.001
     assert abs(w.embedding.std().item() - 0.02) < 0.005
     assert (w.norm_w == 1).all()
 
