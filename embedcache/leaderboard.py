@@ -5,8 +5,12 @@ per-model predictions, bootstrap intervals, ranks and the ``results.csv`` frame.
 
 Floors (shown unranked): the majority class of each dataset's train items, the
 ``kmer-K`` spectrum probes and the ``gc`` (GC fraction) probe, read from the store
-like any model (keys whose adapter is ``"kmer"`` or ``"gc"``). The best K is the one with the highest mean test accuracy: a generous
-floor, so a model has to beat the strongest k-mer probe, not a chosen one.
+like any model (keys whose adapter is ``"kmer"`` or ``"gc"``). The best K is the one
+with the highest mean test accuracy: a generous floor, so a model has to beat the
+strongest k-mer probe, not a chosen one. Random-init twins (revision
+``random-init:<seed>``) are controls: shown unranked with the floors (is_floor true).
+Only last-layer keys (layer -1) enter the board; a layer sweep's other keys are read
+by :mod:`embedcache.layers`.
 """
 
 from __future__ import annotations
@@ -93,16 +97,32 @@ def _key_of(info: object) -> ModelKey:
     return getattr(info, "key", info)
 
 
+RANDOM_INIT_PREFIX = "random-init:"
+
+
+def is_random_init(key: ModelKey) -> bool:
+    """A random-init twin: the architecture with seeded random weights (a control)."""
+    return key.revision.startswith(RANDOM_INIT_PREFIX)
+
+
 def _is_floor_key(key: ModelKey) -> bool:
-    return key.adapter in FLOOR_ADAPTERS
+    # built-in floors and random-init controls are shown unranked, beside the models
+    return key.adapter in FLOOR_ADAPTERS or is_random_init(key)
+
+
+def _base_name(key: ModelKey) -> str:
+    if is_random_init(key):
+        seed = key.revision.removeprefix(RANDOM_INIT_PREFIX)
+        return f"{key.model_id} (random init {seed}, control)"
+    return key.model_id
 
 
 def _names(keys: Sequence[ModelKey]) -> list[str]:
-    """model_id, or model_id [digest] where two keys share a model id."""
-    ids = [k.model_id for k in keys]
+    """model_id (random-init twins marked), plus [digest] where two keys share it."""
+    bases = [_base_name(k) for k in keys]
     return [
-        f"{k.model_id} [{k.digest[:8]}]" if ids.count(k.model_id) > 1 else k.model_id
-        for k in keys
+        f"{base} [{k.digest[:8]}]" if bases.count(base) > 1 else base
+        for base, k in zip(bases, keys, strict=True)
     ]
 
 
@@ -130,7 +150,11 @@ def select_models(
     MissingEmbeddingsError
         A requested model has no key in the store.
     """
-    keys = sorted(keys, key=lambda k: (k.model_id, k.digest))
+    # the board scores the last layer (the protocol's); other layers of a sweep are
+    # read by the layer analysis (embedcache.layers)
+    keys = sorted(
+        (k for k in keys if k.layer == -1), key=lambda k: (k.model_id, k.digest)
+    )
     chosen: list[ModelKey] = []
     for name in models:
         hits = [

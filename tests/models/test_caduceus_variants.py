@@ -119,7 +119,7 @@ def test_intermediate_layers_agree_between_numba_and_torch_kernels():
 
 def test_shipped_architecture_builds_only_as_a_twin():
     assert "caduceus-tiny" in BUILTIN_ARCHITECTURES
-    assert layer_count("caduceus-tiny") == 4
+    assert layer_count("caduceus-tiny") == 3
     with pytest.raises(AdapterOptionError, match="--random-init"):
         load_adapter("caduceus-tiny", device="cpu")
     twin = load_adapter("caduceus-tiny", device="cpu", random_init=0, layers=(-1, 0))
