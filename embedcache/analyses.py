@@ -2,8 +2,9 @@
 
 Leakage-clean accuracy (:mod:`embedcache.clean`), cluster-aware intervals
 (:mod:`embedcache.clusters`), the optional full-train audit
-(:func:`embedcache.leakage.full_train_audit`) and label-efficiency curves
-(:mod:`embedcache.curves`), computed once and handed to the report's tables.
+(:func:`embedcache.leakage.full_train_audit`), label-efficiency curves
+(:mod:`embedcache.curves`), the pretraining gain (:mod:`embedcache.pretraining`) and
+the layer sweep (:mod:`embedcache.layers`), computed once and handed to the report.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from embedcache.clusters import (
     paired_to_best,
 )
 from embedcache.curves import N_TRAIN_GRID, Curves, label_efficiency
+from embedcache.layers import LayerSweeps, layer_sweeps
 from embedcache.leaderboard import analysis_results
 from embedcache.leakage import DatasetAudit, audit_datasets, full_train_audit
+from embedcache.pretraining import pretraining_gain
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,6 +52,8 @@ class Analyses:
     paired: pl.DataFrame  # Δ to the top model, item and cluster CIs
     full_train: pl.DataFrame | None
     curves: Curves | None
+    pretraining: pl.DataFrame  # gain of each trained model over its random-init twin
+    layers: LayerSweeps | None
     seconds: dict[str, float] = field(default_factory=dict)
 
     def results(self, evaluation: Evaluation) -> pl.DataFrame:
@@ -71,6 +76,7 @@ def run_analyses(
     curve_sizes: Sequence[int] = N_TRAIN_GRID,
     full_train: bool = True,
     curves: bool = True,
+    layers: bool = True,
 ) -> Analyses:
     """Audit, cluster, clean-score, full-train-audit and curve one evaluated subset.
 
@@ -113,6 +119,20 @@ def run_analyses(
             board=evaluation,
         )
         timed("label-efficiency curves", t)
+    t = time.perf_counter()
+    pretraining = pretraining_gain(evaluation)
+    sweeps = None
+    if layers:
+        names = {e.key: e.name for e in evaluation.entries if e.key is not None}
+        sweeps = layer_sweeps(
+            subset,
+            store,
+            model_name=names,
+            n_boot=evaluation.bootstrap.n_boot,
+            seed=evaluation.seed,
+            probe_config=evaluation.probe_config,
+        )
+    timed("pretraining gain and layer sweep", t)
     return Analyses(
         audits=audits,
         clusters=test_clusters,
@@ -122,5 +142,7 @@ def run_analyses(
         paired=paired,
         full_train=full,
         curves=curve,
+        pretraining=pretraining,
+        layers=sweeps,
         seconds=seconds,
     )

@@ -281,6 +281,11 @@ def floors_table(evaluation: Evaluation) -> Table:
     floors += [
         e for e in evaluation.entries if e.key is not None and e.key.adapter == "gc"
     ]
+    floors += [  # random-init twins: the architecture without pretraining
+        e
+        for e in evaluation.entries
+        if e.key is not None and e.key.revision.startswith("random-init:")
+    ]
     floors += [best] if best is not None else []
     floors += [e for e in kmers if e is not best]
     rows = []
@@ -300,7 +305,8 @@ def floors_table(evaluation: Evaluation) -> Table:
         rows.append(row)
     note = (
         "Unranked. Majority: the most frequent train label of each dataset. gc: the "
-        "same probe on one feature, the GC fraction (G+C)/(A+C+G+T). kmer-K: the "
+        "same probe on one feature, the GC fraction (G+C)/(A+C+G+T). Random init: a "
+        "model's architecture with seeded random weights, a control. kmer-K: the "
         "same probe on normalised K-mer spectra; the best K (highest mean test accuracy, "
         "a deliberately generous floor) comes first."
     )

@@ -16,6 +16,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from embedcache.clusters import METHOD as CLUSTER_METHOD
+from embedcache.layers import layer_label
 from embedcache.leakage import CONTAINMENT_METHOD
 from embedcache.leakage import METHOD as LEAKAGE_METHOD
 from embedcache.leakage import audit_table as audit_frame
@@ -379,4 +380,80 @@ def timings_table(analyses: Analyses) -> Table:
     return Table(
         pl.DataFrame(rows, schema=["analysis", "time"], orient="row"),
         "Analyses: time taken",
+    )
+
+
+def pretraining_table(evaluation: Evaluation, analyses: Analyses) -> Table:
+    """Each random-init twin beside its trained model: the gain with a paired CI."""
+    frame = analyses.pretraining
+    if frame.height == 0:
+        return Table(
+            pl.DataFrame({"note": ["no random-init twin in the store"]}),
+            _title(evaluation, "Pretraining gain"),
+            "Embed a model with --random-init SEED to measure what pretraining adds.",
+        )
+    rows = []
+    for r in frame.iter_rows(named=True):
+        rows.append(
+            {
+                "model": r["model"] or "(trained model not stored)",
+                "random-init twin (control)": r["twin"],
+                "dataset": r["dataset"],
+                "n": r["n"],
+                "trained": _value(
+                    r["accuracy"] if r["accuracy"] is not None else np.nan
+                ),
+                "twin": f"{r['twin_accuracy']:.3f}",
+                "gain [95% CI]": "—"
+                if r["gain"] is None
+                else f"{r['gain']:+.3f} {_ci(r['ci_low'], r['ci_high'])}",
+            }
+        )
+    return Table(
+        pl.DataFrame(rows),
+        _title(
+            evaluation, "Pretraining gain: trained model minus its random-init twin"
+        ),
+        "A twin is the same architecture and embedding options with seeded random "
+        "weights drawn as the family initialises them (revision random-init:SEED). "
+        "Gain = trained accuracy - twin accuracy, paired bootstrap 95% CI on the "
+        "board's resamples. A twin without its trained model is a control alone: what "
+        "the architecture reaches with no pretraining.",
+    )
+
+
+def layers_table(evaluation: Evaluation, analyses: Analyses) -> Table:
+    """Accuracy per layer and dataset; the layer chosen by CV log-loss is marked."""
+    sweeps = analyses.layers
+    if sweeps is None or sweeps.frame.height == 0:
+        return Table(
+            pl.DataFrame({"note": ["no model with several stored layers"]}),
+            _title(evaluation, "Layer sweep"),
+            "Embed a model with --layers all (or --layers 2,6,12) to compare layers.",
+        )
+    frame = sweeps.frame
+    rows = []
+    for (model, layer), part in frame.group_by(["model", "layer"], maintain_order=True):
+        row: dict[str, str] = {"model": str(model), "layer": layer_label(int(layer))}
+        for d in (*evaluation.datasets, MEAN):
+            r = part.filter(pl.col("dataset") == d).row(0, named=True)
+            mark = " ★" if r["chosen"] else ""
+            row[d] = (
+                f"{r['accuracy']:.3f} {_ci(r['ci_low'], r['ci_high'])}; "
+                f"CV loss {r['cv_log_loss']:.4f}{mark}"
+            )
+        rows.append(row)
+    picks = sweeps.chosen().filter(pl.col("dataset") == MEAN)
+    pick_text = "; ".join(
+        f"{r['model']}: layer {layer_label(r['layer'])}"
+        for r in picks.iter_rows(named=True)
+    )
+    return Table(
+        pl.DataFrame(rows),
+        _title(evaluation, "Layer sweep: accuracy [95% CI] and CV log-loss per layer"),
+        "Each layer gets the board's probe. ★ marks the layer to pick: the lowest "
+        "cross-validated log-loss inside train (per dataset, and in the mean column "
+        "the lowest mean over datasets); test accuracy is shown, never used to choose. "
+        "Layer 0 is the embedding output, i the output of block i, last (-1) the "
+        f"protocol's, which the board ranks. Picks: {pick_text}.",
     )

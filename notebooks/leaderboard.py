@@ -91,7 +91,7 @@ report.probe_table(evaluation)
 report.provenance_table(evaluation, subset)
 
 # %% [markdown]
-# ## Analyses: leakage-clean accuracy, cluster-aware intervals, label efficiency
+# ## Analyses: leakage-clean accuracy, cluster-aware intervals, label efficiency, pretraining gain, layers
 
 # %%
 from pathlib import Path
@@ -127,6 +127,12 @@ report_analyses.curves_table(evaluation, analyses)
 
 # %%
 report_analyses.curves_figure(evaluation, analyses)
+
+# %%
+report_analyses.pretraining_table(evaluation, analyses)
+
+# %%
+report_analyses.layers_table(evaluation, analyses)
 
 # %%
 report_analyses.timings_table(analyses)

@@ -58,6 +58,8 @@ def test_every_table_and_figure_renders(done):
         report_analyses.cluster_paired_table(evaluation, analyses),
         report_analyses.curves_table(evaluation, analyses),
         report_analyses.timings_table(analyses),
+        report_analyses.pretraining_table(evaluation, analyses),
+        report_analyses.layers_table(evaluation, analyses),
     ]
     for table in tables:
         html = table.to_html()
@@ -66,5 +68,7 @@ def test_every_table_and_figure_renders(done):
     assert "contained (reported only)" in tables[2].to_html()
     assert "not available here" in tables[3].to_html()  # the demo data has no train
     assert "n_train=80" in tables[6].to_html()
+    assert "no random-init twin" in tables[8].to_html()
+    assert "no model with several stored layers" in tables[9].to_html()
     png = report_analyses.curves_figure(evaluation, analyses).to_png()
     assert png.startswith(b"\x89PNG")

@@ -85,3 +85,25 @@ def test_last_layer_numbers_equal_the_board(planted):
     ).sort("dataset")
     assert last["accuracy"].to_list() == want["value"].to_list()
     assert last["ci_low"].to_list() == want["ci_low"].to_list()
+
+
+def test_layers_flag_parses_all_and_lists():
+    import argparse
+
+    from embedcache.cli import _layers
+    from embedcache.errors import AdapterOptionError
+
+    def args(layers, layer=-1, model="caduceus-tiny"):
+        return argparse.Namespace(
+            layers=layers, layer=layer, model=model, revision=None
+        )
+
+    assert _layers(args(None, layer=3)) == (3,)
+    assert _layers(args("2,6,12")) == (2, 6, 12)
+    assert _layers(args("all")) == (-1, 0, 1, 2)  # caduceus-tiny has 3 blocks
+    with pytest.raises(AdapterOptionError, match="not both"):
+        _layers(args("all", layer=2))
+    with pytest.raises(AdapterOptionError, match="comma list"):
+        _layers(args("2,x"))
+    with pytest.raises(AdapterOptionError, match="without layers"):
+        _layers(args("all", model="kmer-2"))
