@@ -455,5 +455,5 @@ def layers_table(evaluation: Evaluation, analyses: Analyses) -> Table:
         "cross-validated log-loss inside train (per dataset, and in the mean column "
         "the lowest mean over datasets); test accuracy is shown, never used to choose. "
         "Layer 0 is the embedding output, i the output of block i, last (-1) the "
-        f"protocol's, which the board ranks. Picks: {pick_text}.",
+        f"protocol's, the one the board scores. Picks: {pick_text}.",
     )
