@@ -85,3 +85,11 @@ class CheckpointError(EmbedcacheError, ValueError):
 
 class AnalysisInputError(EmbedcacheError, ValueError):
     """An analysis got inputs that do not describe the same items (e.g. audit vs scores)."""
+
+
+class AmbiguousModelError(EmbedcacheError, LookupError):
+    """A model name matches several keys in the store where one is needed."""
+
+
+class ExportError(EmbedcacheError, ValueError):
+    """An export cannot be written as asked (e.g. an unknown output format)."""
