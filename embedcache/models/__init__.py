@@ -40,6 +40,8 @@ BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
 # fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
+    "generator",
+    "dnabert2",
     "hf",
 )
 # the model id of every local directory: its content digest (the revision) is its
