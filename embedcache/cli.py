@@ -283,7 +283,7 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--model",
             required=True,
-            help="kmer-1..kmer-6, a local HF directory, or a hub id",
+            help="kmer-1..kmer-6, gc, a local HF directory, or a hub id",
         )
         p.add_argument(
             "--store",
@@ -311,6 +311,14 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         )
         p.add_argument(
             "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
+        )
+        p.add_argument(
+            "--layers",
+            default=None,
+            metavar="all|L1,L2,...",
+            help="a layer sweep from one forward pass, each layer under its own key: "
+            "'all' (the last, -1, then 0 = embeddings and every block before the "
+            "last) or a comma list such as 2,6,12 (the first listed goes to --output)",
         )
         p.add_argument(
             "--pooling",
@@ -424,13 +432,39 @@ def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _layers(args: argparse.Namespace) -> tuple[int, ...]:
+    """--layer L, or --layers all|L1,L2,... (all: -1 first, then 0..n-1)."""
+    from embedcache.errors import AdapterOptionError
+
+    spec = getattr(args, "layers", None)
+    if spec is None:
+        return (args.layer,)
+    if args.layer != -1:
+        msg = "give --layer or --layers, not both"
+        raise AdapterOptionError(msg)
+    if spec.strip().lower() == "all":
+        from embedcache.models import layer_count
+
+        n = layer_count(args.model, revision=args.revision)
+        return (-1, *range(n))
+    try:
+        layers = tuple(int(part) for part in spec.split(",") if part.strip())
+    except ValueError as err:
+        msg = f"--layers {spec!r} is not 'all' or a comma list of integers like 2,6,12"
+        raise AdapterOptionError(msg) from err
+    if not layers:
+        msg = "--layers names no layer"
+        raise AdapterOptionError(msg)
+    return layers
+
+
 def _embed_options(args: argparse.Namespace) -> dict[str, object]:
     """The EmbedOptions fields the embedding commands set (also sent to workers)."""
     return {
         "dtype": args.dtype,
         "device": args.device,
         "rc_mode": args.rc,
-        "layers": (args.layer,),
+        "layers": _layers(args),
         "pooling": args.pooling,
         "special_tokens": "include" if args.include_special_tokens else "exclude",
         "truncation": "right" if args.truncate else "error",
@@ -485,6 +519,11 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     print(
         f"wrote {result.vectors.shape[0]} x {result.vectors.shape[1]} float32 to {args.output}"
     )
+    layers = _layers(args)
+    if len(layers) > 1:
+        print(
+            f"{args.output} holds layer {layers[0]}; layers {list(layers)} are stored"
+        )
     print(f"computed={result.n_computed} cached={result.n_cached}")
     return 0
 
@@ -681,7 +720,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _add_demo_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
-        help="offline: draw demo-v1, embed it with the built-in floors, render its report",
+        help="offline: draw demo-v1, embed it with the built-in floors and a "
+        "random-init Caduceus control, render its report",
     )
     p.add_argument(
         "--store", default=_default_store(), help="a folder or s3://, gs://, az:// URL"
@@ -708,6 +748,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         ["embeddings", "--model", m, "--version", version, "--store", store]
         for m in BUILTIN_MODELS
     ]
+    # the neural row: a random-init Caduceus (shipped config, no trained weights),
+    # labelled as a control, with every layer for the layer sweep
+    steps.append(
+        [
+            "embeddings",
+            "--model",
+            "caduceus-tiny",
+            "--random-init",
+            "0",
+            "--layers",
+            "all",
+            "--version",
+            version,
+            "--store",
+            store,
+        ]
+    )
     steps.append(
         [
             "report",

@@ -83,6 +83,10 @@ class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
 
 
+class AnalysisInputError(EmbedcacheError, ValueError):
+    """An analysis got inputs that do not describe the same items (e.g. audit vs scores)."""
+
+
 class AmbiguousModelError(EmbedcacheError, LookupError):
     """A model name matches several keys in the store where one is needed."""
 

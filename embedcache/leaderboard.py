@@ -3,10 +3,14 @@
 Ties a :class:`~embedcache.subsets.Subset`, an embedding store and model keys into
 per-model predictions, bootstrap intervals, ranks and the ``results.csv`` frame.
 
-Floors (shown unranked): the majority class of each dataset's train items, and the
-``kmer-K`` spectrum probes, read from the store like any model (keys whose adapter
-is ``"kmer"``). The best K is the one with the highest mean test accuracy: a generous
-floor, so a model has to beat the strongest k-mer probe, not a chosen one.
+Floors (shown unranked): the majority class of each dataset's train items, the
+``kmer-K`` spectrum probes and the ``gc`` (GC fraction) probe, read from the store
+like any model (keys whose adapter is ``"kmer"`` or ``"gc"``). The best K is the one
+with the highest mean test accuracy: a generous floor, so a model has to beat the
+strongest k-mer probe, not a chosen one. Random-init twins (revision
+``random-init:<seed>``) are controls: shown unranked with the floors (is_floor true).
+Only last-layer keys (layer -1) enter the board; a layer sweep's other keys are read
+by :mod:`embedcache.layers`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLOOR_ADAPTER = "kmer"
+FLOOR_ADAPTERS = (FLOOR_ADAPTER, "gc")  # built-in floors: scored like models, unranked
 MAJORITY = "majority"
 MAJORITY_KEY = "builtin:majority-class"
 _CHUNK = 4096  # test vectors read and predicted per step
@@ -92,16 +97,32 @@ def _key_of(info: object) -> ModelKey:
     return getattr(info, "key", info)
 
 
+RANDOM_INIT_PREFIX = "random-init:"
+
+
+def is_random_init(key: ModelKey) -> bool:
+    """A random-init twin: the architecture with seeded random weights (a control)."""
+    return key.revision.startswith(RANDOM_INIT_PREFIX)
+
+
 def _is_floor_key(key: ModelKey) -> bool:
-    return key.adapter == FLOOR_ADAPTER
+    # built-in floors and random-init controls are shown unranked, beside the models
+    return key.adapter in FLOOR_ADAPTERS or is_random_init(key)
+
+
+def _base_name(key: ModelKey) -> str:
+    if is_random_init(key):
+        seed = key.revision.removeprefix(RANDOM_INIT_PREFIX)
+        return f"{key.model_id} (random init {seed}, control)"
+    return key.model_id
 
 
 def _names(keys: Sequence[ModelKey]) -> list[str]:
-    """model_id, or model_id [digest] where two keys share a model id."""
-    ids = [k.model_id for k in keys]
+    """model_id (random-init twins marked), plus [digest] where two keys share it."""
+    bases = [_base_name(k) for k in keys]
     return [
-        f"{k.model_id} [{k.digest[:8]}]" if ids.count(k.model_id) > 1 else k.model_id
-        for k in keys
+        f"{base} [{k.digest[:8]}]" if bases.count(base) > 1 else base
+        for base, k in zip(bases, keys, strict=True)
     ]
 
 
@@ -143,7 +164,11 @@ def select_models(
     MissingEmbeddingsError
         A requested model has no key in the store.
     """
-    keys = sorted(keys, key=lambda k: (k.model_id, k.digest))
+    # the board scores the last layer (the protocol's); other layers of a sweep are
+    # read by the layer analysis (embedcache.layers)
+    keys = sorted(
+        (k for k in keys if k.layer == -1), key=lambda k: (k.model_id, k.digest)
+    )
     chosen: list[ModelKey] = []
     for name in models:
         hits = match_keys(keys, name)
@@ -284,7 +309,11 @@ class Evaluation:
 
     def best_kmer(self) -> ModelEntry | None:
         """The k-mer floor with the highest mean test accuracy (None without k-mer keys)."""
-        kmers = [e for e in self.entries if e.key is not None and _is_floor_key(e.key)]
+        kmers = [
+            e
+            for e in self.entries
+            if e.key is not None and e.key.adapter == FLOOR_ADAPTER
+        ]
         if not kmers:
             return None
         point = self.bootstrap.point("accuracy")
@@ -516,3 +545,32 @@ def model_vectors(
         )
         labels[name] = part["label"].to_numpy().astype(np.int64)
     return vectors, labels
+
+
+def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFrame:
+    """``results.csv`` rows for an analysis of ``evaluation`` (new metrics, same columns).
+
+    ``summary`` has columns model, dataset, metric, value, ci_low, ci_high, n, with
+    models named as in the evaluation; rows follow the evaluation's model order.
+    """
+    entries = evaluation.entries
+    meta = pl.DataFrame(
+        {
+            "model": [e.name for e in entries],
+            "model_key": [e.model_key for e in entries],
+            "is_floor": [e.is_floor for e in entries],
+            "_order": list(range(len(entries))),
+        }
+    )
+    dataset_order = {d: i for i, d in enumerate((*evaluation.datasets, MEAN))}
+    return (
+        summary.join(meta, on="model", how="left")
+        .with_columns(
+            pl.lit(evaluation.version).alias("version"),
+            pl.lit(evaluation.subset_id).alias("subset_id"),
+            pl.col("dataset").replace_strict(dataset_order).alias("_d"),
+            pl.col("n").cast(pl.Int64),
+        )
+        .sort(["_order", "metric", "_d"], maintain_order=True)
+        .select(RESULT_COLUMNS)
+    )

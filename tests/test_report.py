@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from embedcache import leaderboard, report
+from embedcache.curves import CURVE_COLUMNS
 from embedcache.errors import MissingEmbeddingsError
 from embedcache.leakage import audit_items
 from embedcache.specs import ModelKey
@@ -286,7 +287,16 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     folder = out / "tiny-v1"
     results = pl.read_csv(folder / "results.csv")
     assert results.columns == list(leaderboard.RESULT_COLUMNS)
-    assert results.height == 5 * 3 * 2
+    board = results.filter(pl.col("metric").is_in(["accuracy", "macro_f1"]))
+    assert board.height == 5 * 3 * 2
+    assert set(results["metric"]) == {
+        "accuracy",
+        "macro_f1",
+        "accuracy_clean",
+        "accuracy_cluster_ci",
+    }
+    curves = pl.read_csv(folder / "curves.csv")
+    assert curves.columns == list(CURVE_COLUMNS)
     strong = results.filter(
         (pl.col("model") == "toy/strong")
         & (pl.col("dataset") == "mean")
@@ -308,6 +318,8 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     assert "not comparable to the leaderboard" in html
     assert "Leakage audit" in html
     assert "Caveats" in html
+    assert "Leakage-clean accuracy" in html
+    assert "Label efficiency" in html
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 2
     assert 'alt="accuracy per dataset with 95% CI bars' in html
     assert "<script src=" not in html  # self-contained: nothing fetched
