@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from embedcache.errors import MissingEmbeddingsError
+from embedcache.models import LOCAL_MODEL_ID
 from embedcache.probe import ProbeConfig, fit_probe, majority_label
 from embedcache.stats import (
     MEAN,
@@ -97,6 +98,12 @@ def _key_of(info: object) -> ModelKey:
     return getattr(info, "key", info)
 
 
+def key_aliases(infos: Sequence[object]) -> dict[str, tuple[str, ...]]:
+    """Digest -> the display aliases the store recorded for it (local models' folder
+    names); bare ModelKeys have none."""
+    return {_key_of(i).digest: tuple(getattr(i, "aliases", ())) for i in infos}
+
+
 RANDOM_INIT_PREFIX = "random-init:"
 
 
@@ -110,38 +117,63 @@ def _is_floor_key(key: ModelKey) -> bool:
     return key.adapter in FLOOR_ADAPTERS or is_random_init(key)
 
 
-def _base_name(key: ModelKey) -> str:
+def display_id(key: ModelKey, aliases: Sequence[str] = ()) -> str:
+    """The model id, or for a local model (whose id is only ``local``) its first
+    recorded folder name, else ``local@<digest>``."""
+    if key.model_id != LOCAL_MODEL_ID:
+        return key.model_id
+    if aliases:
+        return aliases[0]
+    return f"{LOCAL_MODEL_ID}@{key.revision.removeprefix('sha256:')[:12]}"
+
+
+def _base_name(key: ModelKey, aliases: Sequence[str] = ()) -> str:
+    name = display_id(key, aliases)
     if is_random_init(key):
         seed = key.revision.removeprefix(RANDOM_INIT_PREFIX)
-        return f"{key.model_id} (random init {seed}, control)"
-    return key.model_id
+        return f"{name} (random init {seed}, control)"
+    return name
 
 
-def _names(keys: Sequence[ModelKey]) -> list[str]:
-    """model_id (random-init twins marked), plus [digest] where two keys share it."""
-    bases = [_base_name(k) for k in keys]
+def _names(
+    keys: Sequence[ModelKey], aliases: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Display ids (random-init twins marked), plus [digest] where two keys share one."""
+    aliases = aliases or {}
+    bases = [_base_name(k, aliases.get(k.digest, ())) for k in keys]
     return [
         f"{base} [{k.digest[:8]}]" if bases.count(base) > 1 else base
         for base, k in zip(bases, keys, strict=True)
     ]
 
 
-def match_keys(keys: Sequence[ModelKey], name: str) -> list[ModelKey]:
-    """The keys ``name`` names: a model id, a key's ``short()`` form, or a digest prefix.
+def match_keys(
+    keys: Sequence[ModelKey],
+    name: str,
+    *,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> list[ModelKey]:
+    """The keys ``name`` names: a model id, a local model's alias (folder name), a
+    key's ``short()`` form, or a digest prefix.
 
     A digest prefix needs 8+ hex digits. Several keys can share a model id (other
     options, dtype or RC mode); the caller decides whether that is allowed.
     """
+    aliases = aliases or {}
     return [
         k
         for k in keys
-        if name in {k.model_id, k.short()}
+        if name in {k.model_id, k.short(), *aliases.get(k.digest, ())}
         or (len(name) >= 8 and k.digest.startswith(name))
     ]
 
 
 def select_models(
-    keys: Sequence[ModelKey], models: Sequence[str] = (), *, version: str = "VERSION"
+    keys: Sequence[ModelKey],
+    models: Sequence[str] = (),
+    *,
+    version: str = "VERSION",
+    aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[ModelEntry], list[ModelEntry], bool]:
     """Split the store's keys into ranked models and floors.
 
@@ -152,6 +184,9 @@ def select_models(
     models
         Model ids (or key digests, 8+ hex digits) to rank; empty means every
         non-floor key. Naming a ``kmer-K`` key ranks it too.
+    aliases
+        Digest -> display aliases (:func:`key_aliases`): local models are shown and
+        matched by their folder names.
 
     Returns
     -------
@@ -171,7 +206,7 @@ def select_models(
     )
     chosen: list[ModelKey] = []
     for name in models:
-        hits = match_keys(keys, name)
+        hits = match_keys(keys, name, aliases=aliases)
         if not hits:
             known = ", ".join(sorted({k.model_id for k in keys})) or "none"
             msg = (
@@ -190,12 +225,12 @@ def select_models(
     # A k-mer key stays a floor (is_floor in results.csv) even when it is ranked.
     ranked = [
         ModelEntry(n, k, _is_floor_key(k))
-        for n, k in zip(_names(chosen), chosen, strict=True)
+        for n, k in zip(_names(chosen, aliases), chosen, strict=True)
     ]
     floors = [ModelEntry(MAJORITY, None, True)]
     floors += [
         ModelEntry(n, k, True)
-        for n, k in zip(_names(floor_keys), floor_keys, strict=True)
+        for n, k in zip(_names(floor_keys, aliases), floor_keys, strict=True)
         if k not in chosen
     ]
     return ranked, floors, fallback
@@ -342,7 +377,9 @@ def evaluate(
     version = subset.version
     infos = store.keys()
     keys = [_key_of(info) for info in infos]
-    ranked, floors, fallback = select_models(keys, models, version=version.name)
+    ranked, floors, fallback = select_models(
+        keys, models, version=version.name, aliases=key_aliases(infos)
+    )
     if fallback:
         # info, not warning: the report states it in the leaderboard's note
         logger.info(
@@ -532,7 +569,9 @@ def model_vectors(
     """One model's vectors and labels per dataset for the items of one split."""
     infos = store.keys()
     keys = [_key_of(info) for info in infos]
-    ranked, _, _ = select_models(keys, [model], version=subset.version.name)
+    ranked, _, _ = select_models(
+        keys, [model], version=subset.version.name, aliases=key_aliases(infos)
+    )
     key = ranked[0].key
     vectors: dict[str, NDArray[np.float32]] = {}
     labels: dict[str, NDArray[np.int64]] = {}

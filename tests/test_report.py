@@ -326,3 +326,24 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     assert not re.findall(r'(?:src|href)="https?:', html)
     assert "from embedcache" not in html  # code cells hidden
     assert (folder / "leaderboard.ipynb").exists()
+
+
+def test_local_models_are_shown_and_matched_by_their_folder_alias():
+    local = ModelKey(
+        model_id="local",
+        revision="sha256:" + "ab" * 32,
+        adapter="hf-encoder",
+        adapter_version="1",
+    )
+    other = dataclasses.replace(local, revision="sha256:" + "cd" * 32)
+    aliases = {local.digest: ("my-bert", "copy-of-bert"), other.digest: ()}
+    ranked, _, _ = leaderboard.select_models(
+        [local, other], ["my-bert"], aliases=aliases
+    )
+    assert [(e.name, e.key) for e in ranked] == [("my-bert", local)]
+    # the second alias names the same key; a key without one shows its digest
+    assert leaderboard.match_keys([local, other], "copy-of-bert", aliases=aliases) == [
+        local
+    ]
+    ranked, _, _ = leaderboard.select_models([local, other], aliases=aliases)
+    assert sorted(e.name for e in ranked) == ["local@cdcdcdcdcdcd", "my-bert"]
