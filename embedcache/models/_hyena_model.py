@@ -56,6 +56,7 @@ _SLOW_DECAY_PCT = 1.5
 _TARGET = 1e-2
 _BLOCK_NORM_EPS = 1e-5  # the blocks' LayerNorms use torch's default, not the config's
 _SHORT_FILTER = 3
+KERNELS = ("numba", "torch")
 # filter FFTs kept per layer (one per padded length seen; the engine's batches reuse few)
 _KERNEL_CACHE = 8
 
@@ -120,7 +121,9 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> HyenaArch:
         )
         raise CheckpointError(msg)
     if ints["emb_dim"] < 3 or ints["emb_dim"] % 2 == 0:
-        msg = f"{where}: emb_dim {ints['emb_dim']} must be odd and >= 3 (time, cos, sin)"
+        msg = (
+            f"{where}: emb_dim {ints['emb_dim']} must be odd and >= 3 (time, cos, sin)"
+        )
         raise CheckpointError(msg)
     for name in ("num_inner_mlps",):
         if ints[name] < 0:
@@ -165,7 +168,9 @@ def _int(config: Mapping[str, Any], name: str, where: str) -> int:
     return value
 
 
-def positional_features(seq_len: int, emb_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def positional_features(
+    seq_len: int, emb_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``z`` (1, L, emb_dim) and ``t`` (1, L, 1) as the official code initialises them:
     normalised time, then the cosines and sines of ``(emb_dim - 1) // 2`` bands."""
     t = torch.linspace(0, 1, seq_len)[None, :, None]
@@ -207,7 +212,9 @@ class Modulation(nn.Module):
         super().__init__()
         fast = math.log(_TARGET) / _FAST_DECAY_PCT
         slow = math.log(_TARGET) / _SLOW_DECAY_PCT
-        self.register_buffer("deltas", torch.linspace(slow, fast, arch.d_model)[None, None])
+        self.register_buffer(
+            "deltas", torch.linspace(slow, fast, arch.d_model)[None, None]
+        )
 
 
 class ImplicitFilter(nn.Module):
@@ -229,7 +236,7 @@ class ImplicitFilter(nn.Module):
             stack += [nn.Linear(order, order), sin]
         stack.append(nn.Linear(order, arch.d_model, bias=False))
         self.implicit_filter = nn.Sequential(*stack)
-        self._spectra: dict[tuple[int, str], torch.Tensor] = {}
+        self._spectra: dict[tuple[int, int, str], torch.Tensor] = {}
 
     def kernel(self, length: int) -> torch.Tensor:
         """The filter's first ``length`` taps, (length, d_model) float32."""
@@ -239,16 +246,16 @@ class ImplicitFilter(nn.Module):
         decay = torch.exp(-t * self.modulation.deltas[0].abs().float())
         return h * (decay + _SHIFT)
 
-    def spectrum(self, length: int) -> torch.Tensor:
-        """rfft of the first ``length`` taps at FFT size ``2 * length`` (length + 1, d).
+    def spectrum(self, length: int, n: int) -> torch.Tensor:
+        """rfft of the first ``length`` taps at FFT size ``n``: (d_model, n // 2 + 1).
 
-        Kept per length (the weights are frozen in inference); training would need
-        :meth:`clear`.
+        Kept per (length, n) (the weights are frozen in inference); training would
+        need :meth:`clear`.
         """
-        key = (length, str(self.bias.device))
+        key = (length, n, str(self.bias.device))
         cached = self._spectra.get(key)
         if cached is None:
-            cached = torch.fft.rfft(self.kernel(length), n=2 * length, dim=0)
+            cached = torch.fft.rfft(self.kernel(length).T, n=n)
             if len(self._spectra) >= _KERNEL_CACHE:
                 self._spectra.pop(next(iter(self._spectra)))
             self._spectra[key] = cached
@@ -263,16 +270,35 @@ class ImplicitFilter(nn.Module):
 
 
 class Projection(nn.Linear):
-    """A linear layer computing in its weights' dtype (input cast, output float32)."""
+    """A linear layer computing in its weights' dtype; returns that dtype."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.dtype == x.dtype:
-            return F.linear(x, self.weight, self.bias)
-        return F.linear(x.to(self.weight.dtype), self.weight, self.bias).float()
+        return F.linear(x.to(self.weight.dtype), self.weight, self.bias)
+
+
+def fft_size(length: int) -> int:
+    """The smallest 2^a 3^b >= 2 * length - 1: a linear (not circular) convolution.
+
+    The published code uses 2 * length, which for a 501-token input is
+    1002 = 2 * 3 * 167 and needs the slow prime-size path; any size from
+    2 * length - 1 on gives the same causal convolution.
+    """
+    need = 2 * length - 1
+    best = 1 << (need - 1).bit_length()  # the next power of two
+    power3 = 3
+    while power3 < best:
+        size = power3 * (1 << max(0, -(-need // power3) - 1).bit_length())
+        best = min(best, size)
+        power3 *= 3
+    return best
 
 
 class HyenaOperator(nn.Module):
-    """Order-2 Hyena: in_proj -> short causal conv -> gate -> long FFT conv -> gate -> out_proj."""
+    """Order-2 Hyena: in_proj -> short causal conv -> gate -> long FFT conv -> gate -> out_proj.
+
+    Works channels-first, (batch, channels, length), between the projections: the
+    short convolution and the FFTs then run along contiguous memory.
+    """
 
     def __init__(self, arch: HyenaArch) -> None:
         super().__init__()
@@ -281,43 +307,90 @@ class HyenaOperator(nn.Module):
         self.max_seq_len = arch.max_seq_len
         self.in_proj = Projection(d, 3 * d)
         self.out_proj = Projection(d, d)
-        # depthwise, width 3, as nn.Conv1d stores it: (channels, 1, 3)
-        self.short_filter = _ShortFilter(3 * d)
+        # depthwise, width 3, stored as nn.Conv1d stores it: (channels, 1, 3)
+        self.short_filter = ShortFilter(3 * d)
         self.filter_fn = ImplicitFilter(arch)
+        self.kernels = "torch"
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """(b, L, d) float32 -> (b, L, d) in the projections' dtype."""
         length = u.shape[1]
         if length > self.max_seq_len:
             msg = f"{length} tokens exceed the model's {self.max_seq_len}"
             raise ValueError(msg)
-        z = self.short_filter(self.in_proj(u))  # (b, L, 3d), float32
+        if self.kernels == "numba":
+            return self._forward_numba(u)
+        proj = self.in_proj
+        z = torch.matmul(proj.weight, u.to(proj.weight.dtype).transpose(1, 2))
+        # float32 from here: the in_proj bias joins the cast, then the short filter
+        z = self.short_filter(torch.add(z, proj.bias.float()[:, None]), length)
         d = self.d_model
-        x0, x1, v = z[..., :d], z[..., d : 2 * d], z[..., 2 * d :]
+        x0, x1, v = z[:, :d], z[:, d : 2 * d], z[:, 2 * d :]
         v = v * x1
-        spectrum = self.filter_fn.spectrum(length)  # (L + 1, d)
-        y = torch.fft.irfft(
-            torch.fft.rfft(v, n=2 * length, dim=1) * spectrum, n=2 * length, dim=1
-        )[:, :length]
-        y = (y + v * self.filter_fn.bias.float()) * x0
-        return self.out_proj(y)
+        y = self._long_conv(v)[..., :length]
+        y = y.addcmul_(v, self.filter_fn.bias.float()[:, None]).mul_(x0)
+        w = self.out_proj.weight
+        return torch.matmul(y.to(w.dtype).transpose(1, 2), w.T).add_(self.out_proj.bias)
+
+    def _long_conv(self, v: torch.Tensor) -> torch.Tensor:
+        """The causal convolution of ``v`` (b, d, L) float32 with the implicit filter,
+        by FFT; (b, d, n) with the result in the first L positions."""
+        length = v.shape[-1]
+        n = fft_size(length)
+        spectrum = self.filter_fn.spectrum(length, n)  # (d, n // 2 + 1)
+        return torch.fft.irfft(torch.fft.rfft(v, n=n) * spectrum, n=n)
+
+    def _forward_numba(self, u: torch.Tensor) -> torch.Tensor:
+        """The CPU path: projections and FFTs in torch, the rest in two numba kernels."""
+        from embedcache.models import _hyena_numba as kernels
+
+        n_seq, length, _ = u.shape
+        d = self.d_model
+        z = self.in_proj(u)  # (b, L, 3d), bias included
+        x0 = torch.empty((n_seq, length, d))
+        v = torch.empty((n_seq, d, length))
+        conv = self.short_filter
+        kernels.short_conv_gate(
+            _numpy(z),
+            conv.weight.detach()[:, 0].T.float().contiguous().numpy(),
+            conv.bias.detach().float().numpy(),
+            x0.numpy(),
+            v.numpy(),
+        )
+        y = self._long_conv(v)
+        gated = torch.empty((n_seq, length, d), dtype=z.dtype)
+        kernels.gate_out(
+            y.numpy(),
+            v.numpy(),
+            x0.numpy(),
+            self.filter_fn.bias.detach().float().numpy(),
+            _numpy(gated),
+        )
+        return self.out_proj(gated)
 
 
-class _ShortFilter(nn.Module):
-    """Depthwise causal convolution of width 3 along the sequence, channels-last."""
+def _numpy(t: torch.Tensor) -> Any:  # noqa: ANN401
+    """A CPU tensor as numpy; bfloat16 as its bits (int16), which the kernels read."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+class ShortFilter(nn.Module):
+    """Depthwise causal convolution of width 3 along the sequence (channels-first)."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(channels, 1, _SHORT_FILTER))
         self.bias = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # out[i] = w0 * x[i - 2] + w1 * x[i - 1] + w2 * x[i] + b  (zeros before 0)
-        x = x.float()
-        w = self.weight[:, 0].float()
-        out = torch.addcmul(self.bias.float(), x, w[:, 2])
-        out[:, 1:] += x[:, :-1] * w[:, 1]
-        out[:, 2:] += x[:, :-2] * w[:, 0]
-        return out
+    def forward(self, x: torch.Tensor, length: int) -> torch.Tensor:
+        # padding 2 and the first `length` outputs: out[i] sees x[i - 2 .. i]
+        return F.conv1d(
+            x,
+            self.weight.float(),
+            self.bias.float(),
+            padding=_SHORT_FILTER - 1,
+            groups=x.shape[1],
+        )[..., :length]
 
 
 class Mlp(nn.Module):
@@ -325,9 +398,18 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = Projection(arch.d_model, arch.d_inner)
         self.fc2 = Projection(arch.d_inner, arch.d_model)
+        self.kernels = "torch"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        # in the projections' dtype throughout (bf16: the GELU's output too)
+        h = self.fc1(x)
+        if self.kernels == "numba":
+            from embedcache.models import _hyena_numba as kernels
+
+            kernels.gelu_tanh(_numpy(h.view(-1, h.shape[-1])))
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return self.fc2(h)
 
 
 class HyenaBlock(nn.Module):
@@ -339,8 +421,9 @@ class HyenaBlock(nn.Module):
         self.norm2 = nn.LayerNorm(arch.d_model, eps=_BLOCK_NORM_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.mixer(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        # the residual stream stays float32; a bf16 branch is promoted as it is added
+        x = torch.add(x, self.mixer(self.norm1(x)))
+        return torch.add(x, self.mlp(self.norm2(x)))
 
 
 class Embeddings(nn.Module):
@@ -371,6 +454,15 @@ class HyenaBackbone(nn.Module):
         for module in self.modules():
             if isinstance(module, Projection):
                 module.to(dtype)
+
+    def set_kernels(self, kernels: str) -> None:
+        """``"numba"`` (compiled CPU kernels between the matmuls) or ``"torch"``."""
+        if kernels not in KERNELS:
+            msg = f"kernels {kernels!r} is not one of {KERNELS}"
+            raise ValueError(msg)
+        for block in self.layers:
+            block.mixer.kernels = kernels
+            block.mlp.kernels = kernels
 
     def forward(
         self,
@@ -453,12 +545,16 @@ def init_official(backbone: HyenaBackbone, *, seed: int) -> None:
     with torch.no_grad():
         for module in backbone.modules():
             if isinstance(module, nn.Linear):
-                module.weight.copy_(torch.randn(module.weight.shape, generator=g) * 0.02)
+                module.weight.copy_(
+                    torch.randn(module.weight.shape, generator=g) * 0.02
+                )
                 if module.bias is not None:
                     module.bias.zero_()
             elif isinstance(module, nn.Embedding):
-                module.weight.copy_(torch.randn(module.weight.shape, generator=g) * 0.02)
-            elif isinstance(module, _ShortFilter):
+                module.weight.copy_(
+                    torch.randn(module.weight.shape, generator=g) * 0.02
+                )
+            elif isinstance(module, ShortFilter):
                 for p in (module.weight, module.bias):
                     p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
             elif isinstance(module, ImplicitFilter):

@@ -153,6 +153,8 @@ def load(
     backbone = backbone.to(device).eval()
     if options.dtype == "bfloat16":
         backbone.set_compute_dtype(torch.bfloat16)
+    # numba kernels between the matmuls on CPU; torch ops elsewhere
+    backbone.set_kernels("numba" if torch.device(device).type == "cpu" else "torch")
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,

@@ -1,0 +1,127 @@
+"""Compiled CPU kernels (numba) for the Hyena operator; imported only when one runs.
+
+Two kernels cover everything between the operator's projections and its FFTs, and
+a third the MLP's activation:
+
+- ``short_conv_gate``: the depthwise causal convolution (width 3) over the in_proj
+  output, then the first gate: writes ``x0`` (channels-last, for the last gate) and
+  ``v * x1`` (channels-first, contiguous along the sequence for the FFT);
+- ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, written
+  channels-last as the out_proj input.
+
+Each replaces half a dozen passes over (tokens x channels) tensors and two
+transposes. In bfloat16 they read and write bfloat16 bits (int16) themselves. Work
+is split over (sequence, block of 64 positions) with ``prange``; each item transposes
+its block through a small tile, so reads and writes stay contiguous.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# the bfloat16 load/store helpers and the vectorisable exp are Caduceus's: one
+# definition of the rounding and of the polynomial
+from embedcache.models._caduceus_numba import _exp2, _load, _store_row
+
+TIME_BLOCK = 64
+ROW_BLOCK = 64
+_LOG2E = 1.4426950408889634
+_GELU_A = 0.7978845608028654  # sqrt(2 / pi)
+_GELU_B = 0.044715
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def short_conv_gate(z, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
+    """``x0_out = conv(z)[..., :d]``, ``v_out = (conv(z)[..., 2d:] * conv(z)[..., d:2d]).T``.
+
+    ``z`` (B, L, 3d) float32 or bfloat16 bits (int16): the in_proj output, bias
+    included; ``weight`` (3, 3d): tap ``j`` multiplies ``z[t - 2 + j]`` (zeros before
+    the start); ``bias`` (3d,); ``x0_out`` (B, L, d) and ``v_out`` (B, d, L) float32.
+    """
+    n_seq, length, n_chan = z.shape
+    d = n_chan // 3
+    n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
+    # inner loops index 1-D rows only: LLVM vectorises those (2-D indexing inside
+    # a loop kept it scalar)
+    w0, w1, w2 = weight[0], weight[1], weight[2]
+    for item in numba.prange(n_seq * n_block):
+        g = item // n_block
+        t0 = (item % n_block) * TIME_BLOCK
+        t1 = min(t0 + TIME_BLOCK, length)
+        buf = np.empty((TIME_BLOCK, n_chan), dtype=np.float32)
+        for t in range(t0, t1):
+            acc = buf[t - t0]
+            row = z[g, t]
+            for c in range(n_chan):
+                acc[c] = bias[c] + w2[c] * _load(row[c])
+            if t >= 1:
+                row = z[g, t - 1]
+                for c in range(n_chan):
+                    acc[c] += w1[c] * _load(row[c])
+            if t >= 2:
+                row = z[g, t - 2]
+                for c in range(n_chan):
+                    acc[c] += w0[c] * _load(row[c])
+            x0_row = x0_out[g, t]
+            for c in range(d):
+                x0_row[c] = acc[c]
+        for c in range(d):
+            v_row = v_out[g, c]
+            for t in range(t0, t1):
+                v_row[t] = buf[t - t0, 2 * d + c] * buf[t - t0, d + c]
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def gate_out(y, v, x0, d_bias, out) -> None:  # noqa: ANN001
+    """``out = ((y + v * D) * x0)`` channels-last.
+
+    ``y`` (B, d, n) float32: the FFT convolution, of which the first L positions are
+    used; ``v`` (B, d, L) float32; ``x0`` (B, L, d) float32; ``d_bias`` (d,);
+    ``out`` (B, L, d) float32 or bfloat16 bits (int16).
+    """
+    n_seq, length, d = x0.shape
+    n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
+    for item in numba.prange(n_seq * n_block):
+        g = item // n_block
+        t0 = (item % n_block) * TIME_BLOCK
+        t1 = min(t0 + TIME_BLOCK, length)
+        tile = np.empty((d, TIME_BLOCK), dtype=np.float32)
+        for c in range(d):
+            y_row = y[g, c, t0:t1]
+            v_row = v[g, c, t0:t1]
+            tile_row = tile[c]
+            dc = d_bias[c]
+            for k in range(t1 - t0):
+                tile_row[k] = y_row[k] + v_row[k] * dc
+        row = np.empty(d, dtype=np.float32)
+        for t in range(t0, t1):
+            x0_row = x0[g, t]
+            for c in range(d):
+                row[c] = tile[c, t - t0] * x0_row[c]
+            _store_row(row, out[g, t])
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def gelu_tanh(x) -> None:  # noqa: ANN001
+    """In place: ``x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+
+    Written as ``x / (1 + exp(-2 a))`` (the same function) with the vectorisable
+    :func:`_exp2`. ``x`` (rows, cols) float32 or bfloat16 bits (int16).
+    """
+    n_rows, n_cols = x.shape
+    n_block = (n_rows + ROW_BLOCK - 1) // ROW_BLOCK
+    for item in numba.prange(n_block):
+        tmp = np.empty(n_cols, dtype=np.float32)
+        for r in range(item * ROW_BLOCK, min((item + 1) * ROW_BLOCK, n_rows)):
+            row = x[r]
+            for c in range(n_cols):
+                v = _load(row[c])
+                a = np.float32(_GELU_A) * (v + np.float32(_GELU_B) * v * v * v)
+                e = -np.float32(2.0 * _LOG2E) * a
+                e = min(max(e, np.float32(-126.0)), np.float32(126.0))
+                tmp[c] = v / (np.float32(1.0) + _exp2(e))
+            _store_row(tmp, row)
+
+
+__all__ = ["TIME_BLOCK", "gate_out", "gelu_tanh", "short_conv_gate"]
