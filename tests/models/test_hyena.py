@@ -485,3 +485,51 @@ def test_random_init_is_seeded_and_official(tmp_path):
     torch.testing.assert_close(mixer.filter_fn.pos_emb.z, z)
     bound = 3**-0.5
     assert float(mixer.short_filter.weight.detach().abs().max()) <= bound
+
+
+# shapes of the published checkpoints: medium-160k and large-1m as tcztzy/evo.cpp
+# pins them (config.json and model.safetensors by sha256 and size, at
+# configs/geneb-hyenadna-models.json); tiny-1k, small-32k and medium-450k from the
+# MultiMolecule model card's table of the same checkpoints
+PUBLISHED = {
+    "LongSafari/hyenadna-tiny-1k-seqlen-hf": (128, 2, 1026, None),
+    "LongSafari/hyenadna-small-32k-seqlen-hf": (256, 4, 32770, None),
+    "LongSafari/hyenadna-medium-160k-seqlen-hf": (256, 8, 160002, 56_971_992),
+    "LongSafari/hyenadna-medium-450k-seqlen-hf": (256, 8, 450002, None),
+    "LongSafari/hyenadna-large-1m-seqlen-hf": (256, 8, 1000002, 218_252_304),
+}
+
+
+@pytest.mark.parametrize("hub_id", list(PUBLISHED))
+def test_catalogue_matches_the_published_shapes(hub_id):
+    from embedcache.models.catalogue import load_catalogue
+
+    d, n, context, file_size = PUBLISHED[hub_id]
+    config = {
+        **published_config(),
+        "d_model": d,
+        "n_layer": n,
+        "d_inner": 4 * d,
+        "max_seq_len": context,
+    }
+    arch = arch_from_config(config, where=hub_id)
+    with torch.device("meta"):
+        net = HyenaBackbone(arch)
+    entry = next(e for e in load_catalogue() if e.hub_id == hub_id)
+    assert (entry.family, entry.context, entry.licence) == (
+        "hyenadna",
+        context,
+        "bsd-3-clause",
+    )
+    params = sum(t.numel() for t in net.parameters())
+    assert f"{params / 1e6:.2g}M" == entry.params
+    if file_size is not None:
+        # every stored tensor (backbone + lm_head, float32) fills the published file
+        # but for its JSON header
+        stored = sum(t.numel() for t in net.state_dict().values()) + 16 * d
+        # the shared sine frequency is stored once, not at each odd index
+        stored -= n * 2 * arch.filter_order
+        header = file_size - 4 * stored
+        # 26 tensors a layer, embedding, ln_f (2) and lm_head; ~120 bytes of JSON each
+        n_tensors = 26 * n + 4
+        assert 100 * n_tensors < header < 140 * n_tensors
