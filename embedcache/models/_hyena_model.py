@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -270,10 +271,15 @@ class ImplicitFilter(nn.Module):
 
 
 class Projection(nn.Linear):
-    """A linear layer computing in its weights' dtype; returns that dtype."""
+    """A linear layer computing in its weight's dtype; returns that dtype.
+
+    The bias stays float32 (the CPU kernels add it in float32 after the matmul).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(self.weight.dtype), self.weight, self.bias)
+        w = self.weight
+        b = None if self.bias is None else self.bias.to(w.dtype)
+        return F.linear(x.to(w.dtype), w, b)
 
 
 def fft_size(length: int) -> int:
@@ -310,16 +316,11 @@ class HyenaOperator(nn.Module):
         # depthwise, width 3, stored as nn.Conv1d stores it: (channels, 1, 3)
         self.short_filter = ShortFilter(3 * d)
         self.filter_fn = ImplicitFilter(arch)
-        self.kernels = "torch"
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        """(b, L, d) float32 -> (b, L, d) in the projections' dtype."""
+        """(b, L, d) float32 -> (b, L, d) in the projections' dtype (torch ops)."""
         length = u.shape[1]
-        if length > self.max_seq_len:
-            msg = f"{length} tokens exceed the model's {self.max_seq_len}"
-            raise ValueError(msg)
-        if self.kernels == "numba":
-            return self._forward_numba(u)
+        _check_length(length, self.max_seq_len)
         proj = self.in_proj
         z = torch.matmul(proj.weight, u.to(proj.weight.dtype).transpose(1, 2))
         # float32 from here: the in_proj bias joins the cast, then the short filter
@@ -327,50 +328,54 @@ class HyenaOperator(nn.Module):
         d = self.d_model
         x0, x1, v = z[:, :d], z[:, d : 2 * d], z[:, 2 * d :]
         v = v * x1
-        y = self._long_conv(v)[..., :length]
+        n = fft_size(length)
+        y = torch.fft.irfft(
+            torch.fft.rfft(v, n=n) * self.filter_fn.spectrum(length, n), n=n
+        )[..., :length]
         y = y.addcmul_(v, self.filter_fn.bias.float()[:, None]).mul_(x0)
         w = self.out_proj.weight
-        return torch.matmul(y.to(w.dtype).transpose(1, 2), w.T).add_(self.out_proj.bias)
+        out = torch.matmul(y.to(w.dtype).transpose(1, 2), w.T)
+        return out.add_(self.out_proj.bias.to(w.dtype))
 
-    def _long_conv(self, v: torch.Tensor) -> torch.Tensor:
-        """The causal convolution of ``v`` (b, d, L) float32 with the implicit filter,
-        by FFT; (b, d, n) with the result in the first L positions."""
-        length = v.shape[-1]
-        n = fft_size(length)
-        spectrum = self.filter_fn.spectrum(length, n)  # (d, n // 2 + 1)
-        return torch.fft.irfft(torch.fft.rfft(v, n=n) * spectrum, n=n)
-
-    def _forward_numba(self, u: torch.Tensor) -> torch.Tensor:
-        """The CPU path: projections and FFTs in torch, the rest in two numba kernels."""
+    def forward_numba(self, u: torch.Tensor) -> torch.Tensor:
+        """The CPU path: ``u`` (b, L, d) in the projections' dtype (the normed input)
+        -> (b, L, d) out_proj's matmul, its bias not yet added (:func:`add_norm`
+        adds it); matmuls and FFTs in torch, the rest in two numba kernels."""
         from embedcache.models import _hyena_numba as kernels
 
         n_seq, length, _ = u.shape
+        _check_length(length, self.max_seq_len)
         d = self.d_model
-        z = self.in_proj(u)  # (b, L, 3d), bias included
+        n = fft_size(length)
+        z = F.linear(u, self.in_proj.weight)  # (b, L, 3d); the kernel adds the bias
         x0 = torch.empty((n_seq, length, d))
-        v = torch.empty((n_seq, d, length))
+        v = torch.empty((n_seq, d, n))  # zero-padded for the FFT by the kernel
         conv = self.short_filter
         kernels.short_conv_gate(
             _numpy(z),
+            _numpy(self.in_proj.bias),
             conv.weight.detach()[:, 0].T.float().contiguous().numpy(),
-            conv.bias.detach().float().numpy(),
+            _numpy(conv.bias),
             x0.numpy(),
             v.numpy(),
         )
-        y = self._long_conv(v)
+        y = torch.fft.irfft(torch.fft.rfft(v) * self.filter_fn.spectrum(length, n), n=n)
         gated = torch.empty((n_seq, length, d), dtype=z.dtype)
         kernels.gate_out(
-            y.numpy(),
-            v.numpy(),
-            x0.numpy(),
-            self.filter_fn.bias.detach().float().numpy(),
-            _numpy(gated),
+            y.numpy(), v.numpy(), x0.numpy(), _numpy(self.filter_fn.bias), _numpy(gated)
         )
-        return self.out_proj(gated)
+        return F.linear(gated, self.out_proj.weight)
+
+
+def _check_length(length: int, max_seq_len: int) -> None:
+    if length > max_seq_len:
+        msg = f"{length} tokens exceed the model's {max_seq_len}"
+        raise ValueError(msg)
 
 
 def _numpy(t: torch.Tensor) -> Any:  # noqa: ANN401
     """A CPU tensor as numpy; bfloat16 as its bits (int16), which the kernels read."""
+    t = t.detach()
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
@@ -398,18 +403,18 @@ class Mlp(nn.Module):
         super().__init__()
         self.fc1 = Projection(arch.d_model, arch.d_inner)
         self.fc2 = Projection(arch.d_inner, arch.d_model)
-        self.kernels = "torch"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # in the projections' dtype throughout (bf16: the GELU's output too)
-        h = self.fc1(x)
-        if self.kernels == "numba":
-            from embedcache.models import _hyena_numba as kernels
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
 
-            kernels.gelu_tanh(_numpy(h.view(-1, h.shape[-1])))
-        else:
-            h = F.gelu(h, approximate="tanh")
-        return self.fc2(h)
+    def forward_numba(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the projections' dtype -> fc2's matmul, its bias not yet added."""
+        from embedcache.models import _hyena_numba as kernels
+
+        h = F.linear(x, self.fc1.weight)
+        kernels.gelu_tanh(_numpy(h.view(-1, h.shape[-1])), _numpy(self.fc1.bias))
+        return F.linear(h, self.fc2.weight)
 
 
 class HyenaBlock(nn.Module):
@@ -448,21 +453,20 @@ class HyenaBackbone(nn.Module):
         self.embeddings = Embeddings(arch)
         self.layers = nn.ModuleList(HyenaBlock(arch) for _ in range(arch.n_layer))
         self.ln_f = nn.LayerNorm(arch.d_model, eps=arch.layer_norm_epsilon)
+        self.kernels = "torch"
 
     def set_compute_dtype(self, dtype: torch.dtype) -> None:
         """Run the four projections of every block in ``dtype`` (the rest stays float32)."""
         for module in self.modules():
             if isinstance(module, Projection):
-                module.to(dtype)
+                module.weight.data = module.weight.data.to(dtype)
 
     def set_kernels(self, kernels: str) -> None:
         """``"numba"`` (compiled CPU kernels between the matmuls) or ``"torch"``."""
         if kernels not in KERNELS:
             msg = f"kernels {kernels!r} is not one of {KERNELS}"
             raise ValueError(msg)
-        for block in self.layers:
-            block.mixer.kernels = kernels
-            block.mlp.kernels = kernels
+        self.kernels = kernels
 
     def forward(
         self,
@@ -473,8 +477,11 @@ class HyenaBackbone(nn.Module):
         want = set(layers)
         last = max((i for i in want if i >= 0), default=-1)
         depth = self.n_layers if -1 in want else last
-        out: dict[int, torch.Tensor] = {}
         x = self.embeddings.word_embeddings(ids).float()
+        if self.kernels == "numba":
+            out = self._forward_numba(x, want, depth)
+            return [out[i] for i in layers]
+        out: dict[int, torch.Tensor] = {}
         if 0 in want:
             out[0] = x
         for i, block in enumerate(self.layers[:depth], start=1):
@@ -484,6 +491,50 @@ class HyenaBackbone(nn.Module):
         if -1 in want:
             out[-1] = self.ln_f(x)
         return [out[i] for i in layers]
+
+    def _forward_numba(
+        self, x: torch.Tensor, want: set[int], depth: int
+    ) -> dict[int, torch.Tensor]:
+        """The blocks with each residual add fused into the next LayerNorm (CPU)."""
+        from embedcache.models import _hyena_numba as kernels
+
+        out: dict[int, torch.Tensor] = {0: x.clone()} if 0 in want else {}
+        d = self.hidden_size
+        dtype = self.layers[0].mlp.fc1.weight.dtype
+        rows = x.view(-1, d)  # the residual stream, updated in place
+        no_rows, no_vector = torch.empty((0, d)), torch.empty(0)
+        normed = torch.empty(x.shape, dtype=dtype)
+        final = torch.empty(x.shape)
+
+        def add_norm(
+            branch: torch.Tensor, bias: torch.Tensor, norm: nn.LayerNorm | None
+        ) -> None:
+            target = final if norm is self.ln_f else normed
+            kernels.add_norm(
+                rows.numpy(),
+                _numpy(branch.view(-1, d)),
+                _numpy(bias),
+                _numpy(norm.weight if norm is not None else no_vector),
+                _numpy(norm.bias if norm is not None else no_vector),
+                np.float32(norm.eps if norm is not None else 0.0),
+                _numpy(target.view(-1, d) if norm is not None else no_rows),
+            )
+
+        if depth:
+            add_norm(no_rows, no_vector, self.layers[0].norm1)
+        for i, block in enumerate(self.layers[:depth], start=1):
+            mixed = block.mixer.forward_numba(normed)
+            add_norm(mixed, block.mixer.out_proj.bias, block.norm2)
+            h = block.mlp.forward_numba(normed)
+            if i < depth:
+                add_norm(h, block.mlp.fc2.bias, self.layers[i].norm1)
+            else:
+                add_norm(h, block.mlp.fc2.bias, self.ln_f if -1 in want else None)
+            if i in want:
+                out[i] = x.clone()
+        if -1 in want:
+            out[-1] = final
+        return out
 
 
 def prepare_state(

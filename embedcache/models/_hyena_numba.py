@@ -1,18 +1,23 @@
-"""Compiled CPU kernels (numba) for the Hyena operator; imported only when one runs.
+"""Compiled CPU kernels (numba) for the HyenaDNA backbone; imported only when one runs.
 
-Two kernels cover everything between the operator's projections and its FFTs, and
-a third the MLP's activation:
+Four kernels cover everything between the matmuls and the FFTs:
 
-- ``short_conv_gate``: the depthwise causal convolution (width 3) over the in_proj
-  output, then the first gate: writes ``x0`` (channels-last, for the last gate) and
-  ``v * x1`` (channels-first, contiguous along the sequence for the FFT);
+- ``short_conv_gate``: the in_proj bias, the depthwise causal convolution (width 3)
+  and the first gate: writes ``x0`` (channels-last, for the last gate) and
+  ``v * x1`` (channels-first and zero-padded: the FFT's input as it is);
 - ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, written
-  channels-last as the out_proj input.
+  channels-last as the out_proj input;
+- ``gelu_tanh``: fc1's bias and the tanh GELU in place (torch's GELU alone took
+  ~2 ns an element here);
+- ``add_norm``: a branch and its bias added to the residual stream, then the next
+  LayerNorm, written in the next matmul's dtype.
 
-Each replaces half a dozen passes over (tokens x channels) tensors and two
-transposes. In bfloat16 they read and write bfloat16 bits (int16) themselves. Work
-is split over (sequence, block of 64 positions) with ``prange``; each item transposes
-its block through a small tile, so reads and writes stay contiguous.
+The matmuls run without their biases (with one, ``addmm`` first copies it over the
+whole output); each bias is added by the kernel that reads the matmul's output. Each
+kernel replaces several passes over (tokens x channels) tensors (the first two, also
+a transpose). In bfloat16 they read and write bfloat16 bits (int16) themselves. Work
+is split over (sequence, block of 64 positions) or blocks of 64 rows with
+``prange``; the transposing kernels go through a small tile per item.
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ _GELU_B = 0.044715
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def short_conv_gate(z, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
+def short_conv_gate(z, z_bias, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
     """``x0_out = conv(z)[..., :d]``, ``v_out = (conv(z)[..., 2d:] * conv(z)[..., d:2d]).T``.
 
-    ``z`` (B, L, 3d) float32 or bfloat16 bits (int16): the in_proj output, bias
-    included; ``weight`` (3, 3d): tap ``j`` multiplies ``z[t - 2 + j]`` (zeros before
-    the start); ``bias`` (3d,); ``x0_out`` (B, L, d) and ``v_out`` (B, d, L) float32.
+    ``z`` (B, L, 3d) float32 or bfloat16 bits (int16): the in_proj matmul, to which
+    ``z_bias`` (3d,) is added here; ``weight`` (3, 3d): tap ``j`` multiplies
+    ``z[t - 2 + j]`` (zeros before the start); ``bias`` (3d,); ``x0_out`` (B, L, d)
+    float32; ``v_out`` (B, d, n >= L) float32, zero from L on (the FFT's padding).
     """
     n_seq, length, n_chan = z.shape
     d = n_chan // 3
+    n_fft = v_out.shape[2]
     n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
     # inner loops index 1-D rows only: LLVM vectorises those (2-D indexing inside
     # a loop kept it scalar)
@@ -54,15 +61,15 @@ def short_conv_gate(z, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
             acc = buf[t - t0]
             row = z[g, t]
             for c in range(n_chan):
-                acc[c] = bias[c] + w2[c] * _load(row[c])
+                acc[c] = bias[c] + w2[c] * (_load(row[c]) + z_bias[c])
             if t >= 1:
                 row = z[g, t - 1]
                 for c in range(n_chan):
-                    acc[c] += w1[c] * _load(row[c])
+                    acc[c] += w1[c] * (_load(row[c]) + z_bias[c])
             if t >= 2:
                 row = z[g, t - 2]
                 for c in range(n_chan):
-                    acc[c] += w0[c] * _load(row[c])
+                    acc[c] += w0[c] * (_load(row[c]) + z_bias[c])
             x0_row = x0_out[g, t]
             for c in range(d):
                 x0_row[c] = acc[c]
@@ -70,6 +77,9 @@ def short_conv_gate(z, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
             v_row = v_out[g, c]
             for t in range(t0, t1):
                 v_row[t] = buf[t - t0, 2 * d + c] * buf[t - t0, d + c]
+            if t1 == length:
+                for t in range(length, n_fft):
+                    v_row[t] = np.float32(0.0)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -103,11 +113,12 @@ def gate_out(y, v, x0, d_bias, out) -> None:  # noqa: ANN001
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def gelu_tanh(x) -> None:  # noqa: ANN001
-    """In place: ``x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+def gelu_tanh(x, bias) -> None:  # noqa: ANN001
+    """In place: ``x = gelu(x + bias)``, the tanh GELU.
 
-    Written as ``x / (1 + exp(-2 a))`` (the same function) with the vectorisable
-    :func:`_exp2`. ``x`` (rows, cols) float32 or bfloat16 bits (int16).
+    ``0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))`` is computed as the same
+    function ``h / (1 + exp(-2 a))`` with the vectorisable :func:`_exp2`. ``x``
+    (rows, cols) float32 or bfloat16 bits (int16); ``bias`` (cols,) float32.
     """
     n_rows, n_cols = x.shape
     n_block = (n_rows + ROW_BLOCK - 1) // ROW_BLOCK
@@ -116,12 +127,47 @@ def gelu_tanh(x) -> None:  # noqa: ANN001
         for r in range(item * ROW_BLOCK, min((item + 1) * ROW_BLOCK, n_rows)):
             row = x[r]
             for c in range(n_cols):
-                v = _load(row[c])
-                a = np.float32(_GELU_A) * (v + np.float32(_GELU_B) * v * v * v)
+                h = _load(row[c]) + bias[c]
+                a = np.float32(_GELU_A) * (h + np.float32(_GELU_B) * h * h * h)
                 e = -np.float32(2.0 * _LOG2E) * a
                 e = min(max(e, np.float32(-126.0)), np.float32(126.0))
-                tmp[c] = v / (np.float32(1.0) + _exp2(e))
+                tmp[c] = h / (np.float32(1.0) + _exp2(e))
             _store_row(tmp, row)
 
 
-__all__ = ["TIME_BLOCK", "gate_out", "gelu_tanh", "short_conv_gate"]
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def add_norm(x, y, y_bias, weight, bias, eps, out) -> None:  # noqa: ANN001
+    """In place ``x += y + y_bias``, then ``out = LayerNorm(x) * weight + bias``.
+
+    ``x`` (rows, d) float32, the residual stream; ``y`` (rows, d) float32 or bfloat16
+    bits, or empty (no add); ``out`` (rows, d) float32 or bfloat16 bits, or empty (no
+    norm). Mean and variance in float32, as torch's LayerNorm.
+    """
+    n_rows, d = x.shape
+    add, norm = y.size > 0, out.size > 0
+    n_block = (n_rows + ROW_BLOCK - 1) // ROW_BLOCK
+    for item in numba.prange(n_block):
+        tmp = np.empty(d, dtype=np.float32)
+        for r in range(item * ROW_BLOCK, min((item + 1) * ROW_BLOCK, n_rows)):
+            row = x[r]
+            if add:
+                y_row = y[r]
+                for c in range(d):
+                    row[c] += _load(y_row[c]) + y_bias[c]
+            if norm:
+                total = np.float32(0.0)
+                for c in range(d):
+                    total += row[c]
+                mean = total / d
+                total = np.float32(0.0)
+                for c in range(d):
+                    dev = row[c] - mean
+                    tmp[c] = dev
+                    total += dev * dev
+                scale = np.float32(1.0) / np.sqrt(total / d + eps)
+                for c in range(d):
+                    tmp[c] = tmp[c] * scale * weight[c] + bias[c]
+                _store_row(tmp, out[r])
+
+
+__all__ = ["TIME_BLOCK", "add_norm", "gate_out", "gelu_tanh", "short_conv_gate"]
