@@ -50,11 +50,14 @@ from embedcache.models.hyena import SEP_ID, tokenize
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-DATA = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "data"
-    / "genomic-benchmarks"
+# ../shared/data beside the checkout (a worktree looks further up)
+DATA = next(
+    (
+        p / "shared" / "data" / "genomic-benchmarks"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
+    ),
+    Path("shared/data/genomic-benchmarks"),
 )
 CONFIG = {
     "activation_freq": 10,

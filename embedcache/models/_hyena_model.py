@@ -347,20 +347,21 @@ class HyenaOperator(nn.Module):
         _check_length(length, self.max_seq_len)
         d = self.d_model
         n = fft_size(length)
-        z = F.linear(u, self.in_proj.weight)  # (b, L, 3d); the kernel adds the bias
-        x0 = torch.empty((n_seq, length, d))
+        # (b, 3d, L), channels-first; the kernel adds the bias
+        z = torch.matmul(self.in_proj.weight, u.transpose(1, 2))
+        x0 = torch.empty((n_seq, d, length))
         v = torch.empty((n_seq, d, n))  # zero-padded for the FFT by the kernel
         conv = self.short_filter
         kernels.short_conv_gate(
             _numpy(z),
             _numpy(self.in_proj.bias),
-            conv.weight.detach()[:, 0].T.float().contiguous().numpy(),
+            _numpy(conv.weight[:, 0].float()),
             _numpy(conv.bias),
             x0.numpy(),
             v.numpy(),
         )
         y = torch.fft.irfft(torch.fft.rfft(v) * self.filter_fn.spectrum(length, n), n=n)
-        gated = torch.empty((n_seq, length, d), dtype=z.dtype)
+        gated = torch.empty((n_seq, length, d), dtype=u.dtype)
         kernels.gate_out(
             y.numpy(), v.numpy(), x0.numpy(), _numpy(self.filter_fn.bias), _numpy(gated)
         )

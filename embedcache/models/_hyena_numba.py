@@ -3,10 +3,10 @@
 Four kernels cover everything between the matmuls and the FFTs:
 
 - ``short_conv_gate``: the in_proj bias, the depthwise causal convolution (width 3)
-  and the first gate: writes ``x0`` (channels-last, for the last gate) and
-  ``v * x1`` (channels-first and zero-padded: the FFT's input as it is);
-- ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, written
-  channels-last as the out_proj input;
+  and the first gate, channels-first (in_proj's matmul writes that layout): ``x0``
+  and ``v * x1``, zero-padded as the FFT's input;
+- ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, transposed
+  to channels-last as the out_proj input;
 - ``gelu_tanh``: fc1's bias and the tanh GELU in place (torch's GELU alone took
   ~2 ns an element here);
 - ``add_norm``: a branch and its bias added to the residual stream, then the next
@@ -16,8 +16,8 @@ The matmuls run without their biases (with one, ``addmm`` first copies it over t
 whole output); each bias is added by the kernel that reads the matmul's output. Each
 kernel replaces several passes over (tokens x channels) tensors (the first two, also
 a transpose). In bfloat16 they read and write bfloat16 bits (int16) themselves. Work
-is split over (sequence, block of 64 positions) or blocks of 64 rows with
-``prange``; the transposing kernels go through a small tile per item.
+is split with ``prange`` over (sequence, channel), (sequence, block of 64 positions)
+or blocks of 64 rows; ``gate_out`` transposes through a small tile per item.
 """
 
 from __future__ import annotations
@@ -38,59 +38,72 @@ _GELU_B = 0.044715
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def short_conv_gate(z, z_bias, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
-    """``x0_out = conv(z)[..., :d]``, ``v_out = (conv(z)[..., 2d:] * conv(z)[..., d:2d]).T``.
+    """``x0_out = conv(z)[:, :d]``, ``v_out = conv(z)[:, 2d:] * conv(z)[:, d:2d]``.
 
-    ``z`` (B, L, 3d) float32 or bfloat16 bits (int16): the in_proj matmul, to which
-    ``z_bias`` (3d,) is added here; ``weight`` (3, 3d): tap ``j`` multiplies
-    ``z[t - 2 + j]`` (zeros before the start); ``bias`` (3d,); ``x0_out`` (B, L, d)
-    float32; ``v_out`` (B, d, n >= L) float32, zero from L on (the FFT's padding).
+    Channels-first throughout, so every loop runs along contiguous positions.
+    ``z`` (B, 3d, L) float32 or bfloat16 bits (int16): the in_proj matmul, to which
+    ``z_bias`` (3d,) is added here; ``weight`` (3d, 3): tap ``j`` multiplies
+    ``z[t - 2 + j]`` (zeros before the start: the bias is part of the input, the
+    padding is not); ``bias`` (3d,); ``x0_out`` (B, d, L) float32; ``v_out``
+    (B, d, n >= L) float32, zero from L on (the FFT's padding).
     """
-    n_seq, length, n_chan = z.shape
+    n_seq, n_chan, length = z.shape
     d = n_chan // 3
     n_fft = v_out.shape[2]
-    n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
-    # inner loops index 1-D rows only: LLVM vectorises those (2-D indexing inside
-    # a loop kept it scalar)
-    w0, w1, w2 = weight[0], weight[1], weight[2]
-    for item in numba.prange(n_seq * n_block):
-        g = item // n_block
-        t0 = (item % n_block) * TIME_BLOCK
-        t1 = min(t0 + TIME_BLOCK, length)
-        buf = np.empty((TIME_BLOCK, n_chan), dtype=np.float32)
-        for t in range(t0, t1):
-            acc = buf[t - t0]
-            row = z[g, t]
-            for c in range(n_chan):
-                acc[c] = bias[c] + w2[c] * (_load(row[c]) + z_bias[c])
-            if t >= 1:
-                row = z[g, t - 1]
-                for c in range(n_chan):
-                    acc[c] += w1[c] * (_load(row[c]) + z_bias[c])
-            if t >= 2:
-                row = z[g, t - 2]
-                for c in range(n_chan):
-                    acc[c] += w0[c] * (_load(row[c]) + z_bias[c])
-            x0_row = x0_out[g, t]
-            for c in range(d):
-                x0_row[c] = acc[c]
-        for c in range(d):
-            v_row = v_out[g, c]
-            for t in range(t0, t1):
-                v_row[t] = buf[t - t0, 2 * d + c] * buf[t - t0, d + c]
-            if t1 == length:
-                for t in range(length, n_fft):
-                    v_row[t] = np.float32(0.0)
+    for item in numba.prange(n_seq * d):
+        g = item // d
+        c = item % d
+        x0_row = x0_out[g, c]
+        v_row = v_out[g, c]
+        a, b, e = c, d + c, 2 * d + c  # x0, x1 and v's channels
+        _conv_row(z[g, a], z_bias[a], weight[a], bias[a], x0_row)
+        _conv_row(z[g, e], z_bias[e], weight[e], bias[e], v_row)
+        # x1's convolution, multiplied into v's row as it is computed
+        src, sb, w, cb = z[g, b], z_bias[b], weight[b], bias[b]
+        const = cb + sb * (w[0] + w[1] + w[2])
+        v_row[0] *= cb + w[2] * (_load(src[0]) + sb)
+        if length > 1:
+            v_row[1] *= cb + w[2] * (_load(src[1]) + sb) + w[1] * (_load(src[0]) + sb)
+        for t in range(2, length):
+            v_row[t] *= (
+                const
+                + w[2] * _load(src[t])
+                + w[1] * _load(src[t - 1])
+                + w[0] * _load(src[t - 2])
+            )
+        for t in range(length, n_fft):
+            v_row[t] = np.float32(0.0)
+
+
+@numba.njit(inline="always", fastmath=True)
+def _conv_row(src, src_bias, w, b, out) -> None:  # noqa: ANN001
+    """``out[t] = b + sum_j w[j] (src[t - 2 + j] + src_bias)`` over ``t < len(src)``,
+    with zeros (not ``src_bias``) before the start, as the padded convolution has."""
+    length = src.shape[0]
+    const = b + src_bias * (w[0] + w[1] + w[2])
+    out[0] = b + w[2] * (_load(src[0]) + src_bias)
+    if length > 1:
+        out[1] = (
+            b + w[2] * (_load(src[1]) + src_bias) + w[1] * (_load(src[0]) + src_bias)
+        )
+    for t in range(2, length):
+        out[t] = (
+            const
+            + w[2] * _load(src[t])
+            + w[1] * _load(src[t - 1])
+            + w[0] * _load(src[t - 2])
+        )
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def gate_out(y, v, x0, d_bias, out) -> None:  # noqa: ANN001
-    """``out = ((y + v * D) * x0)`` channels-last.
+    """``out = ((y + v * D) * x0)``, transposed to channels-last.
 
     ``y`` (B, d, n) float32: the FFT convolution, of which the first L positions are
-    used; ``v`` (B, d, L) float32; ``x0`` (B, L, d) float32; ``d_bias`` (d,);
+    used; ``v`` (B, d, n) float32; ``x0`` (B, d, L) float32; ``d_bias`` (d,);
     ``out`` (B, L, d) float32 or bfloat16 bits (int16).
     """
-    n_seq, length, d = x0.shape
+    n_seq, d, length = x0.shape
     n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
     for item in numba.prange(n_seq * n_block):
         g = item // n_block
@@ -100,15 +113,15 @@ def gate_out(y, v, x0, d_bias, out) -> None:  # noqa: ANN001
         for c in range(d):
             y_row = y[g, c, t0:t1]
             v_row = v[g, c, t0:t1]
+            x0_row = x0[g, c, t0:t1]
             tile_row = tile[c]
             dc = d_bias[c]
             for k in range(t1 - t0):
-                tile_row[k] = y_row[k] + v_row[k] * dc
+                tile_row[k] = (y_row[k] + v_row[k] * dc) * x0_row[k]
         row = np.empty(d, dtype=np.float32)
         for t in range(t0, t1):
-            x0_row = x0[g, t]
             for c in range(d):
-                row[c] = tile[c, t - t0] * x0_row[c]
+                row[c] = tile[c, t - t0]
             _store_row(row, out[g, t])
 
 
