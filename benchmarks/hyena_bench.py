@@ -351,7 +351,7 @@ def main() -> None:
         / np.linalg.norm(fp32, axis=1)
         / np.linalg.norm(bf16, axis=1)
     )
-    print(f"  bf16 vs fp32 vectors: cosine min {cos.min():.5f}, mean {cos.mean():.5f}")
+    print(f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}")
     bound = peak["bf16"] / flops
     print(
         f"  bound: matmuls alone at the bf16 peak would run {bound:.0f} tok/s = "

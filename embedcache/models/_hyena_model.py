@@ -6,15 +6,18 @@ then a final LayerNorm. The Hyena operator (order 2) projects each position to
 splits them into two gates and a value, and convolves the gated value with a long
 implicit filter: a small MLP with sine activations over positional features ``z``,
 windowed by an exponential decay, plus a per-channel bias D. The long convolution
-runs by FFT in float32 with an FFT size of twice the (padded) length, so it is a
+runs by FFT in float32 at a size of at least 2L - 1 (:func:`fft_size`), so it is a
 linear, causal convolution: position ``i`` sees positions ``<= i`` only, and padding a
 sequence on the right leaves its own positions exactly as they were.
 
 Tensor names follow the published checkpoints (``layers.<i>.mixer.filter_fn.pos_emb.z``
 ...), so a checkpoint loads by name; ``z``, ``t`` and the decay rates ``deltas`` are
 stored there and are loaded, never recomputed (they are computed only for a random
-initialisation). Layout differs from the published code where it is faster: the
-operator works channels-last and keeps the filter's FFT per length.
+initialisation). The computation differs from the published code's where that is
+faster and the result the same: the operator works channels-first between its
+projections, the FFT size is a fast one, the filter's spectrum is kept per length,
+and on CPU (``set_kernels("numba")``) everything between the matmuls and the FFTs
+runs in the kernels of :mod:`._hyena_numba`.
 """
 
 from __future__ import annotations
@@ -250,9 +253,11 @@ class ImplicitFilter(nn.Module):
     def spectrum(self, length: int, n: int) -> torch.Tensor:
         """rfft of the first ``length`` taps at FFT size ``n``: (d_model, n // 2 + 1).
 
-        Kept per (length, n) (the weights are frozen in inference); training would
-        need :meth:`clear`.
+        Without gradients (inference) it is kept per (length, n): the weights are
+        frozen once loaded; moving or casting the module drops what is kept.
         """
+        if torch.is_grad_enabled():
+            return torch.fft.rfft(self.kernel(length).T, n=n)
         key = (length, n, str(self.bias.device))
         cached = self._spectra.get(key)
         if cached is None:
@@ -261,9 +266,6 @@ class ImplicitFilter(nn.Module):
                 self._spectra.pop(next(iter(self._spectra)))
             self._spectra[key] = cached
         return cached
-
-    def clear(self) -> None:
-        self._spectra.clear()
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> ImplicitFilter:  # noqa: ANN401
         self._spectra.clear()  # moved or cast: the kept spectra are stale

@@ -137,6 +137,20 @@ def test_left_padding_would_change_real_positions(adapters):
     assert (lpad - alone).abs().max() > 0.1
 
 
+def test_torch_path_runs_with_gradients_after_inference():
+    # the filter spectra kept for inference must not leak into autograd
+    net = load("alt").network
+    net.set_kernels("torch")
+    ids = torch.tensor([[7, 8, 9, 10, 11, 1]])
+    with torch.inference_mode():
+        kept = net(ids, None, [-1])[0]
+    with torch.enable_grad():
+        fresh = net(ids, None, [-1])[0]
+        fresh.sum().backward()
+    torch.testing.assert_close(fresh.detach(), kept, atol=1e-6, rtol=0)
+    assert net.layers[0].mixer.filter_fn.implicit_filter[0].weight.grad is not None
+
+
 def test_numba_and_torch_kernels_agree():
     seqs = upper_sequences()
     for variant in VARIANTS:
