@@ -332,7 +332,7 @@ class HyenaOperator(nn.Module):
         v = v * x1
         n = fft_size(length)
         y = torch.fft.irfft(
-            torch.fft.rfft(v, n=n) * self.filter_fn.spectrum(length, n), n=n
+            torch.fft.rfft(v, n=n).mul_(self.filter_fn.spectrum(length, n)), n=n
         )[..., :length]
         y = y.addcmul_(v, self.filter_fn.bias.float()[:, None]).mul_(x0)
         w = self.out_proj.weight
@@ -362,7 +362,8 @@ class HyenaOperator(nn.Module):
             x0.numpy(),
             v.numpy(),
         )
-        y = torch.fft.irfft(torch.fft.rfft(v) * self.filter_fn.spectrum(length, n), n=n)
+        spectrum = self.filter_fn.spectrum(length, n)
+        y = torch.fft.irfft(torch.fft.rfft(v).mul_(spectrum), n=n)
         gated = torch.empty((n_seq, length, d), dtype=u.dtype)
         kernels.gate_out(
             y.numpy(), v.numpy(), x0.numpy(), _numpy(self.filter_fn.bias), _numpy(gated)
