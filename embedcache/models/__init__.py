@@ -42,6 +42,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
     "generator",
     "dnabert2",
+    "hyena",
     "hf",
 )
 # the model id of every local directory: its content digest (the revision) is its
