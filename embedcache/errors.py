@@ -81,3 +81,7 @@ class ProbeError(EmbedcacheError, ValueError):
 
 class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
+
+
+class ClusterError(EmbedcacheError, RuntimeError):
+    """A Dask cluster cannot be started or reached, or a work unit failed on a worker."""

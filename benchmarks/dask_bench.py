@@ -1,0 +1,313 @@
+"""Embedding on Dask: throughput, per-unit overhead, many writers, a projection.
+
+(a) The same job in-process and on ``local:2`` (two worker processes, cores/2 threads
+    each): tokens/s and their ratio. The model is embed_bench's NT-v2-50M-shaped
+    encoder in fp32; each side runs once to warm up (model load, first allocations)
+    and is then timed on a fresh store; the vectors are compared bit for bit.
+(b) Engine overhead per unit: the Dask round trip of empty units, the store lookup of
+    a unit and the commit of its vectors, against the compute of a unit of
+    ``MIN_UNIT_TOKENS`` at the worker's measured rate.
+(c) Many writers: ``--writers`` processes commit ``--commits`` small units in all
+    (about 41k vectors, dim 512) into one store, without and with each writer's
+    auto-merge; then opening the key and looking up the 41k hashes, before and after
+    ``compact``.
+(d) A projection for 100 GPU workers on atlas-full-v1 x 10 models from (b) and (c)
+    and a stated GPU throughput (no GPU here).
+
+Run: ``.venv/bin/python benchmarks/dask_bench.py [--n 240] [--commits 2000]``. The
+machine is shared: the load average is printed with each part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.embed_bench import build_model, load_sequences
+from embedcache.cluster import (
+    MIN_UNIT_TOKENS,
+    UNITS_PER_WORKER,
+    embed_on_cluster,
+    open_cluster,
+    resolve_spec,
+    run_units,
+    store_ref,
+)
+from embedcache.embed import WorkUnit, embed_sequences
+from embedcache.models import load_adapter
+from embedcache.specs import ModelKey
+from embedcache.store import AUTO_MERGE, EmbeddingStore
+
+DIM = 512
+KEY = ModelKey(
+    model_id="bench/writers", revision="0" * 40, adapter="bench", adapter_version="1"
+)
+# atlas-full-v1: every published test sequence and 500 train per dataset
+ATLAS = {  # dataset: (sequences, bp)
+    "human_enhancers_cohn": (6_948 + 500, 500),
+    "human_nontata_promoters": (9_034 + 500, 251),
+    "demo_coding_vs_intergenomic_seqs": (25_000 + 500, 200),
+}
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def hashes_of(n: int, salt: str = "") -> list[str]:
+    return [hashlib.sha256(f"{salt}seq-{i}".encode()).hexdigest() for i in range(n)]
+
+
+# --- (a) ----------------------------------------------------------------------------
+
+
+def part_a(work: Path, n: int) -> dict[str, float]:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the random model's load report is expected
+    hf_logging.disable_progress_bar()
+    model = work / "nt50m-like"
+    build_model(model)
+    seqs, what = load_sequences(n)
+    adapter = load_adapter(str(model), device="cpu")
+    tokens = sum(adapter.n_tokens_many(seqs))
+    print(f"\n(a) in-process vs local:2 (load average {load()})")
+    print(f"  {what}; {tokens} model tokens; fp32, NT-v2-50M-shaped encoder")
+
+    embed_sequences(adapter, seqs[:16], EmbeddingStore(work / "warm-in"))
+    start = time.perf_counter()
+    alone = embed_sequences(adapter, seqs, EmbeddingStore(work / "in-process"))
+    t_in = time.perf_counter() - start
+    print(
+        f"  in-process ({torch.get_num_threads()} torch threads): {t_in:7.2f} s "
+        f"{tokens / t_in:8.0f} tok/s"
+    )
+
+    start = time.perf_counter()
+    with open_cluster("local:2") as client:
+        t_up = time.perf_counter() - start
+        threads = sum(client.nthreads().values())
+        # warm-up: each worker loads the model once (a unit per worker)
+        embed_on_cluster(
+            client,
+            str(model),
+            seqs[:16],
+            work / "warm-cluster",
+            unit_tokens=1,
+            token_budget=100,
+        )
+        start = time.perf_counter()
+        spread = embed_on_cluster(client, str(model), seqs, work / "cluster")
+        t_cl = time.perf_counter() - start
+        overhead = part_b(
+            client, work, tokens / t_cl / len(client.nthreads()), tokens / len(seqs)
+        )
+    same = np.array_equal(alone.vectors, spread.vectors)
+    ratio = (tokens / t_cl) / (tokens / t_in)
+    print(
+        f"  local:2 (2 workers, {threads} threads): {t_cl:7.2f} s {tokens / t_cl:8.0f} tok/s"
+        f" (+{t_up:.1f} s to start the cluster, once per command)"
+    )
+    print(f"  ratio local:2 / in-process: {ratio:.2f}; vectors bit-identical: {same}")
+    return {"tps_in": tokens / t_in, "tps_cluster": tokens / t_cl, **overhead}
+
+
+# --- (b) ----------------------------------------------------------------------------
+
+
+def part_b(
+    client: object, work: Path, worker_tps: float, mean_tokens: float
+) -> dict[str, float]:
+    print(f"\n(b) engine overhead per unit (load average {load()})")
+    spec = resolve_spec("kmer-1")
+    ref = store_ref(EmbeddingStore(work / "empty"))
+    keys = (spec.load().key,)
+    n_workers = len(client.nthreads())
+    rounds = []
+    for _ in range(3):
+        units = [WorkUnit(i, (), (), (), ()) for i in range(200)]
+        start = time.perf_counter()
+        run_units(client, spec, ref, keys, units)
+        rounds.append((time.perf_counter() - start) * n_workers / len(units))
+    task_s = min(rounds)
+    print(
+        f"  Dask round trip of an empty unit: {task_s * 1e3:6.1f} ms per unit per worker "
+        f"(best of 3 x 200 units on {n_workers} workers)"
+    )
+
+    # what a unit of MIN_UNIT_TOKENS adds in the store: lookup + one commit
+    rows = int(MIN_UNIT_TOKENS // mean_tokens)
+    store = EmbeddingStore(work / "commits")
+    rng = np.random.default_rng(0)
+    lookups, commits = [], []
+    for i in range(30):
+        hashes = hashes_of(rows, f"{i}-")
+        vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
+        start = time.perf_counter()
+        store.contains(KEY, hashes)
+        lookups.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        store.put(KEY, hashes, vectors)
+        commits.append(time.perf_counter() - start)
+    lookup_s, commit_s = statistics.median(lookups), statistics.median(commits)
+    compute_s = MIN_UNIT_TOKENS / worker_tps
+    total = task_s + lookup_s + commit_s
+    print(
+        f"  store lookup {lookup_s * 1e3:.1f} ms + commit {commit_s * 1e3:.1f} ms of a "
+        f"{rows} x {DIM} unit (median of 30, auto-merges included)"
+    )
+    print(
+        f"  a unit of {MIN_UNIT_TOKENS} tokens computes in {compute_s:.1f} s at the "
+        f"worker's {worker_tps:,.0f} tok/s: overhead {total * 1e3:.0f} ms = "
+        f"{100 * total / compute_s:.2f}% of compute (goal < 5%)"
+    )
+    return {"task_s": task_s, "lookup_s": lookup_s, "commit_s": commit_s}
+
+
+# --- (c) ----------------------------------------------------------------------------
+
+
+def writer(root: str, start: int, stop: int, rows: int, auto_merge: int) -> None:
+    store = EmbeddingStore(root, auto_merge=auto_merge)
+    rng = np.random.default_rng(start)
+    for unit in range(start, stop):
+        hashes = hashes_of(rows, f"u{unit}-")
+        store.put(KEY, hashes, rng.standard_normal((rows, DIM)).astype(np.float32))
+
+
+def open_and_lookup(root: Path, hashes: list[str]) -> float:
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        found = EmbeddingStore(root, create=False).contains(KEY, hashes)
+        best = min(best, time.perf_counter() - start)
+    assert found.all()
+    return best
+
+
+def part_c(work: Path, n_writers: int, n_commits: int, n_vectors: int) -> dict:
+    rows = max(1, n_vectors // n_commits)
+    print(
+        f"\n(c) {n_writers} processes commit {n_commits} units of {rows} x {DIM} into one "
+        f"store (load average {load()})"
+    )
+    hashes = [h for u in range(n_commits) for h in hashes_of(rows, f"u{u}-")]
+    out = {}
+    ctx = multiprocessing.get_context("spawn")
+    for auto_merge in (0, AUTO_MERGE):
+        root = work / f"writers-{auto_merge}"
+        EmbeddingStore(root)
+        per = math.ceil(n_commits / n_writers)
+        jobs = [
+            (str(root), i * per, min(n_commits, (i + 1) * per), rows, auto_merge)
+            for i in range(n_writers)
+        ]
+        start = time.perf_counter()
+        procs = [ctx.Process(target=writer, args=job) for job in jobs]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+            assert p.exitcode == 0
+        t_write = time.perf_counter() - start
+        store = EmbeddingStore(root)
+        shards = store.keys()[0].n_shards
+        t_open = open_and_lookup(root, hashes)
+        start = time.perf_counter()
+        store.compact()
+        t_compact = time.perf_counter() - start
+        t_after = open_and_lookup(root, hashes)
+        faults = store.verify()
+        label = "auto-merge off" if not auto_merge else f"auto-merge {auto_merge}"
+        print(
+            f"  {label:<14}: written in {t_write:6.1f} s ({t_write / n_commits * 1e3:.1f} ms"
+            f"/commit wall); {shards} shards; open + lookup {len(hashes)} hashes "
+            f"{t_open:.3f} s; compact {t_compact:.1f} s -> 1 shard: {t_after:.3f} s; "
+            f"verify faults {len(faults)}"
+        )
+        out[auto_merge] = (shards, t_open, t_after, t_write / n_commits)
+    return out
+
+
+# --- (d) ----------------------------------------------------------------------------
+
+
+def part_d(measured: dict, writers: dict, gpu_tps: float) -> None:
+    n_gpus, n_models = 100, 10
+    seqs = sum(n for n, _ in ATLAS.values())
+    tokens = sum(n * (bp + 2) for n, bp in ATLAS.values())  # one token a base + 2
+    per_worker = tokens / n_gpus
+    print(
+        f"\n(d) projection: {n_gpus} GPU workers, atlas-full-v1 ({seqs:,} sequences, "
+        f"~{tokens / 1e6:.1f}M tokens at one token a base) x {n_models} models"
+    )
+    print(
+        f"  assumed GPU rate {gpu_tps:,.0f} tok/s (an NT-500M-class encoder in bf16 at "
+        "~40% of an A100: 2 x 0.5 GFLOP a token); not measured here"
+    )
+    overhead = measured["task_s"] + measured["lookup_s"] + measured["commit_s"]
+    # the overhead of a unit must stay under 5% of its compute on the fast worker
+    need = math.ceil(overhead / 0.05 * gpu_tps)
+    unit = max(need, math.ceil(per_worker / UNITS_PER_WORKER))
+    n_units = math.ceil(tokens / unit)
+    compute = tokens / (n_gpus * gpu_tps)
+    print(
+        f"  per model: {per_worker:,.0f} tokens a worker = {per_worker / gpu_tps:.1f} s of "
+        f"GPU; units must hold >= {need:,} tokens for overhead < 5% "
+        f"(measured {overhead * 1e3:.0f} ms a unit): --unit-tokens {unit:,} -> "
+        f"{n_units} units, {n_units / n_gpus:.1f} a worker"
+    )
+    shards, t_open, t_after, _ = writers[AUTO_MERGE]
+    print(
+        f"  compute {compute:.1f} s a model, {n_models * compute / 60:.1f} min for all "
+        f"{n_models}; model loading (once per worker and model, from a shared cache) "
+        "and start-up dominate: a job this size needs ~10 GPUs, not 100"
+    )
+    print(
+        f"  store: {n_units} commits a key from {n_gpus} writers (measured here: "
+        f"{writers[0][0]} commits open in {writers[0][1]:.2f} s without merging, "
+        f"{shards} shards in {t_open:.2f} s with auto-merge, {t_after:.2f} s after "
+        "compaction)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=240, help="sequences for (a)")
+    parser.add_argument("--commits", type=int, default=2000, help="units in (c)")
+    parser.add_argument("--writers", type=int, default=8, help="processes in (c)")
+    parser.add_argument("--vectors", type=int, default=41_000, help="vectors in (c)")
+    parser.add_argument("--gpu-tps", type=float, default=125_000, help="for (d)")
+    parser.add_argument("--dir", type=Path, help="where to write (default: temp)")
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="dask_bench_", dir=args.dir))
+    print(f"cores {os.cpu_count()}, load average {load()}")
+    try:
+        measured = part_a(work, args.n)
+        writers = part_c(work, args.writers, args.commits, args.vectors)
+        part_d(measured, writers, args.gpu_tps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nload average at the end {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
