@@ -181,7 +181,8 @@ def test_local_cluster_equals_in_process_with_a_plain_writer_alongside(
 
     store = EmbeddingStore(shared)
     assert store.verify() == []
-    assert sorted(i.n_vectors for i in store.keys()) == [100, 2400]
+    infos = store.keys()
+    assert sorted(info.n_vectors for info in infos) == [100, 2400]
     again = embed_on_cluster(client, "kmer-4", kmer_seqs, shared)
     assert (again.n_computed, again.n_cached) == (0, 2400)
 
@@ -293,8 +294,17 @@ def dask_cli_cluster(tmp_path):
     file = tmp_path / "scheduler.json"
     procs = [
         subprocess.Popen(
-            [str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0"]
-            + ["--no-dashboard", "--scheduler-file", str(file)],
+            [
+                str(dask),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(file),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -308,8 +318,18 @@ def dask_cli_cluster(tmp_path):
         for name in ("w0", "w1"):
             procs.append(
                 subprocess.Popen(
-                    [str(dask), "worker", address, "--nthreads", "1", "--name", name]
-                    + ["--no-dashboard", "--host", "127.0.0.1"],
+                    [
+                        str(dask),
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--name",
+                        name,
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                    ],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
