@@ -182,6 +182,10 @@ def part_b(
 
 
 def writer(root: str, start: int, stop: int, rows: int, auto_merge: int) -> None:
+    import logging
+
+    # without merging, every put past 64 shards warns that compaction would help
+    logging.getLogger("embedcache.store").setLevel(logging.ERROR)
     store = EmbeddingStore(root, auto_merge=auto_merge)
     rng = np.random.default_rng(start)
     for unit in range(start, stop):
@@ -297,6 +301,7 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("embedcache.store").setLevel(logging.ERROR)  # see writer()
     work = Path(tempfile.mkdtemp(prefix="dask_bench_", dir=args.dir))
     print(f"cores {os.cpu_count()}, load average {load()}")
     try:

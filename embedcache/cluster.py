@@ -416,8 +416,9 @@ def run_units(
         link or "none (install bokeh)",
     )
     run_id = secrets.token_hex(4)
-    # the longest sequences first: the run ends on short, quick units
-    todo = sorted(units, key=lambda u: -max(u.tokens, default=0))
+    # popped from the end: the longest sequences first, so the run ends on short,
+    # quick units
+    todo = sorted(units, key=lambda u: max(u.tokens, default=0))
     results: list[UnitResult] = []
     pending: set[Future] = set()
     queue = as_completed()
@@ -427,7 +428,7 @@ def run_units(
     def submit_more() -> None:
         window = max(4, 3 * len(client.nthreads()))
         while todo and len(pending) < window:
-            unit = todo.pop(0)
+            unit = todo.pop()
             future = client.submit(
                 run_unit_task,
                 spec,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -188,16 +189,26 @@ def test_local_cluster_equals_in_process_with_a_plain_writer_alongside(
 
 
 def test_cli_on_a_running_cluster_prints_what_in_process_prints(
-    client, small_version, tmp_path, capsys
+    client, small_version, tmp_path, capsys, caplog, monkeypatch
 ):
+    caplog.set_level(logging.INFO, logger="embedcache")
     args = ["embeddings", "--model", "kmer-3", "--version", str(small_version)]
     assert main([*args, "--store", str(tmp_path / "a")]) == 0
     in_process = capsys.readouterr().out
-    address = client.scheduler.address
-    assert main([*args, "--store", str(tmp_path / "b"), "--cluster", address]) == 0
+    assert not [r for r in caplog.records if r.name == "embedcache.cluster"]
+    # the default comes from EMBEDCACHE_CLUSTER
+    monkeypatch.setenv("EMBEDCACHE_CLUSTER", client.scheduler.address)
+    assert main([*args, "--store", str(tmp_path / "b")]) == 0
     assert capsys.readouterr().out == in_process
     assert in_process.strip().splitlines()[-1] == "computed=100 cached=0"
+    ran = [r.getMessage() for r in caplog.records if r.name == "embedcache.cluster"]
+    assert any(client.scheduler.address in message for message in ran)
     assert client.submit(sum, [1, 2]).result() == 3  # the cluster is left running
+    # --cluster none overrides the variable: in this process
+    caplog.clear()
+    assert main([*args, "--store", str(tmp_path / "c"), "--cluster", "none"]) == 0
+    assert capsys.readouterr().out == in_process
+    assert not [r for r in caplog.records if r.name == "embedcache.cluster"]
 
 
 def test_model_that_fails_to_load_on_workers_fails_once(
@@ -387,3 +398,50 @@ def test_worker_killed_mid_run_completes_equal_and_verified(
     np.testing.assert_array_equal(stored(store, bert.key, seqs), clean.vectors)
     assert EmbeddingStore(store).verify() == []
     assert EmbeddingStore(store).keys()[0].n_vectors == 100
+
+
+def test_client_killed_mid_run_then_rerun_computes_only_what_is_missing(
+    client, demo_items, tmp_path
+):
+    store = tmp_path / "store"
+    seqs = demo_items["seq"].to_list()
+    args = ["embeddings", "--model", "kmer-3", "--version", "demo-v1"]
+    args += ["--store", str(store), "--cluster", client.scheduler.address]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "embedcache.cli", *args, "--unit-tokens", "4000"],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while first.poll() is None and time.monotonic() < deadline:
+            if len(list(store.glob("*/commits/*.json"))) >= 5:
+                break
+            time.sleep(0.02)
+        assert first.poll() is None, "the first run ended before it could be killed"
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait()
+    rerun = subprocess.run(
+        [sys.executable, "-m", "embedcache.cli", *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    computed, cached = (
+        int(part.split("=")[1])
+        for part in rerun.stdout.strip().splitlines()[-1].split()
+    )
+    assert computed + cached == 2400
+    assert 0 < computed < 2400  # what the killed run committed is reused
+    kmer = load_adapter("kmer-3")
+    clean = embed_sequences(kmer, seqs, EmbeddingStore(tmp_path / "clean"))
+    np.testing.assert_array_equal(stored(store, kmer.key, seqs), clean.vectors)
+    assert EmbeddingStore(store).verify() == []
+    assert EmbeddingStore(store).keys()[0].n_vectors == 2400
