@@ -5,14 +5,15 @@
     encoder in fp32; each side runs once to warm up (model load, first allocations)
     and is then timed on a fresh store; the vectors are compared bit for bit.
 (b) Engine overhead per unit: the Dask round trip of empty units, the store lookup of
-    a unit and the commit of its vectors, against the compute of a unit of
-    ``MIN_UNIT_TOKENS`` at the worker's measured rate.
+    a unit and the commit of its vectors, against the compute of a unit of the size
+    the engine picks for the worker's rate measured in (a) (``next_unit_tokens``), and
+    of a GPU-sized unit for (d).
 (c) Many writers: ``--writers`` processes commit ``--commits`` small units in all
     (about 41k vectors, dim 512) into one store, without and with each writer's
     auto-merge; then opening the key and looking up the 41k hashes, before and after
     ``compact``.
-(d) A projection for 100 GPU workers on atlas-full-v1 x 10 models from (b) and (c)
-    and a stated GPU throughput (no GPU here).
+(d) A projection for 10, 25 and 100 GPU workers on atlas-full-v1 x 10 models from
+    (b) and (c) and a stated GPU throughput and model load time (no GPU here).
 
 Run: ``.venv/bin/python benchmarks/dask_bench.py [--n 240] [--commits 2000]``. The
 machine is shared: the load average is printed with each part.
@@ -39,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.embed_bench import build_model, load_sequences
 from embedcache.cluster import (
     MIN_UNIT_TOKENS,
-    UNITS_PER_WORKER,
     embed_on_cluster,
+    next_unit_tokens,
     open_cluster,
     resolve_spec,
     run_units,
@@ -149,33 +150,48 @@ def part_b(
         f"(best of 3 x 200 units on {n_workers} workers)"
     )
 
-    # what a unit of MIN_UNIT_TOKENS adds in the store: lookup + one commit
-    rows = int(MIN_UNIT_TOKENS // mean_tokens)
-    store = EmbeddingStore(work / "commits")
-    rng = np.random.default_rng(0)
-    lookups, commits = [], []
-    for i in range(30):
-        hashes = hashes_of(rows, f"{i}-")
-        vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
-        start = time.perf_counter()
-        store.contains(KEY, hashes)
-        lookups.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        store.put(KEY, hashes, vectors)
-        commits.append(time.perf_counter() - start)
-    lookup_s, commit_s = statistics.median(lookups), statistics.median(commits)
-    compute_s = MIN_UNIT_TOKENS / worker_tps
+    # what a unit adds in the store: a lookup and one commit of its vectors
+    def store_cost(rows: int, name: str) -> tuple[float, float]:
+        store = EmbeddingStore(work / name)
+        rng = np.random.default_rng(0)
+        lookups, commits = [], []
+        for i in range(20):
+            hashes = hashes_of(rows, f"{i}-")
+            vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
+            start = time.perf_counter()
+            store.contains(KEY, hashes)
+            lookups.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            store.put(KEY, hashes, vectors)
+            commits.append(time.perf_counter() - start)
+        return statistics.median(lookups), statistics.median(commits)
+
+    unit = next_unit_tokens(worker_tps, 10**12, n_workers)
+    rows = max(1, int(unit // mean_tokens))
+    lookup_s, commit_s = store_cost(rows, "commits")
+    compute_s = unit / worker_tps
     total = task_s + lookup_s + commit_s
     print(
         f"  store lookup {lookup_s * 1e3:.1f} ms + commit {commit_s * 1e3:.1f} ms of a "
-        f"{rows} x {DIM} unit (median of 30, auto-merges included)"
+        f"{rows} x {DIM} unit (median of 20, auto-merges included)"
     )
     print(
-        f"  a unit of {MIN_UNIT_TOKENS} tokens computes in {compute_s:.1f} s at the "
-        f"worker's {worker_tps:,.0f} tok/s: overhead {total * 1e3:.0f} ms = "
-        f"{100 * total / compute_s:.2f}% of compute (goal < 5%)"
+        f"  at the worker's {worker_tps:,.0f} tok/s the engine cuts units of {unit:,} "
+        f"tokens = {compute_s:.1f} s of compute: overhead {total * 1e3:.0f} ms = "
+        f"{100 * total / compute_s:.2f}% (goal < 5%)"
     )
-    return {"task_s": task_s, "lookup_s": lookup_s, "commit_s": commit_s}
+    gpu_rows = 4000  # ~a GPU unit: 4 s x 125k tok/s of 500 bp sequences, 1 token a base
+    gpu_lookup_s, gpu_commit_s = store_cost(gpu_rows, "gpu-commits")
+    print(
+        f"  a GPU-sized unit ({gpu_rows} x {DIM}): lookup {gpu_lookup_s * 1e3:.1f} ms "
+        f"+ commit {gpu_commit_s * 1e3:.1f} ms"
+    )
+    return {
+        "task_s": task_s,
+        "lookup_s": lookup_s,
+        "commit_s": commit_s,
+        "gpu_store_s": gpu_lookup_s + gpu_commit_s,
+    }
 
 
 # --- (c) ----------------------------------------------------------------------------
@@ -204,7 +220,7 @@ def open_and_lookup(root: Path, hashes: list[str]) -> float:
 
 
 def part_c(work: Path, n_writers: int, n_commits: int, n_vectors: int) -> dict:
-    rows = max(1, n_vectors // n_commits)
+    rows = max(1, math.ceil(n_vectors / n_commits))
     print(
         f"\n(c) {n_writers} processes commit {n_commits} units of {rows} x {DIM} into one "
         f"store (load average {load()})"
@@ -250,42 +266,46 @@ def part_c(work: Path, n_writers: int, n_commits: int, n_vectors: int) -> dict:
 # --- (d) ----------------------------------------------------------------------------
 
 
-def part_d(measured: dict, writers: dict, gpu_tps: float) -> None:
-    n_gpus, n_models = 100, 10
+def part_d(measured: dict, writers: dict, gpu_tps: float, load_s: float) -> None:
+    n_models = 10
     seqs = sum(n for n, _ in ATLAS.values())
-    tokens = sum(n * (bp + 2) for n, bp in ATLAS.values())  # one token a base + 2
-    per_worker = tokens / n_gpus
+    tokens = sum(n * (bp + 2) for n, bp in ATLAS.values())  # a token a base + 2
+    overhead = measured["task_s"] + measured["gpu_store_s"]
     print(
-        f"\n(d) projection: {n_gpus} GPU workers, atlas-full-v1 ({seqs:,} sequences, "
-        f"~{tokens / 1e6:.1f}M tokens at one token a base) x {n_models} models"
+        f"\n(d) projection: atlas-full-v1 ({seqs:,} sequences, {tokens / 1e6:.1f}M tokens "
+        f"at one token a base; 6-mer models see ~6x fewer) x {n_models} models"
     )
     print(
-        f"  assumed GPU rate {gpu_tps:,.0f} tok/s (an NT-500M-class encoder in bf16 at "
-        "~40% of an A100: 2 x 0.5 GFLOP a token); not measured here"
+        f"  assumed: {gpu_tps:,.0f} tok/s a GPU (a 500M-parameter encoder in bf16 at "
+        f"~40% of an A100's peak: 1 GFLOP a token) and {load_s:.0f} s to load a model "
+        "on a worker from a shared cache; neither is measured here (no GPU). "
+        f"Measured: {overhead * 1e3:.0f} ms of overhead a GPU-sized unit"
     )
-    overhead = measured["task_s"] + measured["lookup_s"] + measured["commit_s"]
-    # the overhead of a unit must stay under 5% of its compute on the fast worker
-    need = math.ceil(overhead / 0.05 * gpu_tps)
-    unit = max(need, math.ceil(per_worker / UNITS_PER_WORKER))
-    n_units = math.ceil(tokens / unit)
-    compute = tokens / (n_gpus * gpu_tps)
+    per_shard = writers[0][1] / max(1, writers[0][0])
+    for n_gpus in (10, 25, 100):
+        # two MIN-sized units a worker while the rate is unknown, then sized by it
+        first = 2 * n_gpus * MIN_UNIT_TOKENS
+        unit = next_unit_tokens(gpu_tps, tokens - first, n_gpus)
+        n_units = 2 * n_gpus + math.ceil(max(0, tokens - first) / unit)
+        rounds = math.ceil((n_units - 2 * n_gpus) / n_gpus)
+        wall = (
+            load_s
+            + 2 * (MIN_UNIT_TOKENS / gpu_tps + overhead)
+            + rounds * (unit / gpu_tps + overhead)
+        )
+        share = 100 * overhead / (unit / gpu_tps)
+        print(
+            f"  {n_gpus:>3} GPUs: units of {unit:,} tokens (overhead {share:.1f}% of "
+            f"compute), {n_units} units; {wall:5.1f} s a model, {n_models * wall / 60:4.1f} "
+            f"min for {n_models} models one after another, "
+            f"{n_gpus * n_models * wall / 3600:5.2f} GPU-hours "
+            f"({100 * tokens / gpu_tps / (n_gpus * wall):.0f}% computing); a key of "
+            f"{n_units} commits opens in ~{n_units * per_shard:.2f} s"
+        )
     print(
-        f"  per model: {per_worker:,.0f} tokens a worker = {per_worker / gpu_tps:.1f} s of "
-        f"GPU; units must hold >= {need:,} tokens for overhead < 5% "
-        f"(measured {overhead * 1e3:.0f} ms a unit): --unit-tokens {unit:,} -> "
-        f"{n_units} units, {n_units / n_gpus:.1f} a worker"
-    )
-    shards, t_open, t_after, _ = writers[AUTO_MERGE]
-    print(
-        f"  compute {compute:.1f} s a model, {n_models * compute / 60:.1f} min for all "
-        f"{n_models}; model loading (once per worker and model, from a shared cache) "
-        "and start-up dominate: a job this size needs ~10 GPUs, not 100"
-    )
-    print(
-        f"  store: {n_units} commits a key from {n_gpus} writers (measured here: "
-        f"{writers[0][0]} commits open in {writers[0][1]:.2f} s without merging, "
-        f"{shards} shards in {t_open:.2f} s with auto-merge, {t_after:.2f} s after "
-        "compaction)"
+        f"  reading: a model is ~{tokens / gpu_tps:.0f} GPU-seconds of compute, so "
+        "loading the model dominates beyond ~10 GPUs; 100 GPUs pay off for ~10x more "
+        "sequences or models run side by side"
     )
 
 
@@ -296,6 +316,7 @@ def main() -> int:
     parser.add_argument("--writers", type=int, default=8, help="processes in (c)")
     parser.add_argument("--vectors", type=int, default=41_000, help="vectors in (c)")
     parser.add_argument("--gpu-tps", type=float, default=125_000, help="for (d)")
+    parser.add_argument("--gpu-load-s", type=float, default=30.0, help="for (d)")
     parser.add_argument("--dir", type=Path, help="where to write (default: temp)")
     args = parser.parse_args()
     import logging
@@ -307,7 +328,7 @@ def main() -> int:
     try:
         measured = part_a(work, args.n)
         writers = part_c(work, args.writers, args.commits, args.vectors)
-        part_d(measured, writers, args.gpu_tps)
+        part_d(measured, writers, args.gpu_tps, args.gpu_load_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nload average at the end {load()}")

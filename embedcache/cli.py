@@ -418,8 +418,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --cluster: sequence tokens per work unit (default: about 8 units "
-        "per worker, 16k-256k tokens)",
+        help="with --cluster: sequence tokens per work unit (default: sized to a "
+        "few seconds of a worker's measured rate, 4k-1M tokens)",
     )
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import secrets
 import sys
@@ -35,15 +34,17 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from tqdm.auto import tqdm
 
 from embedcache.embed import (
+    EmbedPlan,
     EmbedResult,
     UnitResult,
     WorkUnit,
     adapter_keys,
-    cut_units,
     gather_vectors,
+    plan_batches,
     plan_embedding,
     resolve_token_budget,
     run_unit,
+    unit_of_batches,
 )
 from embedcache.errors import ClusterError, EmbedcacheError, StoreError
 from embedcache.models import BUILTIN_MODELS, load_adapter, resolve_hub_model
@@ -64,14 +65,17 @@ PLUGIN_NAME = "embedcache-worker"
 # a unit that raises something unexpected (a transient filesystem error, say) runs
 # again this many times; a unit whose worker dies is rerun by the scheduler anyway
 DEFAULT_RETRIES = 2
-# Unit size, in sequence tokens. Measured with benchmarks/dask_bench.py: a unit
-# costs ~10-25 ms beyond its compute (scheduling, one commit per key); the floor
-# keeps that under 5% of a unit's compute on a CPU worker. Between the bounds, a
-# job is cut into about UNITS_PER_WORKER units per worker so no worker is left
-# with a long tail; the ceiling bounds what a killed worker's unit loses.
-MIN_UNIT_TOKENS = 16_384
-MAX_UNIT_TOKENS = 262_144
-UNITS_PER_WORKER = 8
+# Unit size. A unit costs ~10-80 ms beyond its compute (the Dask round trip and one
+# store commit per key; benchmarks/dask_bench.py, the high end on a saturated
+# machine), so units are sized to about TARGET_UNIT_SECONDS of a worker's measured
+# rate, and near the end of a job, to keep the tail short, down to half a worker's
+# share of what is left but never below FLOOR_UNIT_SECONDS: overhead stays under 5%
+# on CPUs and GPUs alike. The first units, before any rate is known, hold
+# MIN_UNIT_TOKENS; MAX bounds what a killed worker's unit loses and what a unit holds.
+TARGET_UNIT_SECONDS = 4.0
+FLOOR_UNIT_SECONDS = 2.0
+MIN_UNIT_TOKENS = 4_096
+MAX_UNIT_TOKENS = 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +155,95 @@ def store_ref(
     return StoreRef(location, tuple(sorted((options or {}).items())))
 
 
-def choose_unit_tokens(total_tokens: int, n_workers: int) -> int:
-    """Tokens per work unit: about :data:`UNITS_PER_WORKER` units per worker, within
-    [:data:`MIN_UNIT_TOKENS`, :data:`MAX_UNIT_TOKENS`]."""
-    target = math.ceil(total_tokens / max(1, n_workers * UNITS_PER_WORKER))
-    return min(MAX_UNIT_TOKENS, max(MIN_UNIT_TOKENS, target))
+def next_unit_tokens(
+    tokens_per_s: float | None, remaining_tokens: int, n_workers: int
+) -> int:
+    """Tokens for the next unit, from a worker's measured rate (None: not yet known).
+
+    About :data:`TARGET_UNIT_SECONDS` of compute; less near the end of a job (half a
+    worker's share of ``remaining_tokens``) but not under :data:`FLOOR_UNIT_SECONDS`;
+    always within [:data:`MIN_UNIT_TOKENS`, :data:`MAX_UNIT_TOKENS`].
+    """
+    if tokens_per_s is None:
+        size = float(MIN_UNIT_TOKENS)
+    else:
+        tail = remaining_tokens / (2 * max(1, n_workers))
+        size = min(
+            tokens_per_s * TARGET_UNIT_SECONDS,
+            max(tokens_per_s * FLOOR_UNIT_SECONDS, tail),
+        )
+    return int(min(MAX_UNIT_TOKENS, max(MIN_UNIT_TOKENS, size)))
+
+
+class UnitQueue:
+    """Work units handed out on demand, the longest sequences first.
+
+    :meth:`from_plan` cuts the plan's length-sorted batches (those of the in-process
+    engine) into units as they are asked for, each of a given number of tokens or
+    sized by :func:`next_unit_tokens`; :meth:`from_units` hands out ready units.
+    """
+
+    def __init__(
+        self,
+        plan: EmbedPlan | None,
+        batches: list[list[int]],
+        units: list[WorkUnit],
+        unit_tokens: int | None,
+    ) -> None:
+        self._plan = plan
+        self._batches = batches  # ascending length: popped from the end
+        self._units = units
+        self._unit_tokens = unit_tokens
+        self._issued = 0
+        self.n_seqs = len(plan.missing_hashes) if plan else sum(u.n_seqs for u in units)
+        self.remaining_tokens = (
+            sum(plan.missing_tokens) if plan else sum(u.n_tokens for u in units)
+        )
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: EmbedPlan,
+        *,
+        token_budget: int,
+        equal_lengths: bool = False,
+        unit_tokens: int | None = None,
+    ) -> UnitQueue:
+        if unit_tokens is not None and unit_tokens < 1:
+            msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
+            raise ValueError(msg)
+        batches = plan_batches(
+            plan.missing_tokens, token_budget=token_budget, equal_lengths=equal_lengths
+        )
+        return cls(plan, batches, [], unit_tokens)
+
+    @classmethod
+    def from_units(cls, units: Sequence[WorkUnit]) -> UnitQueue:
+        ordered = sorted(units, key=lambda u: max(u.tokens, default=0))
+        return cls(None, [], ordered, None)
+
+    def __bool__(self) -> bool:
+        return bool(self._batches or self._units)
+
+    def next_unit(self, *, tokens_per_s: float | None, n_workers: int) -> WorkUnit:
+        """The next unit (the queue must not be empty)."""
+        if self._units:
+            unit = self._units.pop()
+        else:
+            assert self._plan is not None
+            size = self._unit_tokens or next_unit_tokens(
+                tokens_per_s, self.remaining_tokens, n_workers
+            )
+            taken: list[list[int]] = []
+            n_tokens = 0
+            while self._batches and n_tokens < size:
+                batch = self._batches.pop()
+                taken.append(batch)
+                n_tokens += sum(self._plan.missing_tokens[i] for i in batch)
+            unit = unit_of_batches(self._plan, taken, index=self._issued)
+        self._issued += 1
+        self.remaining_tokens -= unit.n_tokens
+        return unit
 
 
 # --- workers ------------------------------------------------------------------------
@@ -321,7 +409,9 @@ def embed_on_cluster(
         :class:`EmbedOptions` or its fields. The client builds the adapter on the CPU
         to count tokens and name the keys; workers build it on ``options.device``.
     unit_tokens
-        Sequence tokens per work unit; None chooses with :func:`choose_unit_tokens`.
+        Sequence tokens per work unit; None sizes each unit to about
+        :data:`TARGET_UNIT_SECONDS` of a worker's measured rate
+        (:func:`next_unit_tokens`).
     retries
         Extra attempts for a unit that raises something unexpected.
 
@@ -340,20 +430,18 @@ def embed_on_cluster(
     key, dim = adapter.key, adapter.dim
     plan = plan_embedding(adapter, seqs, client_store, names=names)
     if plan.missing_hashes:
-        n_workers = len(client.nthreads())
-        size = unit_tokens or choose_unit_tokens(sum(plan.missing_tokens), n_workers)
         budget = resolve_token_budget(adapter, token_budget)
         if budget > MAX_UNIT_TOKENS:
             # a batch never spans units: a budget beyond any unit is a k-mer floor's,
-            # whose vectors do not depend on the batch, so cut it to the unit size.
-            # Any other budget is kept, so the batches (and the floats) are the
-            # in-process engine's; a unit then holds at least one whole batch
-            budget = size
-        units = cut_units(
+            # whose vectors do not depend on the batch, so cut it down. Any other
+            # budget is kept, so the batches (and the floats) are the in-process
+            # engine's; a unit holds at least one whole batch
+            budget = unit_tokens or MIN_UNIT_TOKENS
+        queue = UnitQueue.from_plan(
             plan,
             token_budget=budget,
             equal_lengths=adapter.needs_equal_lengths,
-            unit_tokens=size,
+            unit_tokens=unit_tokens,
         )
         del adapter  # the workers hold the model from here on
         run_units(
@@ -361,7 +449,7 @@ def embed_on_cluster(
             spec,
             ref,
             plan.keys,
-            units,
+            queue,
             retries=retries,
             progress=progress,
             desc=f"embed {key.model_id}",
@@ -377,16 +465,17 @@ def run_units(
     spec: AdapterSpec,
     ref: StoreRef,
     keys: tuple[ModelKey, ...],
-    units: Sequence[WorkUnit],
+    units: UnitQueue | Sequence[WorkUnit],
     *,
     retries: int = DEFAULT_RETRIES,
     progress: bool = False,
     desc: str = "embed",
 ) -> list[UnitResult]:
-    """Run ``units`` as Dask tasks (longest sequences first); return their counts.
+    """Run work units as Dask tasks, the longest sequences first; return their counts.
 
-    At most a few units per worker are queued at once, so the scheduler holds only
-    those sequences, and the first failure stops the run.
+    At most two units per worker are queued at once, so the scheduler holds only
+    their sequences, a queue from a plan sizes each next unit by the rate measured
+    so far, and the first failure stops the run.
 
     Raises
     ------
@@ -395,7 +484,8 @@ def run_units(
     ClusterError
         A unit failed otherwise (after ``retries``) or killed its workers.
     """
-    if not units:
+    todo = units if isinstance(units, UnitQueue) else UnitQueue.from_units(units)
+    if not todo:
         return []
     try:
         client.register_plugin(EmbedcacheWorker(), name=PLUGIN_NAME)
@@ -406,29 +496,26 @@ def run_units(
             "(the same version as the client)."
         )
         raise ClusterError(msg) from err
-    link = client.dashboard_link
     logger.info(
-        "%d units (%d sequences, %d tokens) on %s; dashboard: %s",
-        len(units),
-        sum(u.n_seqs for u in units),
-        sum(u.n_tokens for u in units),
+        "%d sequences (%d tokens) to embed on %s; dashboard: %s",
+        todo.n_seqs,
+        todo.remaining_tokens,
         client.scheduler.address,
-        link or "none (install bokeh)",
+        client.dashboard_link or "none (install bokeh)",
     )
     run_id = secrets.token_hex(4)
-    # popped from the end: the longest sequences first, so the run ends on short,
-    # quick units
-    todo = sorted(units, key=lambda u: max(u.tokens, default=0))
     results: list[UnitResult] = []
     pending: set[Future] = set()
-    queue = as_completed()
+    finished = as_completed()
     start = time.perf_counter()
     done_tokens = done_seqs = 0
+    busy_tokens, busy_s = 0, 0.0  # computed tokens and the seconds units took
 
     def submit_more() -> None:
-        window = max(4, 3 * len(client.nthreads()))
-        while todo and len(pending) < window:
-            unit = todo.pop()
+        n_workers = len(client.nthreads())
+        rate = busy_tokens / busy_s if busy_tokens and busy_s > 0 else None
+        while todo and len(pending) < max(4, 2 * n_workers):
+            unit = todo.next_unit(tokens_per_s=rate, n_workers=n_workers)
             future = client.submit(
                 run_unit_task,
                 spec,
@@ -440,14 +527,14 @@ def run_units(
                 pure=False,
             )
             pending.add(future)
-            queue.add(future)
+            finished.add(future)
 
     try:
         with tqdm(
-            total=len(units), desc=desc, unit="unit", disable=not progress
+            total=todo.n_seqs, desc=desc, unit="seq", disable=not progress
         ) as bar:
             submit_more()
-            for future in queue:
+            for future in finished:
                 pending.discard(future)
                 outcome = _outcome(future)
                 if isinstance(outcome, UnitFailure):
@@ -457,10 +544,13 @@ def run_units(
                 results.append(outcome)
                 done_seqs += outcome.n_seqs
                 done_tokens += outcome.n_tokens
+                if outcome.n_tokens:
+                    busy_tokens += outcome.n_tokens
+                    busy_s += outcome.seconds
                 rate = done_tokens / max(time.perf_counter() - start, 1e-9)
-                bar.update(1)
+                bar.update(outcome.n_seqs)
                 bar.set_postfix_str(
-                    f"{done_seqs:,} seq, {rate:,.0f} tok/s", refresh=False
+                    f"{len(results)} units, {rate:,.0f} tok/s", refresh=False
                 )
                 submit_more()
     finally:
@@ -468,9 +558,10 @@ def run_units(
             client.cancel(list(pending))
     elapsed = time.perf_counter() - start
     logger.info(
-        "cluster computed %d sequences (%d tokens) in %.1f s: %.0f tokens/s",
+        "cluster computed %d sequences (%d tokens) in %d units, %.1f s: %.0f tokens/s",
         sum(r.n_computed for r in results),
         done_tokens,
+        len(results),
         elapsed,
         done_tokens / max(elapsed, 1e-9),
     )
@@ -590,17 +681,19 @@ def open_cluster(
 
 __all__ = [
     "DEFAULT_RETRIES",
+    "FLOOR_UNIT_SECONDS",
     "MAX_UNIT_TOKENS",
     "MIN_UNIT_TOKENS",
     "PLUGIN_NAME",
-    "UNITS_PER_WORKER",
+    "TARGET_UNIT_SECONDS",
     "AdapterSpec",
     "EmbedcacheWorker",
     "StoreRef",
     "UnitFailure",
+    "UnitQueue",
     "available_cores",
-    "choose_unit_tokens",
     "embed_on_cluster",
+    "next_unit_tokens",
     "open_cluster",
     "parse_cluster",
     "resolve_spec",

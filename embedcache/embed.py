@@ -254,29 +254,30 @@ def cut_units(
     units: list[WorkUnit] = []
     current: list[list[int]] = []
     size = 0
-
-    def close() -> None:
-        rows = [i for batch in current for i in batch]
-        where = {row: pos for pos, row in enumerate(rows)}
-        units.append(
-            WorkUnit(
-                index=len(units),
-                seqs=tuple(plan.missing_seqs[i] for i in rows),
-                hashes=tuple(plan.missing_hashes[i] for i in rows),
-                tokens=tuple(tokens[i] for i in rows),
-                batches=tuple(tuple(where[i] for i in batch) for batch in current),
-            )
-        )
-
     for batch in batches:
         current.append(batch)
         size += sum(tokens[i] for i in batch)
         if size >= unit_tokens:
-            close()
+            units.append(unit_of_batches(plan, current, index=len(units)))
             current, size = [], 0
     if current:
-        close()
+        units.append(unit_of_batches(plan, current, index=len(units)))
     return units
+
+
+def unit_of_batches(
+    plan: EmbedPlan, batches: Sequence[Sequence[int]], *, index: int
+) -> WorkUnit:
+    """The work unit of ``batches`` (positions into the plan's missing sequences)."""
+    rows = [i for batch in batches for i in batch]
+    where = {row: pos for pos, row in enumerate(rows)}
+    return WorkUnit(
+        index=index,
+        seqs=tuple(plan.missing_seqs[i] for i in rows),
+        hashes=tuple(plan.missing_hashes[i] for i in rows),
+        tokens=tuple(plan.missing_tokens[i] for i in rows),
+        batches=tuple(tuple(where[i] for i in batch) for batch in batches),
+    )
 
 
 def run_unit(
@@ -490,4 +491,5 @@ __all__ = [
     "plan_embedding",
     "resolve_token_budget",
     "run_unit",
+    "unit_of_batches",
 ]

@@ -22,8 +22,9 @@ from embedcache.cluster import (
     MAX_UNIT_TOKENS,
     MIN_UNIT_TOKENS,
     StoreRef,
-    choose_unit_tokens,
+    UnitQueue,
     embed_on_cluster,
+    next_unit_tokens,
     open_cluster,
     parse_cluster,
     resolve_spec,
@@ -119,11 +120,14 @@ def test_parse_cluster_specs():
             parse_cluster(bad)
 
 
-def test_unit_size_is_bounded_and_spreads_work():
-    assert choose_unit_tokens(100, 4) == MIN_UNIT_TOKENS
-    assert choose_unit_tokens(10**10, 4) == MAX_UNIT_TOKENS
-    middle = choose_unit_tokens(8 * 4 * 50_000, 4)
-    assert middle == 50_000
+def test_unit_size_follows_the_measured_rate_within_bounds():
+    assert next_unit_tokens(None, 10**9, 4) == MIN_UNIT_TOKENS  # nothing measured
+    assert next_unit_tokens(10_000, 10**9, 4) == 40_000  # ~4 s of compute
+    assert next_unit_tokens(10**7, 10**12, 4) == MAX_UNIT_TOKENS
+    assert next_unit_tokens(10, 10**9, 4) == MIN_UNIT_TOKENS
+    # near the end: half a worker's share of what is left, but >= 2 s of compute
+    assert next_unit_tokens(10_000, 240_000, 4) == 30_000
+    assert next_unit_tokens(10_000, 80_000, 4) == 20_000
 
 
 def test_units_are_the_in_process_batches_regrouped(tiny_bert_dir, tmp_path):
@@ -141,6 +145,17 @@ def test_units_are_the_in_process_batches_regrouped(tiny_bert_dir, tmp_path):
     assert regrouped == batches  # the same forward passes, only grouped differently
     assert sorted(h for u in grouped for h in u.hashes) == sorted(plan.missing_hashes)
     assert all(u.n_tokens >= 500 for u in grouped[:-1])
+    # the cluster's queue: the same batches, longest sequences first, cut on demand
+    queue = UnitQueue.from_plan(plan, token_budget=200, unit_tokens=500)
+    handed = []
+    while queue:
+        handed.append(queue.next_unit(tokens_per_s=None, n_workers=2))
+    assert queue.remaining_tokens == 0
+    assert [[u.hashes[i] for i in b] for u in handed for b in u.batches] == batches[
+        ::-1
+    ]
+    assert all(u.n_tokens >= 500 for u in handed[:-1])
+    assert max(handed[0].tokens) == max(plan.missing_tokens)
 
 
 # --- a LocalCluster of two worker processes -----------------------------------------
