@@ -473,7 +473,7 @@ def run_units(
 ) -> list[UnitResult]:
     """Run work units as Dask tasks, the longest sequences first; return their counts.
 
-    At most two units per worker are queued at once, so the scheduler holds only
+    At most three units per worker are queued at once, so the scheduler holds only
     their sequences, a queue from a plan sizes each next unit by the rate measured
     so far, and the first failure stops the run.
 
@@ -514,7 +514,7 @@ def run_units(
     def submit_more() -> None:
         n_workers = len(client.nthreads())
         rate = busy_tokens / busy_s if busy_tokens and busy_s > 0 else None
-        while todo and len(pending) < max(4, 2 * n_workers):
+        while todo and len(pending) < max(8, 3 * n_workers):
             unit = todo.next_unit(tokens_per_s=rate, n_workers=n_workers)
             future = client.submit(
                 run_unit_task,

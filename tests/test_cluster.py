@@ -376,12 +376,14 @@ def dask_cli_cluster(tmp_path):
 
 
 def test_worker_killed_mid_run_completes_equal_and_verified(
-    dask_cli_cluster, bert512, small_version, tmp_path
+    dask_cli_cluster, demo_items, tmp_path
 ):
+    # a k-mer floor keeps the workers' start cheap; with small units a worker spends
+    # its time embedding, committing and auto-merging, so the kill lands in one
     client = dask_cli_cluster
     store = tmp_path / "store"
-    args = ["embeddings", "--model", str(bert512), "--version", str(small_version)]
-    args += ["--device", "cpu", "--store", str(store), "--unit-tokens", "3000"]
+    args = ["embeddings", "--model", "kmer-4", "--version", "demo-v1"]
+    args += ["--store", str(store), "--unit-tokens", "8000"]
     args += ["--cluster", client.scheduler.address]
     run = subprocess.Popen(
         [sys.executable, "-m", "embedcache.cli", *args],
@@ -396,23 +398,24 @@ def test_worker_killed_mid_run_completes_equal_and_verified(
     try:
         deadline = time.monotonic() + 180
         while run.poll() is None and time.monotonic() < deadline:
-            if len(list(store.glob("*/commits/*.json"))) >= 2:
+            if len(list(store.glob("*/commits/*.json"))) >= 5:
                 os.kill(victim[1], signal.SIGKILL)  # the nanny starts a new worker
                 killed = True
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         out, err = run.communicate(timeout=300)
     finally:
         run.kill()
     assert killed, f"the run ended before a worker could be killed:\n{err}"
     assert run.returncode == 0, err
-    assert out.strip().splitlines()[-1] == "computed=100 cached=0"
-    seqs = draw_version(load_version(small_version)).items["seq"].to_list()
-    bert = load_adapter(str(bert512), device="cpu")
-    clean = embed_sequences(bert, seqs, EmbeddingStore(tmp_path / "clean"))
-    np.testing.assert_array_equal(stored(store, bert.key, seqs), clean.vectors)
+    assert out.strip().splitlines()[-1] == "computed=2400 cached=0"
+    seqs = demo_items["seq"].to_list()
+    kmer = load_adapter("kmer-4")
+    clean = embed_sequences(kmer, seqs, EmbeddingStore(tmp_path / "clean"))
+    np.testing.assert_array_equal(stored(store, kmer.key, seqs), clean.vectors)
     assert EmbeddingStore(store).verify() == []
-    assert EmbeddingStore(store).keys()[0].n_vectors == 100
+    assert EmbeddingStore(store).keys()[0].n_vectors == 2400
+    assert len(client.nthreads()) == 2  # the nanny restarted the killed worker
 
 
 def test_client_killed_mid_run_then_rerun_computes_only_what_is_missing(
