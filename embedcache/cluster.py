@@ -358,11 +358,11 @@ def run_unit_task(
     worker = get_worker()
     plugin = worker.plugins.get(PLUGIN_NAME)
     if not isinstance(plugin, EmbedcacheWorker):
-        err = ClusterError(
+        msg = (
             f"worker {worker.address} has no {PLUGIN_NAME} plugin; submit units "
             "through embedcache.cluster.run_units, which registers it"
         )
-        return UnitFailure(unit.index, worker.address, err)
+        return UnitFailure(unit.index, worker.address, ClusterError(msg))
     try:
         return plugin.run(spec, ref, keys, unit)
     except EmbedcacheError as err:
