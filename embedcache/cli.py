@@ -7,13 +7,18 @@ Each command group has its own `_add_*` function below; keep them apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embedcache.errors import EmbedcacheError
 from embedcache.models.options import POOLINGS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -498,6 +503,65 @@ def _save_npy_atomic(path: Path, array: object) -> None:
         tmp.unlink(missing_ok=True)
 
 
+# --- export: a version's items with one model's vectors ----------------------------
+
+
+def _add_export_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write every item of a version with one model's stored vector "
+        "(.parquet or .npz), to probe in your own code",
+        description="One row per item (train and test): item_id, dataset, split, "
+        "label, seq_sha256 and the float32 vector (a fixed-size array column in "
+        ".parquet; an (n, d) array in .npz).",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model id in the store, or a key digest prefix (8+ hex digits) "
+        "when several keys share the id",
+    )
+    p.add_argument(
+        "--version", required=True, help="a shipped version name or a version .toml"
+    )
+    p.add_argument(
+        "--output", type=Path, required=True, help="FILE.parquet or FILE.npz"
+    )
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="embedding store (default: $EMBEDCACHE_STORE or ./store)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from embedcache.export import check_format, export_frame, write_export
+    from embedcache.store import EmbeddingStore
+    from embedcache.subsets import draw_version
+    from embedcache.versions import load_version
+
+    check_format(args.output)  # before the draw, which can take a while
+    version = load_version(args.version)
+    store = EmbeddingStore(args.store or _default_store(), create=False)
+    subset = draw_version(version, data_dir=args.data_dir or _default_data_dir())
+    export = export_frame(subset, store, args.model)
+    write_export(export, args.output)
+    print(
+        f"{version.name} (subset {subset.subset_id}): wrote {export.frame.height} items "
+        f"x {export.dim} float32 of {export.key.short()} (key {export.key.digest[:12]}) "
+        f"to {args.output}"
+    )
+    return 0
+
+
 # --- models: the supported families and known checkpoints ---------------------------
 
 
@@ -660,10 +724,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_commands(sub)
     _add_store_commands(sub)
     _add_embed_commands(sub)
+    _add_export_command(sub)
     _add_models_command(sub)
     _add_report_commands(sub)
     _add_demo_command(sub)
     return parser
+
+
+@contextlib.contextmanager
+def _kernel_cache_env() -> Iterator[None]:
+    """Point numba's kernel cache at a user cache dir for one command, unless set.
+
+    Numba reads ``NUMBA_CACHE_DIR`` when a kernel module is first imported, and the
+    worker processes a command starts inherit it; so compiled kernels are written
+    outside the (possibly read-only) installed package and reused by later runs. A
+    ``NUMBA_CACHE_DIR`` the user set wins; an unusable dir leaves numba its defaults.
+    """
+    from embedcache.jitcache import default_cache_dir
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        yield
+        return
+    try:
+        path = default_cache_dir(
+            xdg_cache_home=os.environ.get("XDG_CACHE_HOME"), home=Path.home()
+        )
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as err:  # RuntimeError: no home directory
+        logger.debug(
+            "no user cache dir for compiled kernels (%s); numba's default", err
+        )
+        yield
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("NUMBA_CACHE_DIR", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -677,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         # the hub client logs every retry; our own error says what failed and what to do
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
-        return int(args.func(args) or 0)
+        with _kernel_cache_env():
+            return int(args.func(args) or 0)
     except EmbedcacheError as err:
         notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
         print(f"embedcache: error: {err}{notes}", file=sys.stderr)

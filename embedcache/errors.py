@@ -83,5 +83,13 @@ class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
 
 
+class AmbiguousModelError(EmbedcacheError, LookupError):
+    """A model name matches several keys in the store where one is needed."""
+
+
+class ExportError(EmbedcacheError, ValueError):
+    """An export cannot be written as asked (e.g. an unknown output format)."""
+
+
 class ClusterError(EmbedcacheError, RuntimeError):
     """A Dask cluster cannot be started or reached, or a work unit failed on a worker."""

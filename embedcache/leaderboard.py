@@ -105,6 +105,20 @@ def _names(keys: Sequence[ModelKey]) -> list[str]:
     ]
 
 
+def match_keys(keys: Sequence[ModelKey], name: str) -> list[ModelKey]:
+    """The keys ``name`` names: a model id, a key's ``short()`` form, or a digest prefix.
+
+    A digest prefix needs 8+ hex digits. Several keys can share a model id (other
+    options, dtype or RC mode); the caller decides whether that is allowed.
+    """
+    return [
+        k
+        for k in keys
+        if name in {k.model_id, k.short()}
+        or (len(name) >= 8 and k.digest.startswith(name))
+    ]
+
+
 def select_models(
     keys: Sequence[ModelKey], models: Sequence[str] = (), *, version: str = "VERSION"
 ) -> tuple[list[ModelEntry], list[ModelEntry], bool]:
@@ -132,12 +146,7 @@ def select_models(
     keys = sorted(keys, key=lambda k: (k.model_id, k.digest))
     chosen: list[ModelKey] = []
     for name in models:
-        hits = [
-            k
-            for k in keys
-            if name in {k.model_id, k.short()}
-            or (len(name) >= 8 and k.digest.startswith(name))
-        ]
+        hits = match_keys(keys, name)
         if not hits:
             known = ", ".join(sorted({k.model_id for k in keys})) or "none"
             msg = (

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Ten-fold steps from strong to weak regularisation; 500 standardised train vectors
-# of 4-4096 dims land inside it (the chosen C is reported, so an edge hit is visible).
-C_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+# PROTOCOL.md fixes the grid: 17 half-decade values from 1e-4 to 1e4
+# (numpy.logspace(-4, 4, 17)). It is part of the protocol: a decade grid picks another
+# C on the demo and moves one dataset's accuracy by 1.3 points. The chosen C is
+# reported, so an edge hit is visible.
+C_GRID: tuple[float, ...] = tuple(float(c) for c in np.logspace(-4, 4, 17))
 N_FOLDS = 5
 CV_SEED = 0
 MAX_ITER = 2000

@@ -101,3 +101,34 @@ def test_macro_f1_matches_sklearn(seed):
     p = rng.integers(0, 2, 50) if seed else np.ones(50, dtype=int)
     want = f1_score(t, p, average="macro", labels=[0, 1], zero_division=0.0)
     assert macro_f1(t, p) == pytest.approx(want)
+
+
+def test_default_grid_is_the_protocols_seventeen_half_decades():
+    config = ProbeConfig()
+    assert len(config.c_grid) == 17
+    np.testing.assert_allclose(config.c_grid, np.logspace(-4, 4, 17), rtol=0)
+    assert config.c_grid[0] == pytest.approx(1e-4)
+    assert config.c_grid[-1] == pytest.approx(1e4)
+    assert config.c_grid[1] == pytest.approx(10**-3.5)
+    # recorded with every result
+    assert config.to_dict()["c_grid"] == list(config.c_grid)
+
+
+def test_ties_in_log_loss_go_to_the_smaller_c(monkeypatch):
+    import embedcache.probe as probe_mod
+
+    X, y = _data(seed=4)
+    grid = (10.0, 1e-2, 1.0, 1e-3)
+    # every C scores the same except the largest: the smallest C must win
+    monkeypatch.setattr(
+        probe_mod,
+        "cv_log_loss",
+        lambda X, y, config: np.array([0.5, 0.6, 0.6, 0.6]),
+    )
+    assert fit_probe(X, y, config=ProbeConfig(c_grid=grid)).C_ == 10.0
+    monkeypatch.setattr(
+        probe_mod,
+        "cv_log_loss",
+        lambda X, y, config: np.array([0.6, 0.6, 0.6, 0.6]),
+    )
+    assert fit_probe(X, y, config=ProbeConfig(c_grid=grid)).C_ == 1e-3

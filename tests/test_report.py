@@ -217,7 +217,9 @@ def test_tables_and_figures_render(evaluation, tiny_subset):
     assert prov["dataset human_nontata_promoters"].endswith(
         "@e0003669df0a180c8570ebe091ed91f20fa080ec"
     )
-    assert "model key toy/weak" in prov
+    assert "17 values, 1e-4 to 1e4 in half-decade steps" in prov["probe"]
+    keys = report.model_keys_table(evaluation).frame
+    assert "toy/weak" in keys["model"].to_list()
     comparable = dataclasses.replace(evaluation, comparable=True)
     assert "not comparable" not in report.leaderboard_table(comparable).caption
     assert "not comparable" not in report.caveats(comparable).text
@@ -291,6 +293,16 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
         & (pl.col("metric") == "accuracy")
     )
     html = (folder / "index.html").read_text()
+    assert "<title>tiny-v1: Genomic Benchmarks probe leaderboard</title>" in html
+    # the board first, provenance last (tests/test_sections.py checks the whole order)
+    assert (
+        html.index("<h1>")
+        < html.index('class="ec-summary"')
+        < html.index("Leaderboard (accuracy)")
+        < html.index('id="per-dataset"')
+        < html.index('id="caveats"')
+        < html.index('id="provenance"')
+    )
     assert "Leaderboard (accuracy)" in html
     assert f"{strong['value'][0]:.3f}" in html
     assert "not comparable to the leaderboard" in html

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import reverse_complement
+from embedcache.jitcache import CompileNotice
 from embedcache.models import resolve_device
 from embedcache.models._caduceus_model import (
     BASE_IDS,
@@ -61,6 +63,7 @@ SCANS = ("auto", "numba", "torch")
 # tokens per forward pass (copies for the RC strand included): bounds activation memory
 # (~40 KB per token at d_model 256) while keeping the matmuls large
 _TOKENS_PER_PASS = 16384
+_KERNEL_MODULE = "embedcache.models._caduceus_numba"
 
 
 def _token_table() -> np.ndarray:
@@ -113,6 +116,12 @@ class CaduceusAdapter:
         d = backbone.arch.d_model
         self.dim = 2 * d if backbone.arch.rcps and key.rc_mode == "none" else d
         self.max_tokens = key.max_length
+        # a first run on a machine compiles the numba kernels for 20-40 s: say so once
+        self._compile_notice = (
+            CompileNotice(modules=[_KERNEL_MODULE], what="Caduceus CPU kernels (numba)")
+            if backbone.kernels == "numba"
+            else None
+        )
 
     def n_tokens(self, seq: str) -> int:
         """One token per base: no special tokens are added."""
@@ -144,7 +153,8 @@ class CaduceusAdapter:
             # canonical strand makes it the same to the last bit as well
             seqs = [min(seq, reverse_complement(seq)) for seq in seqs]
         copies = 2 if (self.backbone.arch.rcps or self.key.rc_mode == "average") else 1
-        with torch.inference_mode():
+        watch = self._compile_notice.watch() if self._compile_notice else nullcontext()
+        with watch, torch.inference_mode():
             for length, idx in by_length.items():
                 step = max(1, _TOKENS_PER_PASS // (length * copies))
                 for start in range(0, len(idx), step):
