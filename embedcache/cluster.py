@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import sys
@@ -510,9 +511,12 @@ def run_units(
     start = time.perf_counter()
     done_tokens = done_seqs = 0
     busy_tokens, busy_s = 0, 0.0  # computed tokens and the seconds units took
+    n_workers, asked = 0, -math.inf  # the worker count, asked at most every 2 s
 
     def submit_more() -> None:
-        n_workers = len(client.nthreads())
+        nonlocal n_workers, asked
+        if time.monotonic() - asked > 2.0:  # a round trip to the scheduler
+            n_workers, asked = len(client.nthreads()), time.monotonic()
         rate = busy_tokens / busy_s if busy_tokens and busy_s > 0 else None
         while todo and len(pending) < max(8, 3 * n_workers):
             unit = todo.next_unit(tokens_per_s=rate, n_workers=n_workers)
