@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.embed_bench import build_model, load_sequences
 from embedcache.cluster import (
     MIN_UNIT_TOKENS,
+    TARGET_UNIT_SECONDS,
     embed_on_cluster,
     next_unit_tokens,
     open_cluster,
@@ -75,7 +76,7 @@ def hashes_of(n: int, salt: str = "") -> list[str]:
 # --- (a) ----------------------------------------------------------------------------
 
 
-def part_a(work: Path, n: int) -> dict[str, float]:
+def part_a(work: Path, n: int, gpu_rows: int) -> dict[str, float]:
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -115,7 +116,11 @@ def part_a(work: Path, n: int) -> dict[str, float]:
         spread = embed_on_cluster(client, str(model), seqs, work / "cluster")
         t_cl = time.perf_counter() - start
         overhead = part_b(
-            client, work, tokens / t_cl / len(client.nthreads()), tokens / len(seqs)
+            client,
+            work,
+            tokens / t_cl / len(client.nthreads()),
+            tokens / len(seqs),
+            gpu_rows,
         )
     same = np.array_equal(alone.vectors, spread.vectors)
     ratio = (tokens / t_cl) / (tokens / t_in)
@@ -131,7 +136,7 @@ def part_a(work: Path, n: int) -> dict[str, float]:
 
 
 def part_b(
-    client: object, work: Path, worker_tps: float, mean_tokens: float
+    client: object, work: Path, worker_tps: float, mean_tokens: float, gpu_rows: int
 ) -> dict[str, float]:
     print(f"\n(b) engine overhead per unit (load average {load()})")
     spec = resolve_spec("kmer-1")
@@ -180,7 +185,6 @@ def part_b(
         f"tokens = {compute_s:.1f} s of compute: overhead {total * 1e3:.0f} ms = "
         f"{100 * total / compute_s:.2f}% (goal < 5%)"
     )
-    gpu_rows = 4000  # ~a GPU unit: 4 s x 125k tok/s of 500 bp sequences, 1 token a base
     gpu_lookup_s, gpu_commit_s = store_cost(gpu_rows, "gpu-commits")
     print(
         f"  a GPU-sized unit ({gpu_rows} x {DIM}): lookup {gpu_lookup_s * 1e3:.1f} ms "
@@ -281,7 +285,7 @@ def part_d(measured: dict, writers: dict, gpu_tps: float, load_s: float) -> None
         "on a worker from a shared cache; neither is measured here (no GPU). "
         f"Measured: {overhead * 1e3:.0f} ms of overhead a GPU-sized unit"
     )
-    per_shard = writers[0][1] / max(1, writers[0][0])
+    per_shard = writers[0][1] / max(1, writers[0][0]) if writers else math.nan
     for n_gpus in (10, 25, 100):
         # two MIN-sized units a worker while the rate is unknown, then sized by it
         first = 2 * n_gpus * MIN_UNIT_TOKENS
@@ -312,7 +316,9 @@ def part_d(measured: dict, writers: dict, gpu_tps: float, load_s: float) -> None
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=240, help="sequences for (a)")
-    parser.add_argument("--commits", type=int, default=2000, help="units in (c)")
+    parser.add_argument(
+        "--commits", type=int, default=2000, help="units in (c); 0 skips (c)"
+    )
     parser.add_argument("--writers", type=int, default=8, help="processes in (c)")
     parser.add_argument("--vectors", type=int, default=41_000, help="vectors in (c)")
     parser.add_argument("--gpu-tps", type=float, default=125_000, help="for (d)")
@@ -326,8 +332,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dask_bench_", dir=args.dir))
     print(f"cores {os.cpu_count()}, load average {load()}")
     try:
-        measured = part_a(work, args.n)
-        writers = part_c(work, args.writers, args.commits, args.vectors)
+        # a GPU unit: TARGET_UNIT_SECONDS at the assumed rate, of atlas-sized items
+        atlas_tokens = sum(n * (bp + 2) for n, bp in ATLAS.values())
+        atlas_seqs = sum(n for n, _ in ATLAS.values())
+        gpu_rows = math.ceil(
+            args.gpu_tps * TARGET_UNIT_SECONDS / (atlas_tokens / atlas_seqs)
+        )
+        measured = part_a(work, args.n, gpu_rows)
+        writers = (
+            part_c(work, args.writers, args.commits, args.vectors)
+            if args.commits
+            else None
+        )
         part_d(measured, writers, args.gpu_tps, args.gpu_load_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -66,15 +66,15 @@ PLUGIN_NAME = "embedcache-worker"
 # a unit that raises something unexpected (a transient filesystem error, say) runs
 # again this many times; a unit whose worker dies is rerun by the scheduler anyway
 DEFAULT_RETRIES = 2
-# Unit size. A unit costs ~10-80 ms beyond its compute (the Dask round trip and one
+# Unit size. A unit costs ~10-110 ms beyond its compute (the Dask round trip and one
 # store commit per key; benchmarks/dask_bench.py, the high end on a saturated
 # machine), so units are sized to about TARGET_UNIT_SECONDS of a worker's measured
 # rate, and near the end of a job, to keep the tail short, down to half a worker's
 # share of what is left but never below FLOOR_UNIT_SECONDS: overhead stays under 5%
 # on CPUs and GPUs alike. The first units, before any rate is known, hold
 # MIN_UNIT_TOKENS; MAX bounds what a killed worker's unit loses and what a unit holds.
-TARGET_UNIT_SECONDS = 4.0
-FLOOR_UNIT_SECONDS = 2.0
+TARGET_UNIT_SECONDS = 5.0
+FLOOR_UNIT_SECONDS = 3.0
 MIN_UNIT_TOKENS = 4_096
 MAX_UNIT_TOKENS = 1_048_576
 

@@ -19,8 +19,10 @@ distributed = pytest.importorskip("distributed")
 
 from embedcache.cli import main
 from embedcache.cluster import (
+    FLOOR_UNIT_SECONDS,
     MAX_UNIT_TOKENS,
     MIN_UNIT_TOKENS,
+    TARGET_UNIT_SECONDS,
     StoreRef,
     UnitQueue,
     embed_on_cluster,
@@ -121,13 +123,15 @@ def test_parse_cluster_specs():
 
 
 def test_unit_size_follows_the_measured_rate_within_bounds():
-    assert next_unit_tokens(None, 10**9, 4) == MIN_UNIT_TOKENS  # nothing measured
-    assert next_unit_tokens(10_000, 10**9, 4) == 40_000  # ~4 s of compute
-    assert next_unit_tokens(10**7, 10**12, 4) == MAX_UNIT_TOKENS
-    assert next_unit_tokens(10, 10**9, 4) == MIN_UNIT_TOKENS
-    # near the end: half a worker's share of what is left, but >= 2 s of compute
-    assert next_unit_tokens(10_000, 240_000, 4) == 30_000
-    assert next_unit_tokens(10_000, 80_000, 4) == 20_000
+    rate, workers = 10_000, 4
+    assert next_unit_tokens(None, 10**9, workers) == MIN_UNIT_TOKENS  # not measured
+    assert next_unit_tokens(rate, 10**9, workers) == rate * TARGET_UNIT_SECONDS
+    assert next_unit_tokens(10**7, 10**12, workers) == MAX_UNIT_TOKENS
+    assert next_unit_tokens(10, 10**9, workers) == MIN_UNIT_TOKENS
+    # near the end: half a worker's share of what is left, but not under the floor
+    middle = rate * (TARGET_UNIT_SECONDS + FLOOR_UNIT_SECONDS) / 2
+    assert next_unit_tokens(rate, int(middle * 2 * workers), workers) == middle
+    assert next_unit_tokens(rate, rate, workers) == rate * FLOOR_UNIT_SECONDS
 
 
 def test_units_are_the_in_process_batches_regrouped(tiny_bert_dir, tmp_path):
