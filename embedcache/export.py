@@ -26,7 +26,7 @@ import polars as pl
 
 from embedcache import __version__
 from embedcache.errors import AmbiguousModelError, ExportError, MissingEmbeddingsError
-from embedcache.leaderboard import load_vectors, match_keys
+from embedcache.leaderboard import key_aliases, load_vectors, match_keys
 
 if TYPE_CHECKING:
     from embedcache.leaderboard import VectorStore
@@ -89,7 +89,7 @@ def resolve_key(
         (getattr(info, "key", info) for info in infos),
         key=lambda k: (k.model_id, k.digest),
     )
-    hits = match_keys(keys, model)
+    hits = match_keys(keys, model, aliases=key_aliases(infos))
     if not hits:
         known = ", ".join(sorted({k.model_id for k in keys})) or "none"
         msg = (

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
@@ -110,6 +109,18 @@ def make_pipeline(C: float, *, max_iter: int = MAX_ITER) -> Pipeline:
     )
 
 
+def binary_log_loss(y: NDArray[np.int64], proba: NDArray[np.float64]) -> float:
+    """Mean log-loss of 0/1 labels under (n, 2) class probabilities.
+
+    The same arithmetic as ``sklearn.metrics.log_loss`` (probabilities clipped to
+    [eps, 1 - eps], mean of -log p(true label)), without its input validation, which
+    cost about a third of a probe fit: it runs once per fold and grid value.
+    """
+    eps = np.finfo(proba.dtype).eps
+    p_true = np.clip(proba[np.arange(y.shape[0]), y], eps, 1 - eps)
+    return float(np.mean(-np.log(p_true)))
+
+
 def cv_log_loss(
     X: ArrayLike, y: ArrayLike, *, config: ProbeConfig | None = None
 ) -> NDArray[np.float64]:
@@ -141,7 +152,7 @@ def cv_log_loss(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model.set_params(C=float(c)).fit(X_tr, y_arr[tr])
-            losses[i, j] = log_loss(y_arr[va], model.predict_proba(X_va), labels=[0, 1])
+            losses[i, j] = binary_log_loss(y_arr[va], model.predict_proba(X_va))
     mean = np.empty(grid.size)
     mean[order] = losses.mean(axis=0)
     return mean

@@ -161,7 +161,7 @@ def render_report(
     Writes ``<output_dir>/<name>/leaderboard.ipynb``, ``index.html`` and
     ``results.csv``, where ``<name>`` is the version's name (a version file's stem).
     """
-    from embedcache.store import EmbeddingStore
+    from embedcache.store import EmbeddingStore, is_url
     from embedcache.versions import load_version
 
     # Fail before the slow kernel start on a wrong version or store path.
@@ -176,7 +176,7 @@ def render_report(
         "version": str(Path(version).resolve())
         if str(version).endswith(".toml")
         else version,
-        "store": str(Path(store).resolve()),
+        "store": str(store) if is_url(store) else str(Path(store).resolve()),
         "models": list(models),
         "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
         "n_boot": int(n_boot),

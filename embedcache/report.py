@@ -304,7 +304,7 @@ def dataset_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Table:
 
 
 def floors_table(evaluation: Evaluation) -> Table:
-    """Majority class and the best k-mer probe, with every K listed below them."""
+    """Majority class, GC fraction and the best k-mer probe, every K listed below them."""
     boot = evaluation.bootstrap
     best = evaluation.best_kmer()
     kmers = sorted(
@@ -316,6 +316,14 @@ def floors_table(evaluation: Evaluation) -> Table:
         key=lambda e: e.name,
     )
     floors = [e for e in evaluation.entries if e.key is None]
+    floors += [
+        e for e in evaluation.entries if e.key is not None and e.key.adapter == "gc"
+    ]
+    floors += [  # random-init twins: the architecture without pretraining
+        e
+        for e in evaluation.entries
+        if e.key is not None and e.key.revision.startswith("random-init:")
+    ]
     floors += [best] if best is not None else []
     floors += [e for e in kmers if e is not best]
     rows = []
@@ -334,7 +342,9 @@ def floors_table(evaluation: Evaluation) -> Table:
         row["mean macro F1"] = f"{boot.point('macro_f1')[i]:.3f}"
         rows.append(row)
     note = (
-        "Unranked. Majority: the most frequent train label of each dataset. kmer-K: the "
+        "Unranked. Majority: the most frequent train label of each dataset. gc: the "
+        "same probe on one feature, the GC fraction (G+C)/(A+C+G+T). Random init: a "
+        "model's architecture with seeded random weights, a control. kmer-K: the "
         "same probe on normalised K-mer spectra; the best K (highest mean test accuracy, "
         "a deliberately generous floor) comes first."
     )

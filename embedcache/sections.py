@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from embedcache import __version__, report
+from embedcache import __version__, report, report_analyses
 from embedcache.published import PublishedSource, published_for
 from embedcache.stats import MEAN
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     import polars as pl
 
+    from embedcache.analyses import Analyses
     from embedcache.leaderboard import Evaluation
     from embedcache.subsets import Subset
 
@@ -69,6 +70,8 @@ class ReportContext:
     published: tuple[PublishedSource, ...] | None = None
     # one timestamp for the summary line and the provenance
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    # leakage-clean accuracy, clusters, curves, pretraining gain, layer sweep
+    analyses: Analyses | None = None
 
     def published_sources(self) -> tuple[PublishedSource, ...]:
         """The published sources shown beside this version (only its own)."""
@@ -164,9 +167,82 @@ def figures_section(context: ReportContext) -> Section:
 
 
 def leakage_section(context: ReportContext) -> Section | None:
+    a = context.analyses
+    if a is not None:  # the audit with containment, and the full-train context
+        return Section(
+            "leakage",
+            "Leakage",
+            (
+                report_analyses.leakage_audit_table(a),
+                report_analyses.full_train_table(a),
+            ),
+        )
     if context.leakage is None:
         return None
     return Section("leakage", "Leakage", (report.leakage_table(context.leakage),))
+
+
+def clean_section(context: ReportContext) -> Section | None:
+    """Accuracy on the test items with no duplicate in the drawn train, and rank changes."""
+    a, ev = context.analyses, context.evaluation
+    if a is None:
+        return None
+    return Section(
+        "clean",
+        "Leakage-clean accuracy",
+        (
+            report_analyses.clean_table(ev, a),
+            report_analyses.clean_dataset_table(ev, a),
+        ),
+    )
+
+
+def clusters_section(context: ReportContext) -> Section | None:
+    """The cluster bootstrap beside the item bootstrap, for scores and differences."""
+    a, ev = context.analyses, context.evaluation
+    if a is None:
+        return None
+    return Section(
+        "clusters",
+        "Cluster-aware intervals",
+        (
+            report_analyses.cluster_table(ev, a),
+            report_analyses.cluster_paired_table(ev, a),
+        ),
+        collapsed=True,
+    )
+
+
+def curves_section(context: ReportContext) -> Section | None:
+    a, ev = context.analyses, context.evaluation
+    if a is None or a.curves is None:
+        return None
+    return Section(
+        "label-efficiency",
+        "Label efficiency",
+        (
+            report_analyses.curves_figure(ev, a),
+            report_analyses.curves_table(ev, a),
+        ),
+    )
+
+
+def pretraining_section(context: ReportContext) -> Section | None:
+    a, ev = context.analyses, context.evaluation
+    if a is None or a.pretraining.height == 0:
+        return None
+    return Section(
+        "pretraining",
+        "Pretraining gain",
+        (report_analyses.pretraining_table(ev, a),),
+    )
+
+
+def layers_section(context: ReportContext) -> Section | None:
+    a, ev = context.analyses, context.evaluation
+    if a is None or a.layers is None or a.layers.frame.height == 0:
+        return None
+    return Section("layers", "Layer sweep", (report_analyses.layers_table(ev, a),))
 
 
 def caveats_section(context: ReportContext) -> Section:
@@ -185,15 +261,13 @@ def probes_section(context: ReportContext) -> Section:
 
 
 def run_section(context: ReportContext) -> Section:
-    return Section(
-        "run",
-        "Run parameters and store keys",
-        (
-            report.run_table(context.parameters),
-            report.store_keys_table(context.store_keys),
-        ),
-        collapsed=True,
+    parts: tuple[Part, ...] = (
+        report.run_table(context.parameters),
+        report.store_keys_table(context.store_keys),
     )
+    if context.analyses is not None:
+        parts += (report_analyses.timings_table(context.analyses),)
+    return Section("run", "Run parameters and store keys", parts, collapsed=True)
 
 
 def provenance_section(context: ReportContext) -> Section:
@@ -216,7 +290,12 @@ SECTIONS: tuple[Callable[[ReportContext], Section | None], ...] = (
     macro_f1_section,
     floors_section,
     figures_section,
+    clean_section,
+    clusters_section,
     leakage_section,
+    curves_section,
+    pretraining_section,
+    layers_section,
     caveats_section,
     probes_section,
     run_section,

@@ -24,8 +24,12 @@ seed = 0
 results_csv = None  # set by `embedcache report`: where to write results.csv
 
 # %%
+from pathlib import Path
+
 from embedcache import leaderboard, sections
-from embedcache.leakage import audit_items
+from embedcache.analyses import run_analyses
+from embedcache.curves import write_curves
+from embedcache.leakage import audit_table
 from embedcache.store import EmbeddingStore
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
@@ -36,12 +40,17 @@ emb_store = EmbeddingStore(store, create=False)
 evaluation = leaderboard.evaluate(
     subset, emb_store, models=models, n_boot=n_boot, seed=seed
 )
+# leakage-clean accuracy, cluster CIs, curves, pretraining gain, layer sweep
+analyses = run_analyses(subset, emb_store, evaluation, data_dir=data_dir)
 if results_csv:
-    leaderboard.write_results(evaluation.results, results_csv)
+    # the board's rows plus the accuracy_clean and accuracy_cluster_ci rows
+    leaderboard.write_results(analyses.results(evaluation), results_csv)
+    write_curves(analyses.curves.frame, Path(results_csv).with_name("curves.csv"))
 context = sections.ReportContext(
     evaluation=evaluation,
     subset=subset,
-    leakage=audit_items(subset.items),
+    leakage=audit_table(analyses.audits),
+    analyses=analyses,
     parameters={
         "version": version,
         "store": store,

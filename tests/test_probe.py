@@ -12,6 +12,7 @@ from embedcache.errors import ProbeError
 from embedcache.probe import (
     ProbeConfig,
     accuracy,
+    binary_log_loss,
     cv_log_loss,
     fit_probe,
     macro_f1,
@@ -42,6 +43,16 @@ def test_cv_log_loss_matches_cold_start_pipeline_per_fold():
         assert got[j] == pytest.approx(
             np.mean(losses), rel=1e-3
         )  # lbfgs tol: warm and cold starts stop a hair apart
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_binary_log_loss_equals_sklearn_exactly(seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 37)
+    p1 = rng.random(37)
+    p1[:3] = [0.0, 1.0, 1e-300]  # clipped at eps like sklearn does
+    proba = np.stack([1 - p1, p1], axis=1)
+    assert binary_log_loss(y, proba) == log_loss(y, proba, labels=[0, 1])
 
 
 def test_fit_probe_picks_the_same_c_as_gridsearch():
