@@ -537,12 +537,14 @@ def _run_on_cluster(
         # Dask logs every worker and connection (its import set its level to INFO);
         # embedcache's own lines say what runs where
         logging.getLogger("distributed").setLevel(logging.WARNING)
+    location = args.store or _default_store()
     with open_cluster(args.cluster, threads_per_worker=args.threads) as client:
         return embed_on_cluster(
             client,
             args.model,
             seqs,
-            args.store or _default_store(),
+            location,
+            store_options=storage_options(location),
             revision=args.revision,
             options=_embed_options(args),
             names=names,

@@ -50,7 +50,7 @@ from embedcache.embed import (
 from embedcache.errors import ClusterError, EmbedcacheError, StoreError
 from embedcache.models import BUILTIN_MODELS, load_adapter, resolve_hub_model
 from embedcache.models.options import EmbedOptions
-from embedcache.store import EmbeddingStore
+from embedcache.store import EmbeddingStore, is_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -107,10 +107,9 @@ class StoreRef:
     options: tuple[tuple[str, str], ...] = ()
 
     def open(self, *, create: bool = False) -> EmbeddingStore:
-        kwargs: dict[str, Any] = {"create": create}
-        if self.options:  # only stores that take options (object storage) get them
-            kwargs["options"] = dict(self.options)
-        return EmbeddingStore(self.location, **kwargs)
+        return EmbeddingStore(
+            self.location, create=create, options=dict(self.options) or None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +148,19 @@ def store_ref(
     *,
     options: Mapping[str, str] | None = None,
 ) -> StoreRef:
-    """The location workers open: a URL as it is, a local path made absolute."""
+    """The location workers open: a URL as it is, a local path made absolute.
+
+    ``options`` are the store's backend options (object-storage credentials and
+    settings), sent with the location to every worker.
+    """
     location = str(store.root if isinstance(store, EmbeddingStore) else store)
-    if "://" not in location:
+    if location.startswith("memory:"):
+        msg = (
+            f"store {location} lives in one process's memory; the workers cannot reach "
+            "it. Use a folder on a shared filesystem or an object-store URL."
+        )
+        raise StoreError(msg)
+    if not is_url(location):
         location = str(Path(location).expanduser().resolve())
     return StoreRef(location, tuple(sorted((options or {}).items())))
 
@@ -405,7 +414,8 @@ def embed_on_cluster(
         Built-in name, local directory (the same path on every worker) or hub id
         (resolved to a commit here; workers need hub access or a shared HF cache).
     store
-        The store, or its location; workers open it from its location.
+        The store, or its location (a folder or an s3://, gs://, az:// URL); workers
+        open it from its location, with ``store_options``.
     options
         :class:`EmbedOptions` or its fields. The client builds the adapter on the CPU
         to count tokens and name the keys; workers build it on ``options.device``.
@@ -420,6 +430,8 @@ def embed_on_cluster(
     ------
     InvalidSequenceError, SequenceTooLongError
         Found by the planner before anything runs; the store is unchanged.
+    StoreError
+        The store is in memory, or a worker cannot open it.
     ClusterError
         A unit failed on a worker (the worker's own error is raised instead when it
         is an embedcache error, with a note naming the worker).
