@@ -82,6 +82,10 @@ def _default_data_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def _default_cluster() -> str | None:
+    return os.environ.get("EMBEDCACHE_CLUSTER") or None
+
+
 # --- foundation: versions, subset ---------------------------------------------------
 
 
@@ -376,8 +380,9 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             type=int,
             default=None,
             help="torch CPU threads (default: torch's, one per core; on a busy "
-            "shared machine 1 can be faster)",
+            "shared machine 1 can be faster); with --cluster local:N, threads per worker",
         )
+        _add_cluster_options(p)
 
     p = sub.add_parser(
         "embed",
@@ -486,6 +491,8 @@ def _run_embedding(
 ) -> object:
     from embedcache.embed import embed_sequences
 
+    if args.cluster and args.cluster.strip().lower() != "none":
+        return _run_on_cluster(args, seqs, names)
     if args.threads:
         import torch
 
@@ -500,6 +507,51 @@ def _run_embedding(
         token_budget=args.token_budget,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        default=_default_cluster(),
+        metavar="SPEC",
+        help="run on Dask: local:N starts N worker processes for this run, "
+        "tcp://HOST:PORT uses a running scheduler (default: $EMBEDCACHE_CLUSTER; "
+        "unset or 'none': in this process). The store must be reachable by every worker",
+    )
+    p.add_argument(
+        "--unit-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cluster: sequence tokens per work unit (default: sized to a "
+        "few seconds of a worker's measured rate, 4k-1M tokens)",
+    )
+
+
+def _run_on_cluster(
+    args: argparse.Namespace, seqs: list[str], names: list[str]
+) -> object:
+    from embedcache.cluster import embed_on_cluster, open_cluster
+
+    if not getattr(args, "verbose", False):
+        # Dask logs every worker and connection (its import set its level to INFO);
+        # embedcache's own lines say what runs where
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    location = args.store or _default_store()
+    with open_cluster(args.cluster, threads_per_worker=args.threads) as client:
+        return embed_on_cluster(
+            client,
+            args.model,
+            seqs,
+            location,
+            store_options=storage_options(location),
+            revision=args.revision,
+            options=_embed_options(args),
+            names=names,
+            token_budget=args.token_budget,
+            unit_tokens=args.unit_tokens,
+            progress=not args.no_progress and sys.stderr.isatty(),
+        )
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:

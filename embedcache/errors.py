@@ -97,3 +97,7 @@ class ExportError(EmbedcacheError, ValueError):
 
 class InvalidAliasError(EmbedcacheError, ValueError):
     """A display alias given to the store is not a short printable name."""
+
+
+class ClusterError(EmbedcacheError, RuntimeError):
+    """A Dask cluster cannot be started or reached, or a work unit failed on a worker."""
