@@ -72,7 +72,13 @@ class DictStore:
     def get(self, key: object, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return np.stack([self.data[key, h] for h in hashes]), np.ones(len(hashes), bool)
 
-    def put(self, key: object, hashes: list[str], vectors: np.ndarray) -> int:
+    def put(
+        self,
+        key: object,
+        hashes: list[str],
+        vectors: np.ndarray,
+        alias: str | None = None,
+    ) -> int:
         for h, v in zip(hashes, vectors, strict=True):
             self.data[key, h] = v
         return len(hashes)

@@ -43,6 +43,7 @@ from embedcache.embed import (
     gather_vectors,
     plan_batches,
     plan_embedding,
+    record_alias,
     resolve_token_budget,
     run_unit,
     unit_of_batches,
@@ -440,7 +441,7 @@ def embed_on_cluster(
     ref = store_ref(store, options=store_options)
     client_store = store if isinstance(store, EmbeddingStore) else ref.open(create=True)
     adapter = spec.load(device="cpu")
-    key, dim = adapter.key, adapter.dim
+    key, dim, alias = adapter.key, adapter.dim, getattr(adapter, "alias", None)
     plan = plan_embedding(adapter, seqs, client_store, names=names)
     if plan.missing_hashes:
         budget = resolve_token_budget(adapter, token_budget)
@@ -467,6 +468,7 @@ def embed_on_cluster(
             progress=progress,
             desc=f"embed {key.model_id}",
         )
+    record_alias(client_store, plan, alias)
     vectors = gather_vectors(client_store, plan, key, dim)
     return EmbedResult(
         vectors=vectors, n_computed=plan.n_computed, n_cached=plan.n_cached

@@ -326,8 +326,11 @@ def run_unit(
             seq = unit.seqs[rows[int(np.flatnonzero(~finite)[0])]]
             msg = f"{output_key.short()} produced a non-finite vector for sequence {seq[:40]!r}..."
             raise InvalidSequenceError(msg)
+    # a local model's folder name, recorded beside its content-digest key
+    alias = getattr(adapter, "alias", None)
+    named = {"alias": alias} if alias else {}
     for output_key, vectors in zip(keys, outputs, strict=True):
-        store.put(output_key, hashes, vectors)
+        store.put(output_key, hashes, vectors, **named)
     n_tokens = sum(unit.tokens[i] for i in rows)
     return UnitResult(
         unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start
@@ -377,6 +380,7 @@ def embed_sequences(
             unit_tokens=1,
         )
         _run_units(adapter, store, units, progress=progress)
+    record_alias(store, plan, getattr(adapter, "alias", None))
     vectors = gather_vectors(store, plan, adapter.key, adapter.dim)
     return EmbedResult(
         vectors=vectors, n_computed=plan.n_computed, n_cached=plan.n_cached
@@ -454,6 +458,21 @@ def _run_units(
     )
 
 
+def record_alias(store: EmbeddingStore, plan: EmbedPlan, alias: str | None) -> None:
+    """Record a local model's folder name beside each of its keys, also when every
+    vector was cached (a renamed copy hits the cache; the new name is still shown).
+
+    Re-putting one stored vector with the alias is a no-op once the key lists it.
+    """
+    if not alias or not plan.unique:
+        return
+    first = [plan.unique[0]]
+    for key in plan.keys:
+        vector, found = store.get(key, first)
+        if found.all():
+            store.put(key, first, vector, alias=alias)
+
+
 def gather_vectors(
     store: EmbeddingStore, plan: EmbedPlan, key: ModelKey, dim: int
 ) -> np.ndarray:
@@ -489,6 +508,7 @@ __all__ = [
     "gather_vectors",
     "plan_batches",
     "plan_embedding",
+    "record_alias",
     "resolve_token_budget",
     "run_unit",
     "unit_of_batches",

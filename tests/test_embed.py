@@ -27,6 +27,7 @@ class MemoryStore:
     def __init__(self):
         self.data = {}
         self.puts = []
+        self.aliases = {}
 
     def contains(self, key, hashes):
         return np.array([(key, h) in self.data for h in hashes], dtype=bool)
@@ -40,14 +41,18 @@ class MemoryStore:
                 out[row] = self.data[key, digest]
         return out, found
 
-    def put(self, key, hashes, vectors):
+    def put(self, key, hashes, vectors, alias=None):
+        # as the real store: a call commits only new rows or a new alias
+        fresh = [(h, v) for h, v in zip(hashes, vectors, strict=True)]
+        fresh = [(h, v) for h, v in fresh if (key, h) not in self.data]
+        known = self.aliases.setdefault(key, set())
+        if not fresh and (alias is None or alias in known):
+            return 0
         self.puts.append(len(hashes))
-        new = 0
-        for digest, vector in zip(hashes, vectors, strict=True):
-            if (key, digest) not in self.data:
-                self.data[key, digest] = np.array(vector, dtype=np.float32)
-                new += 1
-        return new
+        known.update({alias} - {None})
+        for digest, vector in fresh:
+            self.data[key, digest] = np.array(vector, dtype=np.float32)
+        return len({h for h, _ in fresh})
 
 
 def random_seqs(n, *, seed=0, low=5, high=40):
@@ -289,6 +294,37 @@ def test_cli_embed_subprocess_rerun_is_cached(
     assert second.returncode == 0, second.stderr
     assert last_line(second.stdout) == "computed=0 cached=2"
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), first)
+
+
+def test_renamed_copy_of_a_local_model_hits_the_cache(
+    real_store, tiny_bert_dir, tmp_path, capsys
+):
+    import shutil
+
+    renamed = tmp_path / "renamed-bert"
+    shutil.copytree(tiny_bert_dir, renamed)
+    (tmp_path / "in.txt").write_text("ACGTACGT\nGGGNNCCA\n")
+    store = str(tmp_path / "s")
+
+    def embed(model):
+        args = ["embed", "--model", str(model), "--input", str(tmp_path / "in.txt")]
+        args += ["--store", store, "--output", str(tmp_path / f"{model.name}.npy")]
+        assert main(args) == 0
+        return last_line(capsys.readouterr().out)
+
+    assert embed(tiny_bert_dir) == "computed=2 cached=0"
+    assert embed(renamed) == "computed=0 cached=2"
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "renamed-bert.npy"),
+        np.load(tmp_path / f"{tiny_bert_dir.name}.npy"),
+    )
+    # both folder names stay visible beside the one content key (a rerun records
+    # the new name even when it computes nothing)
+    [info] = real_store.EmbeddingStore(store, create=False).keys()
+    assert info.key.model_id == "local"
+    assert set(info.aliases) == {tiny_bert_dir.name, "renamed-bert"}
+    assert main(["store", "ls", "--store", store]) == 0
+    assert "renamed-bert" in capsys.readouterr().out
 
 
 def kill_mid_run(args, *, after_batches):

@@ -66,7 +66,7 @@ class DictStore:
     def keys(self):
         return list(self.data)
 
-    def put(self, key, hashes, vectors):
+    def put(self, key, hashes, vectors, alias=None):
         self.data.setdefault(key, {}).update(zip(hashes, vectors, strict=True))
 
     def contains(self, key, hashes):

@@ -220,13 +220,30 @@ def _load_checked(
 ) -> torch.nn.Module:
     from transformers import AutoModel
 
-    model, info = _without_pooler(
-        lambda *a, **k: AutoModel.from_pretrained(
-            *a, config=config, output_loading_info=True, **k
-        ),
-        folder,
-        remote=remote,
-    )
+    # transformers logs its own load report (heads left out, a pooler skipped); the
+    # strict check below decides and names what matters, so keep the console quiet
+    report = logging.getLogger("transformers.modeling_utils")
+    level = report.level
+    report.setLevel(logging.ERROR)
+    try:
+        model, info = _without_pooler(
+            lambda *a, **k: AutoModel.from_pretrained(
+                *a, config=config, output_loading_info=True, **k
+            ),
+            folder,
+            remote=remote,
+        )
+    finally:
+        report.setLevel(level)
+    return _check_loaded(model, info, where=where)
+
+
+def _check_loaded(
+    model: torch.nn.Module,
+    info: dict[str, Any],
+    *,
+    where: str,
+) -> torch.nn.Module:
     own_modules = {name.split(".")[0] for name in model.state_dict()}
     prefix = getattr(model, "base_model_prefix", "") or ""
     unexpected = [
