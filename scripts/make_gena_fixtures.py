@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dna_fixture_sequences import fixture_sequences, reverse_complement  # noqa: E402
+from dna_fixture_sequences import fixture_sequences, reverse_complement
 
 PUBLISHED = Path("tests/data/gena/published/gena-lm-bert-base-t2t.config-printout.json")
 # the published tokenizer lists "-" (what a run of 10+ N becomes) as a special added
@@ -86,8 +86,16 @@ VARIANTS = {
 
 def train_tokenizer(vocab_size: int = 160):  # noqa: ANN201 - tokenizers is not typed here
     """A small BPE over A, C, G, T, N and '-', dressed as the published tokenizer."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from tokenizers import processors, trainers
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     rng = random.Random(7)
     motifs = ["TATAAA", "CCAAT", "GGGCGG", "TTAGGG", "CACGTG", "AATAAA"]
@@ -95,7 +103,11 @@ def train_tokenizer(vocab_size: int = 160):  # noqa: ANN201 - tokenizers is not 
     for _ in range(3000):
         parts = []
         while sum(map(len, parts)) < 120:
-            parts.append(rng.choice(motifs) if rng.random() < 0.3 else rng.choice("ACGT") * rng.randint(1, 3))
+            parts.append(
+                rng.choice(motifs)
+                if rng.random() < 0.3
+                else rng.choice("ACGT") * rng.randint(1, 3)
+            )
             if rng.random() < 0.02:
                 parts.append("N" * rng.randint(1, 4))
         corpus.append("".join(parts))
@@ -118,19 +130,78 @@ def train_tokenizer(vocab_size: int = 160):  # noqa: ANN201 - tokenizers is not 
 
 def check_like_published(ours: dict, published: Path) -> None:
     theirs = json.loads(published.read_text())
-    for key in ("normalizer", "pre_tokenizer", "post_processor", "decoder", "truncation", "padding"):
+    for key in (
+        "normalizer",
+        "pre_tokenizer",
+        "post_processor",
+        "decoder",
+        "truncation",
+        "padding",
+    ):
         if ours[key] != theirs[key]:
             msg = f"tokenizer.json {key}: ours {ours[key]} differs from the published {theirs[key]}"
             raise SystemExit(msg)
     if ours["added_tokens"] != theirs["added_tokens"]:
-        raise SystemExit("tokenizer.json added_tokens differ from the published ones")
-    for key in ("type", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk"):
+        msg = "tokenizer.json added_tokens differ from the published ones"
+        raise SystemExit(msg)
+    for key in (
+        "type",
+        "unk_token",
+        "continuing_subword_prefix",
+        "end_of_word_suffix",
+        "fuse_unk",
+    ):
         if ours["model"].get(key) != theirs["model"].get(key):
             msg = f"tokenizer.json model.{key} differs from the published one"
             raise SystemExit(msg)
 
 
-def main() -> int:  # noqa: PLR0915
+def pooled(model, tokenizer, seq: str) -> dict:  # noqa: ANN001
+    """The official model's pooled vectors of one sequence (no padding involved)."""
+    import torch
+
+    enc = tokenizer(seq, return_tensors="pt", return_special_tokens_mask=True)
+    keep = ~enc.pop("special_tokens_mask")[0].bool()
+    with torch.no_grad():
+        states = model(**enc, output_hidden_states=True).hidden_states
+    return {
+        "none": states[-1][0][keep].mean(0).numpy(),
+        "include": states[-1][0].mean(0).numpy(),
+        "cls": states[-1][0][0].numpy(),
+        "layer0": states[0][0][keep].mean(0).numpy(),
+        "layer1": states[1][0][keep].mean(0).numpy(),
+    }
+
+
+def published_counts(
+    code: Path, template: dict, scratch: Path
+) -> dict[str, dict[str, int]]:
+    """Parameter counts of the official model built from each published config: all
+    of ``BertForMaskedLM``, and the encoder tensors embedcache keeps (``bert.*``)."""
+    from transformers import AutoConfig, AutoModel
+
+    out = {}
+    for path in sorted(PUBLISHED.parent.glob("*.json")):
+        published = json.loads(path.read_text())
+        published.pop("_name_or_path", None)
+        published["auto_map"] = template["auto_map"]  # the code to build it with
+        folder = scratch / ("published_" + path.name.split(".")[0].replace("-", "_"))
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(published))
+        shutil.copy(code, folder / "modeling_bert.py")
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModel.from_config(config, trust_remote_code=True)
+        kept = sum(
+            p.numel() for n, p in model.named_parameters() if n.startswith("bert.")
+        )
+        total = sum(p.numel() for p in model.parameters())
+        out[path.name] = {"total": total, "encoder_kept": kept}
+        print(path.name, out[path.name])
+        del model
+    return out
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--official", type=Path, required=True)
     parser.add_argument("--official-commit", required=True)
@@ -199,34 +270,26 @@ def main() -> int:  # noqa: PLR0915
         shutil.copy(code, run / "modeling_bert.py")
         loaded = AutoModel.from_pretrained(run, trust_remote_code=True).eval()
         tokenizer = AutoTokenizer.from_pretrained(run)
-        assert type(loaded).__module__.endswith("modeling_bert"), type(loaded).__module__
+        assert type(loaded).__module__.endswith("modeling_bert"), type(
+            loaded
+        ).__module__
         has_last_ln = hasattr(loaded.bert.encoder, "last_layer_ln")
         assert has_last_ln == (name == "gena_lastln"), has_last_ln
 
-        def pooled(seq: str) -> dict[str, np.ndarray]:
-            enc = tokenizer(seq, return_tensors="pt", return_special_tokens_mask=True)
-            special = enc.pop("special_tokens_mask")[0].bool()
-            with torch.no_grad():
-                states = loaded(**enc, output_hidden_states=True).hidden_states
-            keep = ~special
-            return {
-                "none": states[-1][0][keep].mean(0).numpy(),
-                "include": states[-1][0].mean(0).numpy(),
-                "cls": states[-1][0][0].numpy(),
-                "layer0": states[0][0][keep].mean(0).numpy(),
-                "layer1": states[1][0][keep].mean(0).numpy(),
-            }
-
-        rows = [pooled(s) for s in upper]
-        rc_rows = [pooled(reverse_complement(s)) for s in upper]
+        rows = [pooled(loaded, tokenizer, s) for s in upper]
+        rc_rows = [pooled(loaded, tokenizer, reverse_complement(s)) for s in upper]
         for what in ("none", "include", "cls", "layer0", "layer1"):
-            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(np.float32)
+            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
+                np.float32
+            )
         expected[f"{name}_average"] = np.stack(
             [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
         ).astype(np.float32)
         tokens[name] = tokenizer(upper)["input_ids"]
 
-        batch = tokenizer(upper, return_tensors="pt", padding=True, return_special_tokens_mask=True)
+        batch = tokenizer(
+            upper, return_tensors="pt", padding=True, return_special_tokens_mask=True
+        )
         special = batch.pop("special_tokens_mask").bool()
         with torch.no_grad():
             hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
@@ -235,7 +298,12 @@ def main() -> int:  # noqa: PLR0915
         gap = float(np.abs(padded - expected[f"{name}_none"]).max())
         print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
         assert gap < 1e-5, gap
-        print(name, "->", out_dir, f"hidden {config.hidden_size}, vocab {config.vocab_size}")
+        print(
+            name,
+            "->",
+            out_dir,
+            f"hidden {config.hidden_size}, vocab {config.vocab_size}",
+        )
 
     np.savez(args.out / "expected.npz", **expected)
     (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
@@ -257,6 +325,7 @@ def main() -> int:  # noqa: PLR0915
         "_layer0/_layer1 pool hidden_states[0]/[1]",
         "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
     }
+    meta["published_param_counts"] = published_counts(code, template, scratch)
     (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(scratch)
     print("wrote", args.out)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dna_fixture_sequences import fixture_sequences, reverse_complement  # noqa: E402
+from dna_fixture_sequences import fixture_sequences, reverse_complement
 
 HUB_REVISION = "81b29e5786726d891dbf929404ef20adca5b36f1"
 HUB_SHA256 = {
@@ -57,7 +57,9 @@ HUB_SHA256 = {
     "tokenizer_config.json": "253d338919eba938e50b776f3243cc739462c207fe64e3d2e81cc5e681bee45b",
     "special_tokens_map.json": "d6dc30bf018166daab248b0abf7efda6fd1b1e0a2d1bee5b31b23db2ebdaee77",
 }
-PUBLISHED = Path("tests/data/ntv2/published/nucleotide-transformer-v2-50m-multi-species.config.json")
+PUBLISHED = Path(
+    "tests/data/ntv2/published/nucleotide-transformer-v2-50m-multi-species.config.json"
+)
 SPECIALS = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
 TOKENIZER_CONFIG = {
     "clean_up_tokenization_spaces": True,
@@ -141,7 +143,53 @@ def published_format(template: dict, values: dict) -> dict:
     return out
 
 
-def main() -> int:  # noqa: PLR0915
+def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
+    """The official model's pooled vectors of one sequence (no padding involved)."""
+    import torch
+
+    enc = tokenizer(seq, return_tensors="pt")
+    keep = ~torch.isin(enc["input_ids"][0], special_ids)
+    with torch.no_grad():
+        states = model(**enc, output_hidden_states=True).hidden_states
+    return {
+        "none": states[-1][0][keep].mean(0).numpy(),
+        "include": states[-1][0].mean(0).numpy(),
+        "cls": states[-1][0][0].numpy(),
+        "layer0": states[0][0][keep].mean(0).numpy(),
+        "layer1": states[1][0][keep].mean(0).numpy(),
+    }
+
+
+def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]:
+    """Parameter counts of the official model built from each published config: all
+    of ``EsmForMaskedLM``, and the encoder tensors embedcache keeps (``esm.*`` without
+    the contact head and the unused absolute position table)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    out = {}
+    for path in sorted(PUBLISHED.parent.glob("*.config.json")):
+        folder = scratch / ("published_" + path.name.split(".")[0].replace("-", "_"))
+        folder.mkdir()
+        shutil.copy(path, folder / "config.json")
+        for f in ("modeling_esm.py", "esm_config.py"):
+            shutil.copy(official / f, folder / f)
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModelForMaskedLM.from_config(config, trust_remote_code=True)
+        kept = sum(
+            p.numel()
+            for n, p in model.named_parameters()
+            if n.startswith("esm.")
+            and not n.startswith(
+                ("esm.contact_head.", "esm.embeddings.position_embeddings.")
+            )
+        )
+        total = sum(p.numel() for p in model.parameters())
+        out[path.name] = {"total": total, "encoder_kept": kept}
+        print(path.name, out[path.name])
+    return out
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--official", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
@@ -194,33 +242,23 @@ def main() -> int:  # noqa: PLR0915
         shutil.copytree(out_dir, run)
         for f in ("modeling_esm.py", "esm_config.py"):
             shutil.copy(args.official / f, run / f)
-        loaded = AutoModelForMaskedLM.from_pretrained(run, trust_remote_code=True).eval()
+        loaded = AutoModelForMaskedLM.from_pretrained(
+            run, trust_remote_code=True
+        ).eval()
         tokenizer = AutoTokenizer.from_pretrained(run, trust_remote_code=True)
         assert type(loaded).__module__.endswith("modeling_esm"), type(loaded).__module__
 
         # EsmTokenizer's special_tokens_mask assumes an <eos> that NT-v2 does not add
         # (one flag too many), so special tokens are found by id
         special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
-
-        def pooled(seq: str) -> dict[str, np.ndarray]:
-            enc = tokenizer(seq, return_tensors="pt")
-            special = torch.isin(enc["input_ids"][0], special_ids)
-            with torch.no_grad():
-                out = loaded(**enc, output_hidden_states=True)
-            states = out.hidden_states
-            keep = ~special
-            return {
-                "none": states[-1][0][keep].mean(0).numpy(),
-                "include": states[-1][0].mean(0).numpy(),
-                "cls": states[-1][0][0].numpy(),
-                "layer0": states[0][0][keep].mean(0).numpy(),
-                "layer1": states[1][0][keep].mean(0).numpy(),
-            }
-
-        rows = [pooled(s) for s in upper]
-        rc_rows = [pooled(reverse_complement(s)) for s in upper]
+        rows = [pooled(loaded, tokenizer, s, special_ids) for s in upper]
+        rc_rows = [
+            pooled(loaded, tokenizer, reverse_complement(s), special_ids) for s in upper
+        ]
         for what in ("none", "include", "cls", "layer0", "layer1"):
-            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(np.float32)
+            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
+                np.float32
+            )
         expected[f"{name}_average"] = np.stack(
             [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
         ).astype(np.float32)
@@ -237,7 +275,12 @@ def main() -> int:  # noqa: PLR0915
         gap = float(np.abs(padded - expected[f"{name}_none"]).max())
         print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
         assert gap < 1e-5, gap
-        print(name, "->", out_dir, f"hidden {config.hidden_size}, vocab {config.vocab_size}")
+        print(
+            name,
+            "->",
+            out_dir,
+            f"hidden {config.hidden_size}, vocab {config.vocab_size}",
+        )
 
     np.savez(args.out / "expected.npz", **expected)
     (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
@@ -262,6 +305,7 @@ def main() -> int:  # noqa: PLR0915
         "_layer0/_layer1 pool hidden_states[0]/[1]",
         "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
     }
+    meta["published_param_counts"] = published_counts(args.official, scratch)
     (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(scratch)
     print("wrote", args.out)

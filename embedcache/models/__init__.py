@@ -40,6 +40,8 @@ BUILTIN_MODELS: tuple[str, ...] = tuple(f"kmer-{k}" for k in range(1, 7))
 # fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
+    "ntv2",
+    "gena",
     "hf",
 )
 # the model id of every local directory: its content digest (the revision) is its
