@@ -213,7 +213,10 @@ def load(
             f"model's vocab_size is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    network = GenaNetwork(arch)
+    # built without its random init (weights or the family's own init replace it)
+    with torch.device("meta"):
+        network = GenaNetwork(arch)
+    network = network.to_empty(device="cpu")
     key_options: list[tuple[str, str]] = []
     if options.random_init is not None:
         init_weights(network, seed=options.random_init)

@@ -211,7 +211,10 @@ def load(
             f"is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    network = NTv2Network(arch)
+    # built without its random init (weights or the family's own init replace it)
+    with torch.device("meta"):
+        network = NTv2Network(arch)
+    network = network.to_empty(device="cpu")
     key_options: list[tuple[str, str]] = []
     if options.random_init is not None:
         init_weights(network, seed=options.random_init)
