@@ -18,6 +18,15 @@ the model sees (padding excluded); FLOPs are 2 x non-embedding parameters per to
 (the embedding is a lookup; attention scores are not counted, so utilisation is a
 lower bound).
 
+``--model ntv2-50m`` and ``--model gena-base`` benchmark embedcache's own NT-v2 and
+GENA-LM modules instead, in the official shapes (the published 50m config and
+vocabulary; the published base-t2t config with a 32k BPE trained here on 4,000 of the
+benchmark's sequences, as the published tokenizer is not in the repository), randomly
+initialised with the family's own init. Their naive loop is the same network called
+one unpadded sequence at a time in fp32. The summary adds the projected atlas-full-v1
+time (40,982 test + 1,500 train sequences of 500, 251 and 200 bp) at the best bf16
+throughput, RC mode none.
+
 Run: ``.venv/bin/python benchmarks/embed_bench.py [--n 240] [--rounds 3] [--threads 1]``. The
 machine is shared: each configuration runs in every round, interleaved, and the best
 round is kept; the load average is printed alongside.
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 import tempfile
 import time
@@ -74,9 +84,9 @@ def make_store(root: Path) -> object:
     return EmbeddingStore(root)
 
 
-def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
+def load_sequences(n: int, seed: int = 0, data: Path = DATA) -> tuple[list[str], str]:
     rng = np.random.default_rng(seed)
-    files = sorted(DATA.glob("*/test.tsv")) if DATA.exists() else []
+    files = sorted(data.glob("*/test.tsv")) if data.exists() else []
     if files:
         import polars as pl
 
@@ -145,6 +155,123 @@ def build_model(path: Path) -> int:
     return sum(p.numel() for p in model.parameters()) - embedding
 
 
+REPO = Path(__file__).resolve().parents[1]
+# atlas-full-v1: (sequence length, test + train sequences) per dataset
+ATLAS_FULL_V1 = ((500, 6948 + 500), (251, 9034 + 500), (200, 25000 + 500))
+
+
+def build_ntv2_50m(path: Path, data: Path) -> int:
+    """NT-v2 50m's published config and vocabulary; return non-embedding params."""
+    import shutil
+
+    from embedcache.models._ntv2_model import NTv2Network, arch_from_config
+
+    data = REPO / "tests" / "data" / "ntv2"
+    path.mkdir(parents=True)
+    config = (
+        data / "published" / "nucleotide-transformer-v2-50m-multi-species.config.json"
+    )
+    shutil.copy(config, path / "config.json")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(data / "ntv2" / name, path / name)
+    arch = arch_from_config(json.loads(config.read_text()), where=str(config))
+    with torch.device("meta"):
+        network = NTv2Network(arch)
+    embedding = network.embeddings.word_embeddings.weight.numel()
+    return sum(p.numel() for p in network.parameters()) - embedding
+
+
+def build_gena_base(path: Path, data: Path) -> int:
+    """GENA-LM base-t2t's published config and a 32k BPE dressed as the published one
+    (trained on 4,000 real sequences); return non-embedding params."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    from embedcache.models._gena_model import GenaNetwork, arch_from_config
+
+    data = REPO / "tests" / "data" / "gena"
+    path.mkdir(parents=True)
+    printout = data / "published" / "gena-lm-bert-base-t2t.config-printout.json"
+    config = json.loads(printout.read_text())
+    config.pop("_name_or_path")
+    config["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Strip(), normalizers.Replace(Regex("N{10,}"), "-")]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Split("-", behavior="isolated")
+    trainer = trainers.BpeTrainer(
+        vocab_size=config["vocab_size"],
+        special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"],
+        initial_alphabet=list("ACGTN"),
+        show_progress=False,
+    )
+    start = time.perf_counter()
+    corpus, _ = load_sequences(4000, seed=1, data=data)
+    tok.train_from_iterator(corpus, trainer)
+    print(f"(trained the 32k BPE in {time.perf_counter() - start:.0f} s)")
+    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    arch = arch_from_config(config, where=str(printout))
+    with torch.device("meta"):
+        network = GenaNetwork(arch)
+    emb = network.embeddings
+    lookups = sum(
+        t.weight.numel()
+        for t in (
+            emb.word_embeddings,
+            emb.position_embeddings,
+            emb.token_type_embeddings,
+        )
+    )
+    return sum(p.numel() for p in network.parameters()) - lookups
+
+
+def naive_family_loop(adapter: object, seqs: list[str]) -> tuple[np.ndarray, float]:
+    """The same network, batch 1, fp32, no padding: encode, forward, masked mean."""
+    out = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for seq in seqs:
+            enc = adapter.tokenizer.encode(seq)
+            ids = torch.tensor([enc.ids])
+            hidden = adapter.network(ids, torch.ones_like(ids, dtype=torch.bool), [-1])
+            keep = ~torch.tensor(enc.special)
+            out.append(hidden[0][0][keep].mean(dim=0).numpy())
+    return np.stack(out), time.perf_counter() - start
+
+
+def projected_atlas_seconds(
+    adapter: object, tokens_per_s: float, seed: int = 1
+) -> float:
+    """atlas-full-v1 at ``tokens_per_s``: random sequences of each length tokenised."""
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for length, n_seqs in ATLAS_FULL_V1:
+        sample = ["".join(rng.choice(list("ACGT"), size=length)) for _ in range(200)]
+        total += n_seqs * float(np.mean(adapter.n_tokens_many(sample)))
+    return total / tokens_per_s
+
+
+# model name -> (builder(path, data dir) -> non-embedding params, load_adapter options)
+MODELS = {
+    "esm-like": (lambda path, data: build_model(path), {}),
+    "ntv2-50m": (build_ntv2_50m, {"random_init": 0}),
+    "gena-base": (build_gena_base, {"random_init": 0}),
+}
+
+
 def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:
     """Sustained FLOP/s of a square matmul in ``dtype`` (best of a few timed runs)."""
     a = torch.randn(size, size).to(dtype)
@@ -210,6 +337,15 @@ def main() -> None:
         "--rounds", type=int, default=2, help="repeats; the best is kept"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--model", choices=sorted(MODELS), default="esm-like", help="model to time"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DATA,
+        help="genomic-benchmarks folder (default: ../shared/data beside the checkout)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -222,15 +358,16 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, load average {load}"
     )
-    seqs, what = load_sequences(args.n)
+    seqs, what = load_sequences(args.n, data=args.data_dir)
     naive_seqs = seqs[: args.n_naive]  # shuffled: a fair sample of the lengths
     budgets = [int(b) for b in args.budgets.split(",")]
     tmp = tempfile.TemporaryDirectory()
-    path = Path(tmp.name) / "nt50m-like"
-    n_params = build_model(path)
+    path = Path(tmp.name) / args.model
+    builder, extra = MODELS[args.model]
+    n_params = builder(path, args.data_dir)
     adapters = {
-        "fp32": load_adapter(str(path), device="cpu"),
-        "bf16": load_adapter(str(path), dtype="bfloat16", device="cpu"),
+        "fp32": load_adapter(str(path), device="cpu", **extra),
+        "bf16": load_adapter(str(path), dtype="bfloat16", device="cpu", **extra),
     }
     count = adapters["fp32"].n_tokens_many
     n_tokens, n_naive_tokens = sum(count(seqs)), sum(count(naive_seqs))
@@ -238,9 +375,12 @@ def main() -> None:
     print(
         f"sequences: {what}; {n_tokens} model tokens (mean {n_tokens / len(seqs):.1f})"
     )
-    print(
-        f"model: EsmModel NT-v2-50M-like, {n_params / 1e6:.1f}M non-embedding parameters"
-    )
+    described = {
+        "esm-like": "EsmModel NT-v2-50M-like",
+        "ntv2-50m": "embedcache NT-v2 50m (published config)",
+        "gena-base": "embedcache GENA-LM base-t2t (published config)",
+    }[args.model]
+    print(f"model: {described}, {n_params / 1e6:.1f}M non-embedding parameters")
 
     # the peaks are measured again every round and the best kept, like the runs, so
     # a busy moment cannot inflate the share of peak
@@ -273,7 +413,10 @@ def main() -> None:
             f"round {round_} (load average {os.getloadavg()[0]:.1f}); matmul peak so far "
             f"(2048^2): bf16 {peak_bf16 / 1e9:.0f} GFLOP/s, fp32 {peak_fp32 / 1e9:.0f} GFLOP/s"
         )
-        vectors, t = naive_loop(path, naive_seqs)
+        if args.model == "esm-like":
+            vectors, t = naive_loop(path, naive_seqs)
+        else:
+            vectors, t = naive_family_loop(adapters["fp32"], naive_seqs)
         tps = report(
             f"naive loop (batch 1, fp32, n={len(naive_seqs)})",
             n_naive_tokens,
@@ -324,6 +467,13 @@ def main() -> None:
         f"{peak_fp32 / 1e9:.0f} GFLOP/s ({peak_bf16 / peak_fp32:.1f}x)"
     )
     print(f"  engine bf16 share of the bf16 matmul peak: {share:.1f}% (goal >= 50%)")
+    atlas = adapters["fp32"]
+    print(
+        "  projected atlas-full-v1 (42,482 sequences, rc none): "
+        f"bf16 {projected_atlas_seconds(atlas, bf16_tps) / 60:.1f} min, "
+        f"fp32 {projected_atlas_seconds(atlas, fp32_tps) / 60:.1f} min, "
+        f"naive loop {projected_atlas_seconds(atlas, naive_tps) / 60:.1f} min"
+    )
     n_common = len(naive_seqs)
     print(
         "  engine fp32 vs naive loop vectors: max abs diff "
