@@ -51,7 +51,9 @@ TOKEN_BUDGET = 4096
 HEADS = ("cls.", "bert.pooler.")
 # config fields only GENA-LM's BertConfig carries
 _GENA_FIELDS = ("pre_layer_norm", "last_layer_norm")
+# GENA-LM's pre-LN blocks have these norms instead of BERT's post-LN ones
 _GENA_WEIGHT = ".pre_attention_ln."
+_POST_LN_WEIGHT = ".attention.output.LayerNorm."
 
 
 def _header_weight_names(folder: Path) -> frozenset[str]:
@@ -72,13 +74,18 @@ def _header_weight_names(folder: Path) -> frozenset[str]:
 
 
 def recognise(config: dict[str, Any], folder: Path) -> bool:
-    """A ``model_type: bert`` config with GENA-LM's fields, or BERT weights with
-    GENA-LM's pre-attention LayerNorms."""
+    """A ``model_type: bert`` config with GENA-LM's fields, or BERT weights in
+    GENA-LM's pre-LN layout (pre-attention LayerNorms, no post-LN ones)."""
     if config.get("model_type") != "bert":
         return False
     if any(field in config for field in _GENA_FIELDS):
         return True
-    return any(_GENA_WEIGHT in name for name in _header_weight_names(folder))
+    # the pre-LN layout, not a native BERT with a stray tensor (which the native
+    # path refuses with its own message)
+    names = _header_weight_names(folder)
+    return any(_GENA_WEIGHT in n for n in names) and not any(
+        _POST_LN_WEIGHT in n for n in names
+    )
 
 
 class GenaTokenizer:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from embedcache.errors import (
     AdapterOptionError,
@@ -226,10 +226,18 @@ def test_auto_map_without_gena_evidence_needs_remote_code(tmp_path):
         load_adapter(str(folder), device="cpu")
 
 
-def test_plain_bert_is_not_gena(tiny_bert_dir):
+def test_plain_bert_is_not_gena(tiny_bert_dir, tmp_path):
     config = read_config(tiny_bert_dir)
     assert not gena_family.recognise(config, tiny_bert_dir)
     assert recognise_family(config, tiny_bert_dir).FAMILY == "hf-encoder"
+    # a native (post-LN) BERT with one stray pre-LN tensor is not GENA's layout: it
+    # stays with the native path, which refuses it (tests/models/test_hf.py)
+    copy = tmp_path / "stray"
+    shutil.copytree(tiny_bert_dir, copy)
+    state = load_file(copy / "model.safetensors")
+    state["encoder.layer.0.pre_attention_ln.weight"] = torch.ones(16)
+    save_file(state, copy / "model.safetensors")
+    assert not gena_family.recognise(config, copy)
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name.split(".")[0])
