@@ -3,8 +3,9 @@
 Run: .venv/bin/python benchmarks/screenshot_report.py reports/demo-v1/index.html [out.png]
 
 Prints the load time, whether the leaderboard table and the figures are in the DOM
-Chromium built, and where the PNG went. Exits 0 with a message where Chromium is absent
-(Debian: `apt-get install -y chromium`).
+Chromium built, the order of the report's sections (the board first, run parameters
+and provenance last, as the contents list them), and where the PNG went. Exits 0 with
+a message where Chromium is absent (Debian: `apt-get install -y chromium`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,39 @@ def chromium(binary: str, html: Path, *args: str, timeout: float = 120) -> str:
     return out.stdout
 
 
+LAST_SECTIONS = ("run", "provenance")
+
+
+def section_order(dom: str) -> list[str]:
+    """The ids of the report's sections, in page order."""
+    return re.findall(r'<section class="ec-section" id="([^"]+)"', dom)
+
+
+def order_problems(dom: str) -> list[str]:
+    """What is out of place: the title, summary and board must come first, the
+    sections in the order the contents list them, run and provenance last."""
+    problems = []
+    ids = section_order(dom)
+    nav = re.search(r'<nav class="ec-toc">(.*?)</nav>', dom, flags=re.DOTALL)
+    toc = re.findall(r'href="#([^"]+)"', nav.group(1)) if nav else []
+    if not ids or ids[0] != "leaderboard":
+        problems.append(f"the first section is not the leaderboard: {ids[:1]}")
+    if toc != ids:
+        problems.append(f"contents {toc} differ from the sections {ids}")
+    if tuple(ids[-len(LAST_SECTIONS) :]) != LAST_SECTIONS:
+        problems.append(f"{LAST_SECTIONS} are not last: {ids}")
+    marks = [
+        dom.find("<h1"),
+        dom.find('class="ec-summary"'),
+        dom.find('<section class="ec-section" id="leaderboard"'),
+    ]
+    if -1 in marks or marks != sorted(marks):
+        problems.append("title, summary line and leaderboard are not the first three")
+    elif "<table" in dom[: marks[2]] or "<img" in dom[: marks[2]]:
+        problems.append("a table or figure comes before the leaderboard")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path)
@@ -78,6 +112,10 @@ def main() -> int:
         f"DOM after load: {tables} tables, {images} embedded PNG figures ({t_dom:.1f} s)"
     )
     print(f"leaderboard table present: {'Leaderboard (accuracy)' in dom}")
+    print(f"sections in order: {', '.join(section_order(dom))}")
+    problems = order_problems(dom)
+    for problem in problems:
+        print(f"ORDER: {problem}")
     t0 = time.perf_counter()
     chromium(
         binary,
@@ -88,7 +126,7 @@ def main() -> int:
     print(
         f"screenshot {args.png} ({args.png.stat().st_size:,} bytes, {time.perf_counter() - t0:.1f} s)"
     )
-    return 0 if tables and images else 1
+    return 0 if tables and images and not problems else 1
 
 
 if __name__ == "__main__":

@@ -7,24 +7,83 @@ Each command group has its own `_add_*` function below; keep them apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from embedcache.errors import EmbedcacheError
 from embedcache.models.options import POOLINGS
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 logger = logging.getLogger(__name__)
 
 
-def _default_store() -> Path:
-    return Path(os.environ.get("EMBEDCACHE_STORE", "store"))
+def _default_store() -> str:
+    return os.environ.get("EMBEDCACHE_STORE", "store")
+
+
+# Per cloud, the standard environment variables handed to the store as options.
+_STORAGE_ENV = {
+    "s3": (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ALLOW_HTTP",
+        "AWS_SKIP_SIGNATURE",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    ),
+    "gs": (
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ),
+    "az": (
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_KEY",
+        "AZURE_STORAGE_TOKEN",
+        "AZURE_STORAGE_USE_EMULATOR",
+        "AZURE_ALLOW_HTTP",
+    ),
+}
+_CLOUD_OF_SCHEME = {"s3": "s3", "s3a": "s3", "gs": "gs"} | dict.fromkeys(
+    ("az", "abfs", "abfss", "azure", "adl"), "az"
+)
+
+
+def storage_options(location: str) -> dict[str, str]:
+    """The store options for a URL, from its cloud's environment variables.
+
+    Plain strings: a cluster client can send them with the URL to its workers,
+    which open ``EmbeddingStore(location, options=...)`` themselves.
+    """
+    cloud = _CLOUD_OF_SCHEME.get(location.partition("://")[0].lower())
+    names = _STORAGE_ENV.get(cloud, ()) if "://" in location else ()
+    return {name.lower(): os.environ[name] for name in names if os.environ.get(name)}
+
+
+def _store_at(location: str, **kwargs: object) -> object:
+    """Open the store at a folder or URL with the options the environment gives."""
+    from embedcache.store import EmbeddingStore
+
+    return EmbeddingStore(location, options=storage_options(location), **kwargs)
 
 
 def _default_data_dir() -> Path | None:
     value = os.environ.get("EMBEDCACHE_DATA_DIR")
     return Path(value) if value else None
+
+
+def _default_cluster() -> str | None:
+    return os.environ.get("EMBEDCACHE_CLUSTER") or None
 
 
 # --- foundation: versions, subset ---------------------------------------------------
@@ -87,28 +146,30 @@ def _cmd_subset(args: argparse.Namespace) -> int:
 
 def _add_store_commands(sub: argparse._SubParsersAction) -> None:
     store = sub.add_parser(
-        "store", help="inspect, verify and compact an embedding store"
+        "store", help="inspect, verify, compact and migrate an embedding store"
     )
     actions = store.add_subparsers(dest="store_command", required=True)
     helps = {
-        "ls": "list model keys with counts and sizes",
-        "info": "show each key's full JSON, counts and leftovers",
-        "verify": "check every committed file's size and sha256; non-zero exit on a fault",
+        "ls": "list model keys with counts, sizes and aliases",
+        "info": "show each key's full JSON, counts, aliases and leftovers",
+        "verify": "check every committed object's size and sha256; non-zero exit on a fault",
         "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
+        "migrate": "convert a store written by embedcache 0.1 (schema 1) in place",
     }
     handlers = {
         "ls": _cmd_store_ls,
         "info": _cmd_store_info,
         "verify": _cmd_store_verify,
         "compact": _cmd_store_compact,
+        "migrate": _cmd_store_migrate,
     }
     for name, text in helps.items():
         p = actions.add_parser(name, help=text)
         p.add_argument(
             "--store",
-            type=Path,
             default=None,
-            help="embedding store (default: $EMBEDCACHE_STORE or ./store)",
+            help="embedding store: a folder or s3://, gs://, az:// URL "
+            "(default: $EMBEDCACHE_STORE or ./store)",
         )
         if name in {"info", "compact"}:
             p.add_argument(
@@ -118,9 +179,7 @@ def _add_store_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _open_store(args: argparse.Namespace) -> object:
-    from embedcache.store import EmbeddingStore
-
-    return EmbeddingStore(args.store or _default_store(), create=False)
+    return _store_at(args.store or _default_store(), create=False)
 
 
 def _selected_keys(store: object, prefix: str | None) -> list:
@@ -141,9 +200,10 @@ def _cmd_store_ls(args: argparse.Namespace) -> int:
         f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'shards':>6}  {'MB':>8}  model"
     )
     for i in infos:
+        aliases = f"  aka {', '.join(i.aliases)}" if i.aliases else ""
         print(
             f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_shards:>6}  "
-            f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}"
+            f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}{aliases}"
         )
     print(f"{len(infos)} keys in {store.root}")
     return 0
@@ -157,8 +217,9 @@ def _cmd_store_info(args: argparse.Namespace) -> int:
     for i in _selected_keys(store, args.key):
         print(f"key {i.digest}")
         print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_shards} shard(s)")
-        print(f"  {i.nbytes:,} bytes on disk")
-        leftovers = sum(1 for g in garbage if i.digest in g.parts)
+        print(f"  {i.nbytes:,} bytes stored")
+        print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
+        leftovers = sum(1 for g in garbage if i.digest in g)
         print(f"  leftovers awaiting removal: {leftovers}")
         print(f"  model key {i.key.canonical_json()}")
         print("  " + json.dumps(i.key.to_dict(), indent=2).replace("\n", "\n  "))
@@ -189,6 +250,21 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_store_migrate(args: argparse.Namespace) -> int:
+    from embedcache.store import migrate_store
+
+    location = args.store or _default_store()
+    done = migrate_store(location, options=storage_options(location))
+    if done.from_version == 2:
+        print(f"{location} is already schema_version 2: nothing to do")
+    else:
+        print(
+            f"migrated {location} from schema_version {done.from_version} to 2: "
+            f"{done.n_keys} keys, {done.n_shards} shards (nothing recomputed)"
+        )
+    return 0
+
+
 # --- engine: embed, embeddings ------------------------------------------------------
 
 
@@ -211,13 +287,13 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--model",
             required=True,
-            help="kmer-1..kmer-6, a local HF directory, or a hub id",
+            help="kmer-1..kmer-6, gc, a local HF directory, or a hub id",
         )
         p.add_argument(
             "--store",
-            type=Path,
             default=None,
-            help="embedding store (default: $EMBEDCACHE_STORE or ./store)",
+            help="embedding store: a folder or s3://, gs://, az:// URL "
+            "(default: $EMBEDCACHE_STORE or ./store)",
         )
         p.add_argument(
             "--revision", default=None, help="hub revision; resolved to a commit sha"
@@ -239,6 +315,14 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         )
         p.add_argument(
             "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
+        )
+        p.add_argument(
+            "--layers",
+            default=None,
+            metavar="all|L1,L2,...",
+            help="a layer sweep from one forward pass, each layer under its own key: "
+            "'all' (the last, -1, then 0 = embeddings and every block before the "
+            "last) or a comma list such as 2,6,12 (the first listed goes to --output)",
         )
         p.add_argument(
             "--pooling",
@@ -296,8 +380,9 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
             type=int,
             default=None,
             help="torch CPU threads (default: torch's, one per core; on a busy "
-            "shared machine 1 can be faster)",
+            "shared machine 1 can be faster); with --cluster local:N, threads per worker",
         )
+        _add_cluster_options(p)
 
     p = sub.add_parser(
         "embed",
@@ -352,13 +437,39 @@ def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _layers(args: argparse.Namespace) -> tuple[int, ...]:
+    """--layer L, or --layers all|L1,L2,... (all: -1 first, then 0..n-1)."""
+    from embedcache.errors import AdapterOptionError
+
+    spec = getattr(args, "layers", None)
+    if spec is None:
+        return (args.layer,)
+    if args.layer != -1:
+        msg = "give --layer or --layers, not both"
+        raise AdapterOptionError(msg)
+    if spec.strip().lower() == "all":
+        from embedcache.models import layer_count
+
+        n = layer_count(args.model, revision=args.revision)
+        return (-1, *range(n))
+    try:
+        layers = tuple(int(part) for part in spec.split(",") if part.strip())
+    except ValueError as err:
+        msg = f"--layers {spec!r} is not 'all' or a comma list of integers like 2,6,12"
+        raise AdapterOptionError(msg) from err
+    if not layers:
+        msg = "--layers names no layer"
+        raise AdapterOptionError(msg)
+    return layers
+
+
 def _embed_options(args: argparse.Namespace) -> dict[str, object]:
     """The EmbedOptions fields the embedding commands set (also sent to workers)."""
     return {
         "dtype": args.dtype,
         "device": args.device,
         "rc_mode": args.rc,
-        "layers": (args.layer,),
+        "layers": _layers(args),
         "pooling": args.pooling,
         "special_tokens": "include" if args.include_special_tokens else "exclude",
         "truncation": "right" if args.truncate else "error",
@@ -379,14 +490,15 @@ def _run_embedding(
     args: argparse.Namespace, seqs: list[str], names: list[str]
 ) -> object:
     from embedcache.embed import embed_sequences
-    from embedcache.store import EmbeddingStore
 
+    if args.cluster and args.cluster.strip().lower() != "none":
+        return _run_on_cluster(args, seqs, names)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     adapter = _embed_adapter(args)
-    store = EmbeddingStore(args.store or _default_store())
+    store = _store_at(args.store or _default_store())
     return embed_sequences(
         adapter,
         seqs,
@@ -395,6 +507,51 @@ def _run_embedding(
         token_budget=args.token_budget,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        default=_default_cluster(),
+        metavar="SPEC",
+        help="run on Dask: local:N starts N worker processes for this run, "
+        "tcp://HOST:PORT uses a running scheduler (default: $EMBEDCACHE_CLUSTER; "
+        "unset or 'none': in this process). The store must be reachable by every worker",
+    )
+    p.add_argument(
+        "--unit-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cluster: sequence tokens per work unit (default: sized to a "
+        "few seconds of a worker's measured rate, 4k-1M tokens)",
+    )
+
+
+def _run_on_cluster(
+    args: argparse.Namespace, seqs: list[str], names: list[str]
+) -> object:
+    from embedcache.cluster import embed_on_cluster, open_cluster
+
+    if not getattr(args, "verbose", False):
+        # Dask logs every worker and connection (its import set its level to INFO);
+        # embedcache's own lines say what runs where
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    location = args.store or _default_store()
+    with open_cluster(args.cluster, threads_per_worker=args.threads) as client:
+        return embed_on_cluster(
+            client,
+            args.model,
+            seqs,
+            location,
+            store_options=storage_options(location),
+            revision=args.revision,
+            options=_embed_options(args),
+            names=names,
+            token_budget=args.token_budget,
+            unit_tokens=args.unit_tokens,
+            progress=not args.no_progress and sys.stderr.isatty(),
+        )
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
@@ -414,6 +571,11 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     print(
         f"wrote {result.vectors.shape[0]} x {result.vectors.shape[1]} float32 to {args.output}"
     )
+    layers = _layers(args)
+    if len(layers) > 1:
+        print(
+            f"{args.output} holds layer {layers[0]}; layers {list(layers)} are stored"
+        )
     print(f"computed={result.n_computed} cached={result.n_cached}")
     return 0
 
@@ -446,6 +608,64 @@ def _save_npy_atomic(path: Path, array: object) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# --- export: a version's items with one model's vectors ----------------------------
+
+
+def _add_export_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write every item of a version with one model's stored vector "
+        "(.parquet or .npz), to probe in your own code",
+        description="One row per item (train and test): item_id, dataset, split, "
+        "label, seq_sha256 and the float32 vector (a fixed-size array column in "
+        ".parquet; an (n, d) array in .npz).",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model id in the store, or a key digest prefix (8+ hex digits) "
+        "when several keys share the id",
+    )
+    p.add_argument(
+        "--version", required=True, help="a shipped version name or a version .toml"
+    )
+    p.add_argument(
+        "--output", type=Path, required=True, help="FILE.parquet or FILE.npz"
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="embedding store: a folder or s3://, gs://, az:// URL "
+        "(default: $EMBEDCACHE_STORE or ./store)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+    p.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from embedcache.export import check_format, export_frame, write_export
+    from embedcache.subsets import draw_version
+    from embedcache.versions import load_version
+
+    check_format(args.output)  # before the draw, which can take a while
+    version = load_version(args.version)
+    store = _store_at(args.store or _default_store(), create=False)
+    subset = draw_version(version, data_dir=args.data_dir or _default_data_dir())
+    export = export_frame(subset, store, args.model)
+    write_export(export, args.output)
+    print(
+        f"{version.name} (subset {subset.subset_id}): wrote {export.frame.height} items "
+        f"x {export.dim} float32 of {export.key.short()} (key {export.key.digest[:12]}) "
+        f"to {args.output}"
+    )
+    return 0
 
 
 # --- models: the supported families and known checkpoints ---------------------------
@@ -496,7 +716,9 @@ def _add_report_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--version", required=True, help="a shipped version name or a version .toml"
     )
-    p.add_argument("--store", type=Path, default=_default_store())
+    p.add_argument(
+        "--store", default=_default_store(), help="a folder or s3://, gs://, az:// URL"
+    )
     p.add_argument("--data-dir", type=Path, default=_default_data_dir())
     p.add_argument(
         "--models",
@@ -550,9 +772,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _add_demo_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
-        help="offline: draw demo-v1, embed it with the built-in floors, render its report",
+        help="offline: draw demo-v1, embed it with the built-in floors and a "
+        "random-init Caduceus control, render its report",
     )
-    p.add_argument("--store", type=Path, default=_default_store())
+    p.add_argument(
+        "--store", default=_default_store(), help="a folder or s3://, gs://, az:// URL"
+    )
     p.add_argument("--output-dir", type=Path, default=Path("reports"))
     p.set_defaults(func=_cmd_demo)
 
@@ -575,6 +800,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         ["embeddings", "--model", m, "--version", version, "--store", store]
         for m in BUILTIN_MODELS
     ]
+    # the neural row: a random-init Caduceus (shipped config, no trained weights),
+    # labelled as a control, with every layer for the layer sweep
+    steps.append(
+        [
+            "embeddings",
+            "--model",
+            "caduceus-tiny",
+            "--random-init",
+            "0",
+            "--layers",
+            "all",
+            "--version",
+            version,
+            "--store",
+            store,
+        ]
+    )
     steps.append(
         [
             "report",
@@ -610,10 +852,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_commands(sub)
     _add_store_commands(sub)
     _add_embed_commands(sub)
+    _add_export_command(sub)
     _add_models_command(sub)
     _add_report_commands(sub)
     _add_demo_command(sub)
     return parser
+
+
+@contextlib.contextmanager
+def _kernel_cache_env() -> Iterator[None]:
+    """Point numba's kernel cache at a user cache dir for one command, unless set.
+
+    Numba reads ``NUMBA_CACHE_DIR`` when a kernel module is first imported, and the
+    worker processes a command starts inherit it; so compiled kernels are written
+    outside the (possibly read-only) installed package and reused by later runs. A
+    ``NUMBA_CACHE_DIR`` the user set wins; an unusable dir leaves numba its defaults.
+    """
+    from embedcache.jitcache import default_cache_dir
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        yield
+        return
+    try:
+        path = default_cache_dir(
+            xdg_cache_home=os.environ.get("XDG_CACHE_HOME"), home=Path.home()
+        )
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as err:  # RuntimeError: no home directory
+        logger.debug(
+            "no user cache dir for compiled kernels (%s); numba's default", err
+        )
+        yield
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("NUMBA_CACHE_DIR", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -627,7 +902,8 @@ def main(argv: list[str] | None = None) -> int:
         # the hub client logs every retry; our own error says what failed and what to do
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
-        return int(args.func(args) or 0)
+        with _kernel_cache_env():
+            return int(args.func(args) or 0)
     except EmbedcacheError as err:
         notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
         print(f"embedcache: error: {err}{notes}", file=sys.stderr)

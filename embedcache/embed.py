@@ -115,6 +115,225 @@ def _count_tokens(adapter: Adapter, seqs: Sequence[str]) -> list[int]:
     return [adapter.n_tokens(seq) for seq in seqs]
 
 
+@dataclass(frozen=True)
+class EmbedPlan:
+    """What one embedding call has to do, decided before anything is computed.
+
+    ``hashes`` has one entry per input row; the ``missing_*`` lists describe the
+    distinct sequences that at least one of ``keys`` lacks, in first-occurrence order.
+    """
+
+    keys: tuple[ModelKey, ...]
+    hashes: list[str]
+    unique: list[str]
+    missing_seqs: list[str]
+    missing_hashes: list[str]
+    missing_tokens: list[int]
+
+    @property
+    def n_computed(self) -> int:
+        return len(self.missing_hashes)
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.hashes) - len(self.missing_hashes)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """Consecutive length-sorted batches that are embedded and committed together.
+
+    Plain data (picklable): a Dask task receives it whole. ``batches`` holds positions
+    into ``seqs``, one forward pass each.
+    """
+
+    index: int
+    seqs: tuple[str, ...]
+    hashes: tuple[str, ...]
+    tokens: tuple[int, ...]  # the model's token count of each sequence
+    batches: tuple[tuple[int, ...], ...]
+
+    @property
+    def n_seqs(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitResult:
+    """Counts of one executed unit (a Dask task returns this, never vectors)."""
+
+    index: int
+    n_seqs: int  # sequences in the unit
+    n_computed: int  # sequences run through the model by this execution
+    n_tokens: int  # tokens of the sequences run through the model
+    seconds: float
+
+
+def plan_embedding(
+    adapter: Adapter,
+    seqs: Sequence[str],
+    store: EmbeddingStore,
+    *,
+    names: Sequence[str] | None = None,
+) -> EmbedPlan:
+    """Validate, hash and length-check every sequence, then look up the store.
+
+    Raises
+    ------
+    InvalidSequenceError
+        A sequence is empty or holds a character other than A/C/G/T/N.
+    SequenceTooLongError
+        A sequence exceeds the model's maximum and the key names no truncation policy.
+    """
+    n = len(seqs)
+    if names is not None and len(names) != n:
+        msg = f"{len(names)} names were given for {n} sequences"
+        raise ValueError(msg)
+    clean = [validate_sequence(seq, _item_name(names, i)) for i, seq in enumerate(seqs)]
+    hashes = [sequence_key(seq) for seq in clean]
+
+    # one computation per distinct sequence; remember where it first occurs for messages
+    first_index: dict[str, int] = {}
+    for i, digest in enumerate(hashes):
+        first_index.setdefault(digest, i)
+    unique = list(first_index)
+    unique_seqs = [clean[first_index[h]] for h in unique]
+
+    n_tokens = _count_tokens(adapter, unique_seqs)
+    _check_lengths(adapter, n_tokens, [first_index[h] for h in unique], clean, names)
+
+    # a sequence is computed when any of the adapter's keys (layers) lacks it
+    keys = adapter_keys(adapter)
+    found = np.ones(len(unique), dtype=bool)
+    for output_key in keys:
+        if unique:
+            found &= np.asarray(store.contains(output_key, unique), dtype=bool)
+    missing = np.flatnonzero(~found).tolist()
+    logger.info(
+        "%s: %d sequences, %d distinct, %d to compute",
+        adapter.key.short(),
+        n,
+        len(unique),
+        len(missing),
+    )
+    return EmbedPlan(
+        keys=keys,
+        hashes=hashes,
+        unique=unique,
+        missing_seqs=[unique_seqs[i] for i in missing],
+        missing_hashes=[unique[i] for i in missing],
+        missing_tokens=[n_tokens[i] for i in missing],
+    )
+
+
+def cut_units(
+    plan: EmbedPlan,
+    *,
+    token_budget: int,
+    equal_lengths: bool = False,
+    unit_tokens: int,
+) -> list[WorkUnit]:
+    """Cut a plan's missing sequences into work units of about ``unit_tokens`` tokens.
+
+    The batches are exactly those of :func:`plan_batches` over all missing sequences
+    (so vectors do not depend on how they are grouped into units); consecutive
+    batches join a unit until it holds ``unit_tokens`` sequence tokens. With
+    ``unit_tokens`` at most ``token_budget`` every batch is its own unit.
+    """
+    if unit_tokens < 1:
+        msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
+        raise ValueError(msg)
+    tokens = plan.missing_tokens
+    batches = plan_batches(
+        tokens, token_budget=token_budget, equal_lengths=equal_lengths
+    )
+    units: list[WorkUnit] = []
+    current: list[list[int]] = []
+    size = 0
+    for batch in batches:
+        current.append(batch)
+        size += sum(tokens[i] for i in batch)
+        if size >= unit_tokens:
+            units.append(unit_of_batches(plan, current, index=len(units)))
+            current, size = [], 0
+    if current:
+        units.append(unit_of_batches(plan, current, index=len(units)))
+    return units
+
+
+def unit_of_batches(
+    plan: EmbedPlan, batches: Sequence[Sequence[int]], *, index: int
+) -> WorkUnit:
+    """The work unit of ``batches`` (positions into the plan's missing sequences)."""
+    rows = [i for batch in batches for i in batch]
+    where = {row: pos for pos, row in enumerate(rows)}
+    return WorkUnit(
+        index=index,
+        seqs=tuple(plan.missing_seqs[i] for i in rows),
+        hashes=tuple(plan.missing_hashes[i] for i in rows),
+        tokens=tuple(plan.missing_tokens[i] for i in rows),
+        batches=tuple(tuple(where[i] for i in batch) for batch in batches),
+    )
+
+
+def run_unit(
+    adapter: Adapter,
+    store: EmbeddingStore,
+    unit: WorkUnit,
+    *,
+    skip_stored: bool = False,
+) -> UnitResult:
+    """Embed one unit batch by batch and commit it to the store, once per key.
+
+    With ``skip_stored``, batches whose every sequence the store already holds under
+    every key are skipped (a rerun of a unit whose first run was committed by a
+    worker that died before reporting). A batch is never split, so its vectors are
+    those an uninterrupted run computes.
+
+    Raises
+    ------
+    InvalidSequenceError
+        The model produced a non-finite vector for a sequence; nothing of the unit
+        is stored.
+    """
+    start = time.perf_counter()
+    keys = adapter_keys(adapter)
+    batches = list(unit.batches)
+    if skip_stored and batches:
+        stored = np.ones(unit.n_seqs, dtype=bool)
+        for output_key in keys:
+            stored &= np.asarray(store.contains(output_key, unit.hashes), dtype=bool)
+        batches = [b for b in batches if not all(stored[i] for i in b)]
+    rows = [i for batch in batches for i in batch]
+    if not rows:
+        return UnitResult(unit.index, unit.n_seqs, 0, 0, time.perf_counter() - start)
+    # adapters that run torch have imported it; the k-mer floors never pay its import
+    torch = sys.modules.get("torch")
+    no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    parts = []
+    with no_grad:
+        for batch in batches:
+            parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
+    outputs = np.concatenate(parts, axis=1)
+    hashes = [unit.hashes[i] for i in rows]
+    for output_key, vectors in zip(keys, outputs, strict=True):
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            seq = unit.seqs[rows[int(np.flatnonzero(~finite)[0])]]
+            msg = f"{output_key.short()} produced a non-finite vector for sequence {seq[:40]!r}..."
+            raise InvalidSequenceError(msg)
+    for output_key, vectors in zip(keys, outputs, strict=True):
+        store.put(output_key, hashes, vectors)
+    n_tokens = sum(unit.tokens[i] for i in rows)
+    return UnitResult(
+        unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start
+    )
+
+
 def embed_sequences(
     adapter: Adapter,
     seqs: Sequence[str],
@@ -147,54 +366,28 @@ def embed_sequences(
     SequenceTooLongError
         A sequence exceeds the model's maximum and the key names no truncation policy.
     """
-    key = adapter.key
-    n = len(seqs)
+    token_budget = resolve_token_budget(adapter, token_budget)
+    plan = plan_embedding(adapter, seqs, store, names=names)
+    if plan.missing_hashes:
+        # one batch a unit: each batch is committed as soon as it is computed
+        units = cut_units(
+            plan,
+            token_budget=token_budget,
+            equal_lengths=adapter.needs_equal_lengths,
+            unit_tokens=1,
+        )
+        _run_units(adapter, store, units, progress=progress)
+    vectors = gather_vectors(store, plan, adapter.key, adapter.dim)
+    return EmbedResult(
+        vectors=vectors, n_computed=plan.n_computed, n_cached=plan.n_cached
+    )
+
+
+def resolve_token_budget(adapter: Adapter, token_budget: int | None) -> int:
+    """The padded tokens per forward pass: the given one, the adapter's, or the default."""
     if token_budget is None:
         token_budget = getattr(adapter, "preferred_token_budget", DEFAULT_TOKEN_BUDGET)
-    if names is not None and len(names) != n:
-        msg = f"{len(names)} names were given for {n} sequences"
-        raise ValueError(msg)
-    clean = [validate_sequence(seq, _item_name(names, i)) for i, seq in enumerate(seqs)]
-    hashes = [sequence_key(seq) for seq in clean]
-
-    # one computation per distinct sequence; remember where it first occurs for messages
-    first_index: dict[str, int] = {}
-    for i, digest in enumerate(hashes):
-        first_index.setdefault(digest, i)
-    unique = list(first_index)
-    unique_seqs = [clean[first_index[h]] for h in unique]
-
-    n_tokens = _count_tokens(adapter, unique_seqs)
-    _check_lengths(adapter, n_tokens, [first_index[h] for h in unique], clean, names)
-
-    # a sequence is computed when any of the adapter's keys (layers) lacks it
-    found = np.ones(len(unique), dtype=bool)
-    for output_key in adapter_keys(adapter):
-        if unique:
-            found &= np.asarray(store.contains(output_key, unique), dtype=bool)
-    missing = np.flatnonzero(~found).tolist()
-    logger.info(
-        "%s: %d sequences, %d distinct, %d to compute",
-        key.short(),
-        n,
-        len(unique),
-        len(missing),
-    )
-    if missing:
-        _compute_missing(
-            adapter,
-            store,
-            [unique_seqs[i] for i in missing],
-            [unique[i] for i in missing],
-            [n_tokens[i] for i in missing],
-            token_budget=token_budget,
-            progress=progress,
-        )
-
-    vectors = _gather(store, key, unique, hashes, adapter.dim)
-    return EmbedResult(
-        vectors=vectors, n_computed=len(missing), n_cached=n - len(missing)
-    )
+    return int(token_budget)
 
 
 def _check_lengths(
@@ -225,69 +418,53 @@ def _check_lengths(
     raise SequenceTooLongError(msg)
 
 
-def _compute_missing(
+def _run_units(
     adapter: Adapter,
     store: EmbeddingStore,
-    seqs: Sequence[str],
-    hashes: Sequence[str],
-    n_tokens: Sequence[int],
+    units: Sequence[WorkUnit],
     *,
-    token_budget: int,
     progress: bool,
 ) -> None:
-    # adapters that run torch have imported it; the k-mer floors never pay its import
-    torch = sys.modules.get("torch")
-    no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
-    key = adapter.key
-    batches = plan_batches(
-        n_tokens, token_budget=token_budget, equal_lengths=adapter.needs_equal_lengths
-    )
     total_tokens = 0
+    n_seqs = sum(unit.n_seqs for unit in units)
     start = time.perf_counter()
-    with (
-        tqdm(
-            total=len(seqs),
-            desc=f"embed {key.model_id}",
-            unit="seq",
-            disable=not progress,
-        ) as bar,
-        no_grad,
-    ):
-        for number, batch in enumerate(batches, start=1):
-            outputs = embed_outputs(adapter, [seqs[i] for i in batch])
-            batch_hashes = [hashes[i] for i in batch]
-            for output_key, vectors in zip(adapter_keys(adapter), outputs, strict=True):
-                if not np.isfinite(vectors).all():
-                    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0]
-                    row = batch[int(bad)]
-                    msg = f"{output_key.short()} produced a non-finite vector for sequence {seqs[row][:40]!r}..."
-                    raise InvalidSequenceError(msg)
-                store.put(output_key, batch_hashes, vectors)
-            total_tokens += sum(n_tokens[i] for i in batch)
+    with tqdm(
+        total=n_seqs,
+        desc=f"embed {adapter.key.model_id}",
+        unit="seq",
+        disable=not progress,
+    ) as bar:
+        for number, unit in enumerate(units, start=1):
+            result = run_unit(adapter, store, unit)
+            total_tokens += result.n_tokens
             elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.update(len(batch))
+            bar.update(unit.n_seqs)
             bar.set_postfix_str(f"{total_tokens / elapsed:,.0f} tok/s", refresh=False)
             logger.debug(
-                "stored batch %d/%d (%d sequences)", number, len(batches), len(batch)
+                "stored batch %d/%d (%d sequences)", number, len(units), unit.n_seqs
             )
     elapsed = time.perf_counter() - start
     logger.info(
         "computed %d sequences (%d tokens) in %.1f s: %.1f seq/s, %.0f tokens/s",
-        len(seqs),
+        n_seqs,
         total_tokens,
         elapsed,
-        len(seqs) / max(elapsed, 1e-9),
+        n_seqs / max(elapsed, 1e-9),
         total_tokens / max(elapsed, 1e-9),
     )
 
 
-def _gather(
-    store: EmbeddingStore,
-    key: ModelKey,
-    unique: Sequence[str],
-    hashes: Sequence[str],
-    dim: int,
+def gather_vectors(
+    store: EmbeddingStore, plan: EmbedPlan, key: ModelKey, dim: int
 ) -> np.ndarray:
+    """The plan's vectors under ``key`` from the store, one row per input, float32.
+
+    Raises
+    ------
+    MissingEmbeddingsError
+        A planned vector is not in the store (it was not computed).
+    """
+    unique, hashes = plan.unique, plan.hashes
     if not unique:
         return np.zeros((0, dim), dtype=np.float32)
     stored, found = store.get(key, unique)
@@ -301,9 +478,18 @@ def _gather(
 
 __all__ = [
     "DEFAULT_TOKEN_BUDGET",
+    "EmbedPlan",
     "EmbedResult",
+    "UnitResult",
+    "WorkUnit",
     "adapter_keys",
+    "cut_units",
     "embed_outputs",
     "embed_sequences",
+    "gather_vectors",
     "plan_batches",
+    "plan_embedding",
+    "resolve_token_budget",
+    "run_unit",
+    "unit_of_batches",
 ]

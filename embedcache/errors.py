@@ -81,3 +81,23 @@ class ProbeError(EmbedcacheError, ValueError):
 
 class CheckpointError(EmbedcacheError, ValueError):
     """A model checkpoint lacks a tensor, holds one of the wrong shape, or has a config it cannot run."""
+
+
+class AnalysisInputError(EmbedcacheError, ValueError):
+    """An analysis got inputs that do not describe the same items (e.g. audit vs scores)."""
+
+
+class AmbiguousModelError(EmbedcacheError, LookupError):
+    """A model name matches several keys in the store where one is needed."""
+
+
+class ExportError(EmbedcacheError, ValueError):
+    """An export cannot be written as asked (e.g. an unknown output format)."""
+
+
+class InvalidAliasError(EmbedcacheError, ValueError):
+    """A display alias given to the store is not a short printable name."""
+
+
+class ClusterError(EmbedcacheError, RuntimeError):
+    """A Dask cluster cannot be started or reached, or a work unit failed on a worker."""

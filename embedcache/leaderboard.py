@@ -3,10 +3,14 @@
 Ties a :class:`~embedcache.subsets.Subset`, an embedding store and model keys into
 per-model predictions, bootstrap intervals, ranks and the ``results.csv`` frame.
 
-Floors (shown unranked): the majority class of each dataset's train items, and the
-``kmer-K`` spectrum probes, read from the store like any model (keys whose adapter
-is ``"kmer"``). The best K is the one with the highest mean test accuracy: a generous
-floor, so a model has to beat the strongest k-mer probe, not a chosen one.
+Floors (shown unranked): the majority class of each dataset's train items, the
+``kmer-K`` spectrum probes and the ``gc`` (GC fraction) probe, read from the store
+like any model (keys whose adapter is ``"kmer"`` or ``"gc"``). The best K is the one
+with the highest mean test accuracy: a generous floor, so a model has to beat the
+strongest k-mer probe, not a chosen one. Random-init twins (revision
+``random-init:<seed>``) are controls: shown unranked with the floors (is_floor true).
+Only last-layer keys (layer -1) enter the board; a layer sweep's other keys are read
+by :mod:`embedcache.layers`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from embedcache.errors import MissingEmbeddingsError
+from embedcache.models import LOCAL_MODEL_ID
 from embedcache.probe import ProbeConfig, fit_probe, majority_label
 from embedcache.stats import (
     MEAN,
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLOOR_ADAPTER = "kmer"
+FLOOR_ADAPTERS = (FLOOR_ADAPTER, "gc")  # built-in floors: scored like models, unranked
 MAJORITY = "majority"
 MAJORITY_KEY = "builtin:majority-class"
 _CHUNK = 4096  # test vectors read and predicted per step
@@ -92,21 +98,82 @@ def _key_of(info: object) -> ModelKey:
     return getattr(info, "key", info)
 
 
+def key_aliases(infos: Sequence[object]) -> dict[str, tuple[str, ...]]:
+    """Digest -> the display aliases the store recorded for it (local models' folder
+    names); bare ModelKeys have none."""
+    return {_key_of(i).digest: tuple(getattr(i, "aliases", ())) for i in infos}
+
+
+RANDOM_INIT_PREFIX = "random-init:"
+
+
+def is_random_init(key: ModelKey) -> bool:
+    """A random-init twin: the architecture with seeded random weights (a control)."""
+    return key.revision.startswith(RANDOM_INIT_PREFIX)
+
+
 def _is_floor_key(key: ModelKey) -> bool:
-    return key.adapter == FLOOR_ADAPTER
+    # built-in floors and random-init controls are shown unranked, beside the models
+    return key.adapter in FLOOR_ADAPTERS or is_random_init(key)
 
 
-def _names(keys: Sequence[ModelKey]) -> list[str]:
-    """model_id, or model_id [digest] where two keys share a model id."""
-    ids = [k.model_id for k in keys]
+def display_id(key: ModelKey, aliases: Sequence[str] = ()) -> str:
+    """The model id, or for a local model (whose id is only ``local``) its first
+    recorded folder name, else ``local@<digest>``."""
+    if key.model_id != LOCAL_MODEL_ID:
+        return key.model_id
+    if aliases:
+        return aliases[0]
+    return f"{LOCAL_MODEL_ID}@{key.revision.removeprefix('sha256:')[:12]}"
+
+
+def _base_name(key: ModelKey, aliases: Sequence[str] = ()) -> str:
+    name = display_id(key, aliases)
+    if is_random_init(key):
+        seed = key.revision.removeprefix(RANDOM_INIT_PREFIX)
+        return f"{name} (random init {seed}, control)"
+    return name
+
+
+def _names(
+    keys: Sequence[ModelKey], aliases: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Display ids (random-init twins marked), plus [digest] where two keys share one."""
+    aliases = aliases or {}
+    bases = [_base_name(k, aliases.get(k.digest, ())) for k in keys]
     return [
-        f"{k.model_id} [{k.digest[:8]}]" if ids.count(k.model_id) > 1 else k.model_id
+        f"{base} [{k.digest[:8]}]" if bases.count(base) > 1 else base
+        for base, k in zip(bases, keys, strict=True)
+    ]
+
+
+def match_keys(
+    keys: Sequence[ModelKey],
+    name: str,
+    *,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> list[ModelKey]:
+    """The keys ``name`` names: a model id, a local model's alias (folder name), a
+    key's ``short()`` form, or a digest prefix.
+
+    A digest prefix needs 8+ hex digits. Several keys can share a model id (other
+    options, dtype or RC mode); the caller decides whether that is allowed.
+    """
+    aliases = aliases or {}
+    return [
+        k
         for k in keys
+        if name in {k.model_id, k.short(), *aliases.get(k.digest, ())}
+        or (len(name) >= 8 and k.digest.startswith(name))
     ]
 
 
 def select_models(
-    keys: Sequence[ModelKey], models: Sequence[str] = (), *, version: str = "VERSION"
+    keys: Sequence[ModelKey],
+    models: Sequence[str] = (),
+    *,
+    version: str = "VERSION",
+    aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[ModelEntry], list[ModelEntry], bool]:
     """Split the store's keys into ranked models and floors.
 
@@ -117,6 +184,9 @@ def select_models(
     models
         Model ids (or key digests, 8+ hex digits) to rank; empty means every
         non-floor key. Naming a ``kmer-K`` key ranks it too.
+    aliases
+        Digest -> display aliases (:func:`key_aliases`): local models are shown and
+        matched by their folder names.
 
     Returns
     -------
@@ -129,15 +199,14 @@ def select_models(
     MissingEmbeddingsError
         A requested model has no key in the store.
     """
-    keys = sorted(keys, key=lambda k: (k.model_id, k.digest))
+    # the board scores the last layer (the protocol's); other layers of a sweep are
+    # read by the layer analysis (embedcache.layers)
+    keys = sorted(
+        (k for k in keys if k.layer == -1), key=lambda k: (k.model_id, k.digest)
+    )
     chosen: list[ModelKey] = []
     for name in models:
-        hits = [
-            k
-            for k in keys
-            if name in {k.model_id, k.short()}
-            or (len(name) >= 8 and k.digest.startswith(name))
-        ]
+        hits = match_keys(keys, name, aliases=aliases)
         if not hits:
             known = ", ".join(sorted({k.model_id for k in keys})) or "none"
             msg = (
@@ -156,12 +225,12 @@ def select_models(
     # A k-mer key stays a floor (is_floor in results.csv) even when it is ranked.
     ranked = [
         ModelEntry(n, k, _is_floor_key(k))
-        for n, k in zip(_names(chosen), chosen, strict=True)
+        for n, k in zip(_names(chosen, aliases), chosen, strict=True)
     ]
     floors = [ModelEntry(MAJORITY, None, True)]
     floors += [
         ModelEntry(n, k, True)
-        for n, k in zip(_names(floor_keys), floor_keys, strict=True)
+        for n, k in zip(_names(floor_keys, aliases), floor_keys, strict=True)
         if k not in chosen
     ]
     return ranked, floors, fallback
@@ -275,7 +344,11 @@ class Evaluation:
 
     def best_kmer(self) -> ModelEntry | None:
         """The k-mer floor with the highest mean test accuracy (None without k-mer keys)."""
-        kmers = [e for e in self.entries if e.key is not None and _is_floor_key(e.key)]
+        kmers = [
+            e
+            for e in self.entries
+            if e.key is not None and e.key.adapter == FLOOR_ADAPTER
+        ]
         if not kmers:
             return None
         point = self.bootstrap.point("accuracy")
@@ -304,7 +377,9 @@ def evaluate(
     version = subset.version
     infos = store.keys()
     keys = [_key_of(info) for info in infos]
-    ranked, floors, fallback = select_models(keys, models, version=version.name)
+    ranked, floors, fallback = select_models(
+        keys, models, version=version.name, aliases=key_aliases(infos)
+    )
     if fallback:
         # info, not warning: the report states it in the leaderboard's note
         logger.info(
@@ -494,7 +569,9 @@ def model_vectors(
     """One model's vectors and labels per dataset for the items of one split."""
     infos = store.keys()
     keys = [_key_of(info) for info in infos]
-    ranked, _, _ = select_models(keys, [model], version=subset.version.name)
+    ranked, _, _ = select_models(
+        keys, [model], version=subset.version.name, aliases=key_aliases(infos)
+    )
     key = ranked[0].key
     vectors: dict[str, NDArray[np.float32]] = {}
     labels: dict[str, NDArray[np.int64]] = {}
@@ -507,3 +584,32 @@ def model_vectors(
         )
         labels[name] = part["label"].to_numpy().astype(np.int64)
     return vectors, labels
+
+
+def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFrame:
+    """``results.csv`` rows for an analysis of ``evaluation`` (new metrics, same columns).
+
+    ``summary`` has columns model, dataset, metric, value, ci_low, ci_high, n, with
+    models named as in the evaluation; rows follow the evaluation's model order.
+    """
+    entries = evaluation.entries
+    meta = pl.DataFrame(
+        {
+            "model": [e.name for e in entries],
+            "model_key": [e.model_key for e in entries],
+            "is_floor": [e.is_floor for e in entries],
+            "_order": list(range(len(entries))),
+        }
+    )
+    dataset_order = {d: i for i, d in enumerate((*evaluation.datasets, MEAN))}
+    return (
+        summary.join(meta, on="model", how="left")
+        .with_columns(
+            pl.lit(evaluation.version).alias("version"),
+            pl.lit(evaluation.subset_id).alias("subset_id"),
+            pl.col("dataset").replace_strict(dataset_order).alias("_d"),
+            pl.col("n").cast(pl.Int64),
+        )
+        .sort(["_order", "metric", "_d"], maintain_order=True)
+        .select(RESULT_COLUMNS)
+    )

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
@@ -28,9 +27,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Ten-fold steps from strong to weak regularisation; 500 standardised train vectors
-# of 4-4096 dims land inside it (the chosen C is reported, so an edge hit is visible).
-C_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+# PROTOCOL.md fixes the grid: 17 half-decade values from 1e-4 to 1e4
+# (numpy.logspace(-4, 4, 17)). It is part of the protocol: a decade grid picks another
+# C on the demo and moves one dataset's accuracy by 1.3 points. The chosen C is
+# reported, so an edge hit is visible.
+C_GRID: tuple[float, ...] = tuple(float(c) for c in np.logspace(-4, 4, 17))
 N_FOLDS = 5
 CV_SEED = 0
 MAX_ITER = 2000
@@ -108,6 +109,18 @@ def make_pipeline(C: float, *, max_iter: int = MAX_ITER) -> Pipeline:
     )
 
 
+def binary_log_loss(y: NDArray[np.int64], proba: NDArray[np.float64]) -> float:
+    """Mean log-loss of 0/1 labels under (n, 2) class probabilities.
+
+    The same arithmetic as ``sklearn.metrics.log_loss`` (probabilities clipped to
+    [eps, 1 - eps], mean of -log p(true label)), without its input validation, which
+    cost about a third of a probe fit: it runs once per fold and grid value.
+    """
+    eps = np.finfo(proba.dtype).eps
+    p_true = np.clip(proba[np.arange(y.shape[0]), y], eps, 1 - eps)
+    return float(np.mean(-np.log(p_true)))
+
+
 def cv_log_loss(
     X: ArrayLike, y: ArrayLike, *, config: ProbeConfig | None = None
 ) -> NDArray[np.float64]:
@@ -139,7 +152,7 @@ def cv_log_loss(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model.set_params(C=float(c)).fit(X_tr, y_arr[tr])
-            losses[i, j] = log_loss(y_arr[va], model.predict_proba(X_va), labels=[0, 1])
+            losses[i, j] = binary_log_loss(y_arr[va], model.predict_proba(X_va))
     mean = np.empty(grid.size)
     mean[order] = losses.mean(axis=0)
     return mean

@@ -109,8 +109,11 @@ def execute_notebook(
     return output
 
 
-def notebook_to_html(notebook: Path, output: Path) -> Path:
-    """Write one self-contained HTML file: no input cells, no prompts, no CDN scripts."""
+def notebook_to_html(notebook: Path, output: Path, *, title: str | None = None) -> Path:
+    """Write one self-contained HTML file: no input cells, no prompts, no CDN scripts.
+
+    ``title`` becomes the page's ``<title>`` (default: the notebook's file name).
+    """
     exporter = HTMLExporter(
         template_name="lab",
         extra_loaders=[
@@ -121,7 +124,10 @@ def notebook_to_html(notebook: Path, output: Path) -> Path:
         exclude_input_prompt=True,
         exclude_output_prompt=True,
     )
-    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    nb = nbformat.read(notebook, as_version=4)
+    if title:
+        nb.metadata["title"] = title
+    body, _ = exporter.from_notebook_node(nb)
     _atomic_write_text(output, body)
     logger.info("rendered %s (%d bytes)", output, len(body))
     return output
@@ -155,7 +161,7 @@ def render_report(
     Writes ``<output_dir>/<name>/leaderboard.ipynb``, ``index.html`` and
     ``results.csv``, where ``<name>`` is the version's name (a version file's stem).
     """
-    from embedcache.store import EmbeddingStore
+    from embedcache.store import EmbeddingStore, is_url
     from embedcache.versions import load_version
 
     # Fail before the slow kernel start on a wrong version or store path.
@@ -170,7 +176,7 @@ def render_report(
         "version": str(Path(version).resolve())
         if str(version).endswith(".toml")
         else version,
-        "store": str(Path(store).resolve()),
+        "store": str(store) if is_url(store) else str(Path(store).resolve()),
         "models": list(models),
         "data_dir": str(Path(data_dir).resolve()) if data_dir else None,
         "n_boot": int(n_boot),
@@ -183,5 +189,9 @@ def render_report(
         parameters=parameters,
         kernel_name=kernel_name,
     )
-    notebook_to_html(paths.notebook, paths.html)
+    notebook_to_html(
+        paths.notebook,
+        paths.html,
+        title=f"{name}: Genomic Benchmarks probe leaderboard",
+    )
     return paths

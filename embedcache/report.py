@@ -2,8 +2,9 @@
 
 Tables are :class:`Table` objects (a polars frame plus caption) and figures are
 :class:`Plot` objects (a matplotlib Figure): both render themselves in a notebook
-(``_repr_html_`` / ``_repr_png_``), so a notebook cell is one call. Figures are built
-with ``matplotlib.figure.Figure`` directly, never through pyplot's global state.
+(``_repr_html_`` / ``_repr_png_``) and as HTML (``to_html``), so a notebook cell is
+one call. Figures are built with ``matplotlib.figure.Figure`` directly, never through
+pyplot's global state. :mod:`embedcache.sections` arranges them into the report.
 
 Everything shown from a version that is not comparable (``demo-v1``) carries the
 label "not comparable to the leaderboard".
@@ -11,11 +12,12 @@ label "not comparable to the leaderboard".
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import logging
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +28,7 @@ from matplotlib.figure import Figure
 
 from embedcache import __version__
 from embedcache.leakage import METHOD as LEAKAGE_METHOD
+from embedcache.published import STATUS as PUBLISHED_STATUS
 from embedcache.stats import MEAN, percentile_ci
 
 if TYPE_CHECKING:
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from embedcache.leaderboard import Evaluation
+    from embedcache.probe import ProbeConfig
+    from embedcache.published import PublishedSource
     from embedcache.subsets import Subset
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ class Table:
     frame: pl.DataFrame
     caption: str = ""
     note: str = ""
+    css_class: str = "embedcache"  # e.g. "embedcache published": styled apart
 
     def to_html(self) -> str:
         head = "".join(
@@ -89,8 +95,9 @@ class Table:
             else ""
         )
         return (
-            f'<table class="embedcache" style="{_TABLE_CSS}">{caption}'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+            f'<div style="overflow-x:auto"><table class="{html.escape(self.css_class)}" '
+            f'style="{_TABLE_CSS}">{caption}'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
         )
 
     def _repr_html_(self) -> str:
@@ -113,12 +120,23 @@ class Plot:
     def _repr_png_(self) -> tuple[bytes, dict[str, str]]:
         return self.to_png(), {"alt": self.alt}
 
+    def to_html(self) -> str:
+        """An ``<img>`` holding the PNG itself (base64): the page loads nothing."""
+        data = base64.b64encode(self.to_png()).decode("ascii")
+        return (
+            f'<img src="data:image/png;base64,{data}" alt="{html.escape(self.alt)}" '
+            'style="max-width:100%">'
+        )
+
 
 @dataclass(frozen=True)
 class Html:
     """A fragment of HTML (banners, caveats) for a notebook cell."""
 
     text: str
+
+    def to_html(self) -> str:
+        return self.text
 
     def _repr_html_(self) -> str:
         return self.text
@@ -169,33 +187,53 @@ def git_commit(path: Path | None = None) -> str:
     return f"{commit} (uncommitted changes)" if dirty else commit
 
 
-def banner(evaluation: Evaluation) -> Html:
-    """A heading with the version; a red warning when it is not comparable."""
-    title = f"<h2>Genomic Benchmarks probe leaderboard: {html.escape(evaluation.version)}</h2>"
-    if evaluation.comparable:
-        return Html(title)
-    warn = (
-        '<p style="color:#b00;font-weight:bold;font-size:15px">'
-        f"{html.escape(evaluation.version)} is {NOT_COMPARABLE}: its results must never be "
-        "shown beside or mixed with a leaderboard version's.</p>"
-    )
-    return Html(title + warn)
-
-
-def run_header(
-    *,
-    parameters: Mapping[str, Any],
-    store_keys: Sequence[Any],
-) -> Table:
-    """Package version, git commit, store keys and the notebook's parameters."""
+def run_table(parameters: Mapping[str, Any]) -> Table:
+    """The notebook's parameters, package version and git commit."""
     rows = [("embedcache version", __version__), ("git commit", git_commit())]
-    rows += [(f"parameter {k}", repr(v)) for k, v in parameters.items()]
+    rows += [(name, repr(value)) for name, value in parameters.items()]
+    return Table(
+        pl.DataFrame(rows, schema=["parameter", "value"], orient="row"),
+        "Run parameters",
+        css_class="embedcache wrap",
+    )
+
+
+def store_keys_table(store_keys: Sequence[Any]) -> Table:
+    """Every key in the store: digest, model, the options that set it apart, counts."""
+    rows = []
     for info in store_keys:
         key = getattr(info, "key", info)
-        count = getattr(info, "n_vectors", None)
-        extra = f", {count} vectors" if count is not None else ""
-        rows.append(("store key", f"{key.short()} {key.digest[:12]}{extra}"))
-    return Table(pl.DataFrame(rows, schema=["field", "value"], orient="row"), "Run")
+        rows.append(
+            {
+                "key digest": key.digest[:12],
+                "model": key.model_id,
+                "revision": key.revision[:19],
+                "adapter": key.adapter,
+                "rc mode": key.rc_mode,
+                "dtype": key.dtype,
+                "vectors": getattr(info, "n_vectors", None),
+                "dim": getattr(info, "dim", None),
+            }
+        )
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "key digest": pl.Utf8,
+            "model": pl.Utf8,
+            "revision": pl.Utf8,
+            "adapter": pl.Utf8,
+            "rc mode": pl.Utf8,
+            "dtype": pl.Utf8,
+            "vectors": pl.Int64,
+            "dim": pl.Int64,
+        },
+    )
+    return Table(
+        frame,
+        "Store keys",
+        "Every key in the store, scored or not; the full key of each scored model is "
+        "under Provenance.",
+    )
 
 
 def leaderboard_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Table:
@@ -266,7 +304,7 @@ def dataset_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Table:
 
 
 def floors_table(evaluation: Evaluation) -> Table:
-    """Majority class and the best k-mer probe, with every K listed below them."""
+    """Majority class, GC fraction and the best k-mer probe, every K listed below them."""
     boot = evaluation.bootstrap
     best = evaluation.best_kmer()
     kmers = sorted(
@@ -278,6 +316,14 @@ def floors_table(evaluation: Evaluation) -> Table:
         key=lambda e: e.name,
     )
     floors = [e for e in evaluation.entries if e.key is None]
+    floors += [
+        e for e in evaluation.entries if e.key is not None and e.key.adapter == "gc"
+    ]
+    floors += [  # random-init twins: the architecture without pretraining
+        e
+        for e in evaluation.entries
+        if e.key is not None and e.key.revision.startswith("random-init:")
+    ]
     floors += [best] if best is not None else []
     floors += [e for e in kmers if e is not best]
     rows = []
@@ -296,7 +342,9 @@ def floors_table(evaluation: Evaluation) -> Table:
         row["mean macro F1"] = f"{boot.point('macro_f1')[i]:.3f}"
         rows.append(row)
     note = (
-        "Unranked. Majority: the most frequent train label of each dataset. kmer-K: the "
+        "Unranked. Majority: the most frequent train label of each dataset. gc: the "
+        "same probe on one feature, the GC fraction (G+C)/(A+C+G+T). Random init: a "
+        "model's architecture with seeded random weights, a control. kmer-K: the "
         "same probe on normalised K-mer spectra; the best K (highest mean test accuracy, "
         "a deliberately generous floor) comes first."
     )
@@ -305,18 +353,44 @@ def floors_table(evaluation: Evaluation) -> Table:
     )
 
 
+def describe_grid(grid: Sequence[float]) -> str:
+    """``17 values, 1e-4 to 1e4 in half-decade steps (numpy.logspace(-4, 4, 17))``.
+
+    A grid that is not evenly spaced in log10 is listed value by value.
+    """
+    exps = np.log10(np.asarray(grid, dtype=np.float64))
+    n = len(grid)
+    if n >= 3 and np.allclose(np.diff(exps), exps[1] - exps[0]):
+        lo, hi = float(exps[0]), float(exps[-1])
+        step = (hi - lo) / (n - 1)
+        steps = {1.0: "decade steps", 0.5: "half-decade steps"}.get(
+            round(step, 9), f"steps of 10^{step:g}"
+        )
+        return (
+            f"{n} values, 1e{lo:g} to 1e{hi:g} in {steps} "
+            f"(numpy.logspace({lo:g}, {hi:g}, {n}))"
+        )
+    return f"{n} values ({', '.join(f'{c:.3g}' for c in grid)})"
+
+
+def probe_description(cfg: ProbeConfig) -> str:
+    """The probe protocol in one readable sentence (grid written out, not a repr)."""
+    return (
+        f"StandardScaler + LogisticRegression (lbfgs, l2, max_iter {cfg.max_iter}); "
+        f"C among {describe_grid(cfg.c_grid)} by {cfg.n_folds}-fold stratified CV "
+        f"on log-loss inside train (fold seed {cfg.cv_seed}, scaler refit within each "
+        "fold, ties to the smaller C), then refit on all train items."
+    )
+
+
 def probe_table(evaluation: Evaluation) -> Table:
     """The C each probe chose per dataset and its CV log-loss."""
-    cfg = evaluation.probe_config
-    note = (
-        f"C grid {list(cfg.c_grid)}, {cfg.n_folds}-fold stratified CV on log-loss inside "
-        f"train (fold seed {cfg.cv_seed}); scaler refit within each fold."
-    )
+    note = probe_description(evaluation.probe_config)
     frame = evaluation.probes
     if frame.height:
         # C spans 1e-4..1e2: a fixed 3-decimal format would print 0.000
         frame = frame.with_columns(
-            pl.col("C").map_elements(lambda c: f"{c:g}", return_dtype=pl.Utf8)
+            pl.col("C").map_elements(lambda c: f"{c:.3g}", return_dtype=pl.Utf8)
         )
     return Table(frame, _label(evaluation, "Probe fits"), note)
 
@@ -344,8 +418,10 @@ def leakage_table(leakage: pl.DataFrame) -> Table:
     )
 
 
-def provenance_table(evaluation: Evaluation, subset: Subset) -> Table:
-    """Dataset sources, revisions and file hashes, subset id, model keys, versions, date."""
+def provenance_table(
+    evaluation: Evaluation, subset: Subset, *, created: datetime | None = None
+) -> Table:
+    """Dataset sources, revisions and file hashes, subset id, versions, probe, date."""
     from embedcache.data import dataset_spec
 
     rows: list[tuple[str, str]] = [
@@ -370,26 +446,93 @@ def provenance_table(evaluation: Evaluation, subset: Subset) -> Table:
                 f"{record['source']}: {files}",
             )
         )
-    for e in evaluation.entries:
-        if e.key is not None:
-            rows.append((f"model key {e.name}", e.key.canonical_json()))
     rows += [
         ("embedcache version", __version__),
         ("git commit", git_commit()),
-        ("probe", str(evaluation.probe_config.to_dict())),
+        ("probe", probe_description(evaluation.probe_config)),
         (
             "bootstrap",
-            f"{evaluation.bootstrap.n_boot} resamples, seed {evaluation.seed}",
+            (
+                f"{evaluation.bootstrap.n_boot} resamples of test items within each "
+                f"dataset, seed {evaluation.seed}"
+            ),
         ),
-        ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        ("date", _fmt_date(created)),
     ]
     return Table(
-        pl.DataFrame(rows, schema=["field", "value"], orient="row"), "Provenance"
+        pl.DataFrame(rows, schema=["field", "value"], orient="row"),
+        "Provenance",
+        css_class="embedcache wrap",  # long file hashes wrap instead of widening the page
+    )
+
+
+def _fmt_date(when: datetime | None) -> str:
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def model_keys_table(evaluation: Evaluation) -> Table:
+    """The full key of every scored model and k-mer floor: one row each, one column a field."""
+    from embedcache.specs import ModelKey
+
+    names = [f.name for f in fields(ModelKey)]
+    rows = []
+    for e in evaluation.entries:
+        if e.key is None:
+            continue
+        row = {"model": e.name}
+        for name in names:
+            value = getattr(e.key, name)
+            if name == "options":
+                value = ", ".join(f"{k}={v}" for k, v in value) or "-"
+            row[name] = "-" if value is None else str(value)
+        row["key digest"] = e.key.digest
+        rows.append(row)
+    frame = pl.DataFrame(
+        rows, schema=dict.fromkeys(["model", *names, "key digest"], pl.Utf8)
+    )
+    return Table(
+        frame,
+        "Model keys",
+        "Everything that changes a vector; the store names a key by the sha256 of its "
+        "canonical JSON (the key digest). The majority floor has no key.",
+    )
+
+
+def published_table(source: PublishedSource, datasets: Sequence[str]) -> Table:
+    """A source's published numbers as context rows: marked, with its differences."""
+    rows = []
+    for row in source.rows:
+        ci = (
+            _fmt_ci(row.ci_low, row.ci_high)
+            if row.ci_low is not None and row.ci_high is not None
+            else "not published"
+        )
+        entry: dict[str, str] = {
+            "model (as published)": row.model,
+            "Value": f"{row.mean:.3f}",
+            "95% CI": ci,
+        }
+        for name in datasets:
+            value = row.datasets.get(name)
+            entry[name] = "-" if value is None else f"{value:.3f}"
+        entry["macro F1"] = "-" if row.macro_f1 is None else f"{row.macro_f1:.3f}"
+        entry["n"] = "-" if source.n_test is None else str(source.n_test)
+        entry["status"] = PUBLISHED_STATUS
+        rows.append(entry)
+    note = (
+        f"Context, never ranked: {source.metric}, from {source.citation}. "
+        f"Differs from this board: {'; '.join(source.differences)}."
+    )
+    return Table(
+        pl.DataFrame(rows),
+        f"{source.title}: {PUBLISHED_STATUS}",
+        note,
+        css_class="embedcache published",
     )
 
 
 def caveats(evaluation: Evaluation, leakage: pl.DataFrame | None = None) -> Html:
-    """The protocol's caveats, the leakage found, and non-comparability."""
+    """The protocol's caveats, the leakage found, and non-comparability (a list)."""
     items = list(CAVEATS)
     if leakage is not None and leakage.height:
         worst = leakage.sort("near_share", descending=True).row(0, named=True)
@@ -404,7 +547,7 @@ def caveats(evaluation: Evaluation, leakage: pl.DataFrame | None = None) -> Html
             "with a self-split, not the leaderboard's items.",
         )
     body = "".join(f"<li>{html.escape(t)}</li>" for t in items)
-    return Html(f"<h3>Caveats</h3><ul>{body}</ul>")
+    return Html(f'<ul class="caveats">{body}</ul>')
 
 
 def accuracy_figure(evaluation: Evaluation, *, metric: str = "accuracy") -> Plot:

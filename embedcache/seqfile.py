@@ -3,8 +3,11 @@ or one sequence a line (``.gz`` accepted for each).
 
 The format is detected from the content: a first line starting with ``>`` is FASTA,
 a first line holding a tab and a ``seq`` field is a TSV header, anything else is one
-sequence a line. Blank lines are skipped. Every sequence is checked: only A, C, G, T
-and N (any case) are allowed; an error names the line or record, the character and
+sequence a line. In a TSV or a one-sequence-a-line file every line is one row, so a
+blank line is an error naming it (skipping it would shift the output's rows against the
+user's labels); the newline ending the last line is not a blank line. FASTA names its
+records, so blank lines between them are allowed. Every sequence is checked: only A, C,
+G, T and N (any case) are allowed; an error names the line or record, the character and
 its position.
 """
 
@@ -64,7 +67,8 @@ def read_sequences(path: Path) -> SequenceRecords:
     Raises
     ------
     InputFileError
-        The file cannot be read, holds no sequence, or a TSV lacks the ``seq`` column.
+        The file cannot be read, holds no sequence, a TSV lacks the ``seq`` column, or
+        a TSV or one-sequence-a-line file has a blank line.
     InvalidSequenceError
         A sequence is empty or holds a character other than A/C/G/T/N.
     """
@@ -78,6 +82,7 @@ def read_sequences(path: Path) -> SequenceRecords:
     if head.startswith(">"):
         records = _read_fasta(lines, path)
     elif "seq" in [f.strip() for f in head.split("\t")]:  # a one-column TSV too
+        _reject_blank_lines(lines, path, what="TSV")
         records = _read_tsv(lines, start, path)
     elif "\t" in head:
         msg = (
@@ -86,6 +91,7 @@ def read_sequences(path: Path) -> SequenceRecords:
         )
         raise InputFileError(msg)
     else:
+        _reject_blank_lines(lines, path, what="one-sequence-a-line file")
         records = _read_plain(lines, path)
     if not records.seqs:
         msg = f"{path} has a header but no sequences"
@@ -108,12 +114,22 @@ def _read_lines(path: Path) -> list[str]:
     return text.splitlines()
 
 
+def _reject_blank_lines(lines: list[str], path: Path, *, what: str) -> None:
+    """Raise naming the first blank line: each line is one output row."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            msg = (
+                f"{path}, line {number}: blank line in a {what}; every line must hold "
+                "one row, and skipping it would shift the output rows against the input's "
+                f"(e.g. your labels). Remove line {number} or put its sequence there."
+            )
+            raise InputFileError(msg)
+
+
 def _read_plain(lines: list[str], path: Path) -> SequenceRecords:
     seqs, names = [], []
     for number, line in enumerate(lines, start=1):
         seq = line.strip()
-        if not seq:
-            continue
         name = f"{path}, line {number}"
         seqs.append(validate_sequence(seq, name))
         names.append(f"line {number}")
@@ -125,8 +141,6 @@ def _read_tsv(lines: list[str], header_at: int, path: Path) -> SequenceRecords:
     column = header.index("seq")
     seqs, names = [], []
     for number, line in enumerate(lines[header_at + 1 :], start=header_at + 2):
-        if not line.strip():
-            continue
         fields = line.split("\t")
         if len(fields) <= column:
             msg = (

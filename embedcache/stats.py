@@ -7,6 +7,12 @@ one matrix product of the counts with the models' 0/1 vectors; macro F1 comes fr
 the per-resample confusion counts. No probe is refit and there is no Python loop per
 resample. All models see the same resamples, which is what makes differences paired.
 
+Cluster resampling (a second interval beside the protocol's, never the headline):
+near-duplicate test items are not independent, so :func:`cluster_bootstrap_scores`
+resamples whole clusters of items (with replacement, within each dataset) and scores
+the items they hold; a resample's item count then varies. Cluster sums of the same
+columns make this one matrix product too.
+
 Ranks: a model's rank is 1 + the number of models *significantly better* than it,
 where "significantly better" means the 95% percentile interval of the paired bootstrap
 difference (other minus this one, same resamples) lies entirely above 0. Models whose
@@ -66,6 +72,44 @@ def resample_counts(
         yield counts.astype(np.float32)
 
 
+def unit_sums(
+    cols: ArrayLike,
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    units: ArrayLike | None = None,
+) -> NDArray[np.float64]:
+    """(n_boot, c) column sums of resampled items.
+
+    Parameters
+    ----------
+    cols
+        (n, c) per-item values (counts: 0/1 indicators and their products).
+    units
+        None: resample items. Otherwise (n,) integer cluster labels 0..U-1: each
+        resample draws U clusters with replacement and sums their items' columns.
+    """
+    arr = np.asarray(cols, dtype=np.float32)
+    if units is None:
+        agg = arr
+    else:
+        labels = np.asarray(units, dtype=np.int64)
+        if labels.shape != (arr.shape[0],):
+            msg = (
+                f"cluster labels have shape {labels.shape}; expected ({arr.shape[0]},)"
+            )
+            raise ProbeError(msg)
+        n_units = int(labels.max()) + 1 if labels.size else 0
+        agg = np.zeros((n_units, arr.shape[1]), dtype=np.float32)
+        np.add.at(agg, labels, arr)
+    out = np.empty((n_boot, arr.shape[1]), dtype=np.float64)
+    start = 0
+    for counts in resample_counts(agg.shape[0], n_boot, rng):
+        out[start : start + counts.shape[0]] = counts @ agg
+        start += counts.shape[0]
+    return out
+
+
 def _f1_pair(
     tp: NDArray[np.float64], fp: NDArray[np.float64], fn: NDArray[np.float64]
 ) -> NDArray[np.float64]:
@@ -74,12 +118,12 @@ def _f1_pair(
 
 
 def _scores_from_confusion(
-    n: float,
+    n: float | NDArray[np.float64],
     pos: NDArray[np.float64],
     pred_pos: NDArray[np.float64],
     tp: NDArray[np.float64],
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Accuracy and macro F1 from counts; pos broadcasts against pred_pos and tp."""
+    """Accuracy and macro F1 from counts; n and pos broadcast against pred_pos and tp."""
     fp = pred_pos - tp
     fn = pos - tp
     tn = n - pos - fp
@@ -144,11 +188,7 @@ def bootstrap_dataset(
     # Columns: [y, pred_1..M, y*pred_1..M] -> positives, predicted positives, tp.
     cols = np.concatenate([y[None, :], p, p * y[None, :]], axis=0).T
     n_models = p.shape[0]
-    boot = np.empty((n_boot, cols.shape[1]), dtype=np.float64)
-    start = 0
-    for counts in resample_counts(n, n_boot, dataset_rng(seed, dataset)):
-        boot[start : start + counts.shape[0]] = counts @ cols
-        start += counts.shape[0]
+    boot = unit_sums(cols, n_boot=n_boot, rng=dataset_rng(seed, dataset))
     point = cols.sum(axis=0, dtype=np.float64)
 
     def split(c: NDArray[np.float64]) -> tuple[NDArray[np.float64], ...]:
@@ -157,6 +197,182 @@ def bootstrap_dataset(
     acc, f1 = _scores_from_confusion(float(n), *split(point))
     b_acc, b_f1 = _scores_from_confusion(float(n), *split(boot))
     return DatasetScores(dataset, n, acc, f1, b_acc, b_f1)
+
+
+def cluster_bootstrap_dataset(
+    y_true: ArrayLike,
+    preds: ArrayLike,
+    clusters: ArrayLike,
+    *,
+    dataset: str,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> DatasetScores:
+    """Like :func:`bootstrap_dataset`, resampling clusters of items instead of items.
+
+    ``clusters`` gives each item's cluster label (0..U-1). Each resample draws U
+    clusters with replacement; a resample's score is over all items of the drawn
+    clusters (their number varies). The stream is fixed by seed and dataset name and
+    differs from the item bootstrap's.
+    """
+    y, p = _check_predictions(y_true, preds, dataset)
+    labels = np.unique(np.asarray(clusters), return_inverse=True)[1].reshape(-1)
+    cols = np.concatenate([np.ones((1, y.shape[0]), dtype=np.float32), y[None, :]])
+    cols = np.concatenate([cols, p, p * y[None, :]], axis=0).T
+    n_models = p.shape[0]
+    boot = unit_sums(
+        cols,
+        n_boot=n_boot,
+        rng=dataset_rng(seed, f"{dataset}#clusters"),
+        units=labels,
+    )
+    point = cols.sum(axis=0, dtype=np.float64)
+
+    def split(c: NDArray[np.float64]) -> tuple[NDArray[np.float64], ...]:
+        return (
+            c[..., :1],
+            c[..., 1:2],
+            c[..., 2 : 2 + n_models],
+            c[..., 2 + n_models :],
+        )
+
+    acc, f1 = _scores_from_confusion(*split(point))
+    b_acc, b_f1 = _scores_from_confusion(*split(boot))
+    return DatasetScores(dataset, y.shape[0], acc, f1, b_acc, b_f1)
+
+
+def cluster_bootstrap_scores(
+    y_true: Mapping[str, ArrayLike],
+    preds: Mapping[str, ArrayLike],
+    clusters: Mapping[str, ArrayLike],
+    models: Sequence[str],
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> BootstrapResult:
+    """:func:`bootstrap_scores` with cluster resampling within every dataset."""
+    if not set(y_true) == set(preds) == set(clusters):
+        msg = (
+            f"labels cover {sorted(y_true)}, predictions {sorted(preds)} and clusters "
+            f"{sorted(clusters)}; they must cover the same datasets"
+        )
+        raise ProbeError(msg)
+    per = []
+    for name in y_true:
+        scores = cluster_bootstrap_dataset(
+            y_true[name],
+            preds[name],
+            clusters[name],
+            dataset=name,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        if scores.accuracy.shape[0] != len(models):
+            msg = f"{name}: {scores.accuracy.shape[0]} prediction rows for {len(models)} models"
+            raise ProbeError(msg)
+        per.append(scores)
+    return BootstrapResult(tuple(models), tuple(per), n_boot, seed, level)
+
+
+@dataclass(frozen=True)
+class SubsetGap:
+    """Accuracy on all items minus accuracy on a subset of them, per model, paired.
+
+    Both accuracies come from the same resample of all items (the subset's share of
+    each resample varies), so the interval is of a paired difference.
+    """
+
+    models: tuple[str, ...]
+    datasets: tuple[str, ...]
+    point: dict[str, NDArray[np.float64]]  # dataset or mean -> (M,)
+    samples: dict[str, NDArray[np.float64]]  # dataset or mean -> (n_boot, M), NaN-free
+    level: float = LEVEL
+
+    def frame(self) -> pl.DataFrame:
+        """model, dataset, difference, ci_low, ci_high, excludes_zero."""
+        rows = []
+        for name in (*self.datasets, MEAN):
+            low, high = percentile_ci(self.samples[name], level=self.level)
+            for i, model in enumerate(self.models):
+                rows.append(
+                    {
+                        "model": model,
+                        "dataset": name,
+                        "difference": float(self.point[name][i]),
+                        "ci_low": float(low[i]),
+                        "ci_high": float(high[i]),
+                        "excludes_zero": bool(low[i] > 0 or high[i] < 0),
+                    }
+                )
+        return pl.DataFrame(rows)
+
+
+def subset_gap(
+    y_true: Mapping[str, ArrayLike],
+    preds: Mapping[str, ArrayLike],
+    masks: Mapping[str, ArrayLike],
+    models: Sequence[str],
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    level: float = LEVEL,
+    clusters: Mapping[str, ArrayLike] | None = None,
+) -> SubsetGap:
+    """Paired bootstrap of accuracy(all items) - accuracy(items where mask is True).
+
+    Item resampling uses each dataset's own stream (:func:`dataset_rng`), so the
+    all-items half of every resample is the protocol's resample. With ``clusters``,
+    whole clusters are resampled instead (the cluster bootstrap's stream). A resample
+    that happens to hold no subset item is dropped: the interval is over the
+    resamples where both accuracies exist (with 20 or more subset items this
+    essentially never happens). The mean is over datasets with equal weight; a
+    dataset with no subset item makes every difference NaN.
+    """
+    point: dict[str, NDArray[np.float64]] = {}
+    samples: dict[str, NDArray[np.float64]] = {}
+    for name in y_true:
+        y, p = _check_predictions(y_true[name], preds[name], name)
+        mask = np.asarray(masks[name], dtype=bool)
+        if mask.shape != y.shape:
+            msg = f"{name}: subset mask has shape {mask.shape}; expected {y.shape}"
+            raise ProbeError(msg)
+        correct = (p == y[None, :]).astype(np.float32)  # (M, n)
+        m = mask.astype(np.float32)
+        ones = np.ones((1, y.shape[0]), dtype=np.float32)
+        # Columns: [1, correct_1..M, correct_1..M on the subset, in subset].
+        cols = np.concatenate([ones, correct, correct * m[None, :], m[None, :]]).T
+        n_models = p.shape[0]
+        if clusters is None:
+            rng = dataset_rng(seed, name)
+            units = None
+        else:
+            rng = dataset_rng(seed, f"{name}#clusters")
+            units = np.unique(np.asarray(clusters[name]), return_inverse=True)[1]
+            units = units.reshape(-1)
+        boot = unit_sums(cols, n_boot=n_boot, rng=rng, units=units)
+        n_all, n_sub = boot[:, :1], boot[:, -1:]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            diff = (
+                boot[:, 1 : 1 + n_models] / n_all
+                - boot[:, 1 + n_models : 1 + 2 * n_models] / n_sub
+            )
+        point_sub = (
+            correct[:, mask].mean(axis=1, dtype=np.float64) if mask.any() else np.nan
+        )
+        point[name] = correct.mean(axis=1, dtype=np.float64) - point_sub
+        samples[name] = diff
+    names = tuple(y_true)
+    stacked = np.stack([samples[d] for d in names])
+    point[MEAN] = np.mean([point[d] for d in names], axis=0)
+    samples[MEAN] = stacked.mean(axis=0)
+    for name in (*names, MEAN):
+        keep = np.isfinite(samples[name]).all(axis=1)
+        if keep.any():
+            samples[name] = samples[name][keep]
+        else:
+            samples[name] = np.full((1, len(models)), np.nan)
+    return SubsetGap(tuple(models), names, point, samples, level)
 
 
 def percentile_ci(

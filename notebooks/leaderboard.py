@@ -11,13 +11,10 @@
 #     name: python3
 # ---
 
-# %% [markdown]
-# # Genomic Benchmarks probe leaderboard
-#
-# Frozen, mean-pooled embeddings probed with a logistic head (PROTOCOL.md). Rendered by
-# `make report VERSION=...`; never hand-edited.
-
 # %% tags=["parameters"]
+# Genomic Benchmarks probe leaderboard: frozen, mean-pooled embeddings probed with a
+# logistic head (PROTOCOL.md). Rendered by `make report VERSION=...`; never hand-edited.
+# The page's layout (sections, order, contents) lives in embedcache/sections.py.
 version = "demo-v1"
 store = "store"
 models = []  # empty: every non-floor model in the store
@@ -27,8 +24,12 @@ seed = 0
 results_csv = None  # set by `embedcache report`: where to write results.csv
 
 # %%
-from embedcache import leaderboard, report
-from embedcache.leakage import audit_items
+from pathlib import Path
+
+from embedcache import leaderboard, sections
+from embedcache.analyses import run_analyses
+from embedcache.curves import write_curves
+from embedcache.leakage import audit_table
 from embedcache.store import EmbeddingStore
 from embedcache.subsets import draw_version
 from embedcache.versions import load_version
@@ -39,10 +40,17 @@ emb_store = EmbeddingStore(store, create=False)
 evaluation = leaderboard.evaluate(
     subset, emb_store, models=models, n_boot=n_boot, seed=seed
 )
-leakage = audit_items(subset.items)
+# leakage-clean accuracy, cluster CIs, curves, pretraining gain, layer sweep
+analyses = run_analyses(subset, emb_store, evaluation, data_dir=data_dir)
 if results_csv:
-    leaderboard.write_results(evaluation.results, results_csv)
-report.run_header(
+    # the board's rows plus the accuracy_clean and accuracy_cluster_ci rows
+    leaderboard.write_results(analyses.results(evaluation), results_csv)
+    write_curves(analyses.curves.frame, Path(results_csv).with_name("curves.csv"))
+context = sections.ReportContext(
+    evaluation=evaluation,
+    subset=subset,
+    leakage=audit_table(analyses.audits),
+    analyses=analyses,
     parameters={
         "version": version,
         "store": store,
@@ -55,37 +63,4 @@ report.run_header(
 )
 
 # %%
-report.banner(evaluation)
-
-# %%
-report.leaderboard_table(evaluation)
-
-# %%
-report.dataset_table(evaluation)
-
-# %%
-report.leaderboard_table(evaluation, metric="macro_f1")
-
-# %%
-report.dataset_table(evaluation, metric="macro_f1")
-
-# %%
-report.floors_table(evaluation)
-
-# %%
-report.accuracy_figure(evaluation)
-
-# %%
-report.paired_difference_figure(evaluation)
-
-# %%
-report.leakage_table(leakage)
-
-# %%
-report.caveats(evaluation, leakage)
-
-# %%
-report.probe_table(evaluation)
-
-# %%
-report.provenance_table(evaluation, subset)
+sections.page(context)

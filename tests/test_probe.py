@@ -12,6 +12,7 @@ from embedcache.errors import ProbeError
 from embedcache.probe import (
     ProbeConfig,
     accuracy,
+    binary_log_loss,
     cv_log_loss,
     fit_probe,
     macro_f1,
@@ -42,6 +43,16 @@ def test_cv_log_loss_matches_cold_start_pipeline_per_fold():
         assert got[j] == pytest.approx(
             np.mean(losses), rel=1e-3
         )  # lbfgs tol: warm and cold starts stop a hair apart
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_binary_log_loss_equals_sklearn_exactly(seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 37)
+    p1 = rng.random(37)
+    p1[:3] = [0.0, 1.0, 1e-300]  # clipped at eps like sklearn does
+    proba = np.stack([1 - p1, p1], axis=1)
+    assert binary_log_loss(y, proba) == log_loss(y, proba, labels=[0, 1])
 
 
 def test_fit_probe_picks_the_same_c_as_gridsearch():
@@ -101,3 +112,34 @@ def test_macro_f1_matches_sklearn(seed):
     p = rng.integers(0, 2, 50) if seed else np.ones(50, dtype=int)
     want = f1_score(t, p, average="macro", labels=[0, 1], zero_division=0.0)
     assert macro_f1(t, p) == pytest.approx(want)
+
+
+def test_default_grid_is_the_protocols_seventeen_half_decades():
+    config = ProbeConfig()
+    assert len(config.c_grid) == 17
+    np.testing.assert_allclose(config.c_grid, np.logspace(-4, 4, 17), rtol=0)
+    assert config.c_grid[0] == pytest.approx(1e-4)
+    assert config.c_grid[-1] == pytest.approx(1e4)
+    assert config.c_grid[1] == pytest.approx(10**-3.5)
+    # recorded with every result
+    assert config.to_dict()["c_grid"] == list(config.c_grid)
+
+
+def test_ties_in_log_loss_go_to_the_smaller_c(monkeypatch):
+    import embedcache.probe as probe_mod
+
+    X, y = _data(seed=4)
+    grid = (10.0, 1e-2, 1.0, 1e-3)
+    # every C scores the same except the largest: the smallest C must win
+    monkeypatch.setattr(
+        probe_mod,
+        "cv_log_loss",
+        lambda X, y, config: np.array([0.5, 0.6, 0.6, 0.6]),
+    )
+    assert fit_probe(X, y, config=ProbeConfig(c_grid=grid)).C_ == 10.0
+    monkeypatch.setattr(
+        probe_mod,
+        "cv_log_loss",
+        lambda X, y, config: np.array([0.6, 0.6, 0.6, 0.6]),
+    )
+    assert fit_probe(X, y, config=ProbeConfig(c_grid=grid)).C_ == 1e-3

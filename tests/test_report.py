@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from embedcache import leaderboard, report
+from embedcache.curves import CURVE_COLUMNS
 from embedcache.errors import MissingEmbeddingsError
 from embedcache.leakage import audit_items
 from embedcache.specs import ModelKey
@@ -217,7 +218,9 @@ def test_tables_and_figures_render(evaluation, tiny_subset):
     assert prov["dataset human_nontata_promoters"].endswith(
         "@e0003669df0a180c8570ebe091ed91f20fa080ec"
     )
-    assert "model key toy/weak" in prov
+    assert "17 values, 1e-4 to 1e4 in half-decade steps" in prov["probe"]
+    keys = report.model_keys_table(evaluation).frame
+    assert "toy/weak" in keys["model"].to_list()
     comparable = dataclasses.replace(evaluation, comparable=True)
     assert "not comparable" not in report.leaderboard_table(comparable).caption
     assert "not comparable" not in report.caveats(comparable).text
@@ -284,21 +287,63 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     folder = out / "tiny-v1"
     results = pl.read_csv(folder / "results.csv")
     assert results.columns == list(leaderboard.RESULT_COLUMNS)
-    assert results.height == 5 * 3 * 2
+    board = results.filter(pl.col("metric").is_in(["accuracy", "macro_f1"]))
+    assert board.height == 5 * 3 * 2
+    assert set(results["metric"]) == {
+        "accuracy",
+        "macro_f1",
+        "accuracy_clean",
+        "accuracy_cluster_ci",
+    }
+    curves = pl.read_csv(folder / "curves.csv")
+    assert curves.columns == list(CURVE_COLUMNS)
     strong = results.filter(
         (pl.col("model") == "toy/strong")
         & (pl.col("dataset") == "mean")
         & (pl.col("metric") == "accuracy")
     )
     html = (folder / "index.html").read_text()
+    assert "<title>tiny-v1: Genomic Benchmarks probe leaderboard</title>" in html
+    # the board first, provenance last (tests/test_sections.py checks the whole order)
+    assert (
+        html.index("<h1>")
+        < html.index('class="ec-summary"')
+        < html.index("Leaderboard (accuracy)")
+        < html.index('id="per-dataset"')
+        < html.index('id="caveats"')
+        < html.index('id="provenance"')
+    )
     assert "Leaderboard (accuracy)" in html
     assert f"{strong['value'][0]:.3f}" in html
     assert "not comparable to the leaderboard" in html
     assert "Leakage audit" in html
     assert "Caveats" in html
+    assert "Leakage-clean accuracy" in html
+    assert "Label efficiency" in html
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', html)) >= 2
     assert 'alt="accuracy per dataset with 95% CI bars' in html
     assert "<script src=" not in html  # self-contained: nothing fetched
     assert not re.findall(r'(?:src|href)="https?:', html)
     assert "from embedcache" not in html  # code cells hidden
     assert (folder / "leaderboard.ipynb").exists()
+
+
+def test_local_models_are_shown_and_matched_by_their_folder_alias():
+    local = ModelKey(
+        model_id="local",
+        revision="sha256:" + "ab" * 32,
+        adapter="hf-encoder",
+        adapter_version="1",
+    )
+    other = dataclasses.replace(local, revision="sha256:" + "cd" * 32)
+    aliases = {local.digest: ("my-bert", "copy-of-bert"), other.digest: ()}
+    ranked, _, _ = leaderboard.select_models(
+        [local, other], ["my-bert"], aliases=aliases
+    )
+    assert [(e.name, e.key) for e in ranked] == [("my-bert", local)]
+    # the second alias names the same key; a key without one shows its digest
+    assert leaderboard.match_keys([local, other], "copy-of-bert", aliases=aliases) == [
+        local
+    ]
+    ranked, _, _ = leaderboard.select_models([local, other], aliases=aliases)
+    assert sorted(e.name for e in ranked) == ["local@cdcdcdcdcdcd", "my-bert"]

@@ -14,12 +14,66 @@ def write(tmp_path, name, text):
     return path
 
 
-def test_one_sequence_a_line_skips_blank_lines_and_upper_cases(tmp_path):
-    path = write(tmp_path, "seqs.txt", "ACGT\n\nacgtn\r\nNNA\n\n")
+def test_one_sequence_a_line_upper_cases(tmp_path):
+    path = write(tmp_path, "seqs.txt", "ACGT\nacgtn\r\nNNA\n")
     records = read_sequences(path)
     assert records.format == "lines"
     assert records.seqs == ["ACGT", "ACGTN", "NNA"]
-    assert records.names == ["line 1", "line 3", "line 4"]
+    assert records.names == ["line 1", "line 2", "line 3"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "what"),
+    [
+        ("a.txt", "ACGT\n\nacgtn\nNNA\n", 2, "one-sequence-a-line file"),
+        ("b.txt", "ACGT\n   \nNNA\n", 2, "one-sequence-a-line file"),
+        ("c.txt", "\nACGT\n", 1, "one-sequence-a-line file"),
+        ("d.txt", "ACGT\r\nGG\r\n\r\n", 3, "one-sequence-a-line file"),
+        ("e.tsv", "seq\tlabel\nACGT\t1\n\nGG\t0\n", 3, "TSV"),
+        ("f.tsv", "seq\tlabel\nACGT\t1\n\t\nGG\t0\n", 3, "TSV"),
+        ("g.tsv", "seq\nACGT\nGG\n\n", 4, "TSV"),
+    ],
+)
+def test_blank_line_is_an_error_naming_it(tmp_path, name, text, line, what):
+    # a skipped row would shift every later output row against the user's labels
+    with pytest.raises(InputFileError, match=rf"line {line}: blank line in a {what}"):
+        read_sequences(write(tmp_path, name, text))
+
+
+@pytest.mark.parametrize("text", ["ACGT\nGG", "ACGT\nGG\n", "ACGT\r\nGG\r\n"])
+def test_final_newline_is_not_a_blank_line(tmp_path, text):
+    assert read_sequences(write(tmp_path, "s.txt", text)).seqs == ["ACGT", "GG"]
+    tsv = write(tmp_path, "s.tsv", "seq\n" + text)
+    assert read_sequences(tsv).seqs == ["ACGT", "GG"]
+
+
+def test_blank_lines_between_fasta_records_are_allowed(tmp_path):
+    path = write(tmp_path, "s.fa", ">a\nACGT\n\n>b\nGG\n\n")
+    assert read_sequences(path).seqs == ["ACGT", "GG"]
+
+
+def test_blank_row_stores_nothing(tmp_path, capsys):
+    from embedcache.cli import main
+
+    path = write(tmp_path, "seqs.tsv", "seq\nACGT\n\nGGCC\n")
+    store = tmp_path / "store"
+    code = main(
+        [
+            "embed",
+            "--model",
+            "kmer-2",
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "out.npy"),
+            "--store",
+            str(store),
+        ]
+    )
+    assert code == 2
+    assert "line 3: blank line in a TSV" in capsys.readouterr().err
+    assert not (tmp_path / "out.npy").exists()
+    assert not store.exists()  # failed before the store was opened
 
 
 def test_tsv_uses_the_seq_column(tmp_path):

@@ -176,3 +176,101 @@ def test_bad_inputs_raise():
         bootstrap_dataset(np.array([0, 2]), np.zeros((1, 2)), dataset="d")
     with pytest.raises(ProbeError, match="cover"):
         bootstrap_scores({"a": np.zeros(2)}, {"b": np.zeros((1, 2))}, ["m"])
+
+
+def test_cluster_bootstrap_equals_a_naive_loop_over_drawn_clusters():
+    from embedcache.stats import cluster_bootstrap_dataset
+
+    y, preds = _preds(60, [0.9, 0.6], seed=5)
+    clusters = np.repeat(np.arange(20), 3)[np.random.default_rng(1).permutation(60)]
+    clusters[clusters == 4] = 3  # one cluster of six, one label (4) unused
+    got = cluster_bootstrap_dataset(y, preds, clusters, dataset="c", n_boot=50, seed=2)
+    # Rebuild the resamples: labels are compacted to 0..18 in sorted order.
+    units = np.unique(clusters, return_inverse=True)[1]
+    counts = np.concatenate(list(resample_counts(19, 50, dataset_rng(2, "c#clusters"))))
+    for b in range(0, 50, 7):
+        idx = np.concatenate(
+            [np.flatnonzero(units == u).repeat(int(c)) for u, c in enumerate(counts[b])]
+        )
+        for m in range(2):
+            assert got.boot_accuracy[b, m] == pytest.approx(
+                accuracy(y[idx], preds[m, idx])
+            )
+            assert got.boot_macro_f1[b, m] == pytest.approx(
+                macro_f1(y[idx], preds[m, idx])
+            )
+    assert got.accuracy[0] == pytest.approx(accuracy(y, preds[0]))
+
+
+def test_singleton_clusters_make_cluster_and_item_bootstrap_alike():
+    from embedcache.stats import cluster_bootstrap_dataset
+
+    y, preds = _preds(500, [0.8], seed=6)
+    items = bootstrap_dataset(y, preds, dataset="s", n_boot=1000, seed=0)
+    singles = cluster_bootstrap_dataset(
+        y, preds, np.arange(500), dataset="s", n_boot=1000, seed=0
+    )
+    lo_i, hi_i = percentile_ci(items.boot_accuracy)
+    lo_c, hi_c = percentile_ci(singles.boot_accuracy)
+    assert abs((hi_i - lo_i)[0] - (hi_c - lo_c)[0]) < 0.01
+
+
+def test_clustered_duplicates_widen_the_interval():
+    from embedcache.stats import cluster_bootstrap_dataset
+
+    # 100 distinct items, each repeated 5 times: 500 items but only 100 independent.
+    y, preds = _preds(100, [0.75], seed=7)
+    y5, p5 = np.repeat(y, 5), np.repeat(preds, 5, axis=1)
+    clusters = np.repeat(np.arange(100), 5)
+    items = bootstrap_dataset(y5, p5, dataset="w", n_boot=1000, seed=0)
+    clustered = cluster_bootstrap_dataset(
+        y5, p5, clusters, dataset="w", n_boot=1000, seed=0
+    )
+    width_items = np.diff(percentile_ci(items.boot_accuracy), axis=0)[0, 0]
+    width_clusters = np.diff(percentile_ci(clustered.boot_accuracy), axis=0)[0, 0]
+    assert width_clusters > 1.8 * width_items  # about sqrt(5) = 2.2 wider
+
+
+def test_subset_gap_equals_a_naive_loop():
+    from embedcache.stats import subset_gap
+
+    y, preds = _preds(80, [0.9, 0.5], seed=8)
+    mask = np.random.default_rng(3).random(80) < 0.6
+    gap = subset_gap({"g": y}, {"g": preds}, {"g": mask}, ["a", "b"], n_boot=40, seed=4)
+    for m in range(2):
+        want = accuracy(y, preds[m]) - accuracy(y[mask], preds[m, mask])
+        assert gap.point["g"][m] == pytest.approx(want)
+        assert gap.point["mean"][m] == pytest.approx(want)
+    counts = np.concatenate(list(resample_counts(80, 40, dataset_rng(4, "g"))))
+    for b in range(0, 40, 9):
+        idx = np.repeat(np.arange(80), counts[b].astype(int))
+        sub = idx[mask[idx]]
+        for m in range(2):
+            want = accuracy(y[idx], preds[m, idx]) - accuracy(y[sub], preds[m, sub])
+            assert gap.samples["g"][b, m] == pytest.approx(want)
+    frame = gap.frame()
+    assert frame.columns == [
+        "model",
+        "dataset",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "excludes_zero",
+    ]
+    assert frame.height == 4
+
+
+def test_subset_gap_without_subset_items_is_nan():
+    from embedcache.stats import subset_gap
+
+    y, preds = _preds(30, [0.8], seed=9)
+    gap = subset_gap(
+        {"a": y, "b": y},
+        {"a": preds, "b": preds},
+        {"a": np.zeros(30, bool), "b": np.ones(30, bool)},
+        ["m"],
+        n_boot=20,
+    )
+    assert np.isnan(gap.point["a"]).all()
+    assert np.isnan(gap.point["mean"]).all()
+    assert gap.point["b"][0] == 0.0

@@ -2,7 +2,7 @@
 
 A name is one of
 
-- a built-in floor: ``kmer-1`` .. ``kmer-6`` (no download);
+- a built-in floor: ``kmer-1`` .. ``kmer-6``, or ``gc`` (GC fraction; no download);
 - a local directory in Hugging Face layout (``config.json`` + tokenizer + weights);
 - a hub id ``owner/name``, resolved with ``huggingface_hub`` to a commit sha.
 
@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_MODELS: tuple[str, ...] = tuple(f"kmer-{k}" for k in range(1, 7))
+BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
 # Family modules, most specific first; "hf" (native transformers classes) is the
 # fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
+    "generator",
+    "dnabert2",
+    "hyena",
     "ntv2",
     "gena",
     "hf",
@@ -47,6 +50,10 @@ FAMILY_MODULES: tuple[str, ...] = (
 # the model id of every local directory: its content digest (the revision) is its
 # identity, its folder name only a display alias kept beside the key
 LOCAL_MODEL_ID = "local"
+# Architectures shipped as a config without weights (embedcache/model_configs/): only
+# a random-init twin can be built from them; the name is the key's model id.
+ARCHITECTURES_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+BUILTIN_ARCHITECTURES: tuple[str, ...] = ("caduceus-tiny",)
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -282,6 +289,12 @@ def load_adapter(
         raise AdapterOptionError(msg) from err
     if model in BUILTIN_MODELS:
         return _load_builtin(model, revision=revision, options=opts)
+    if model in BUILTIN_ARCHITECTURES and opts.random_init is None:
+        msg = (
+            f"{model} is a shipped architecture without trained weights; build its "
+            "random-init control with --random-init SEED"
+        )
+        raise AdapterOptionError(msg)
     folder, model_id, resolved, alias = _resolve_source(model, revision=revision)
     config = read_config(folder)
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
@@ -301,6 +314,12 @@ def _resolve_source(
     model: str, *, revision: str | None
 ) -> tuple[Path, str, str, str | None]:
     """(folder, model id, resolved revision, display alias) of a local dir or hub id."""
+    if model in BUILTIN_ARCHITECTURES:
+        folder = ARCHITECTURES_DIR / model
+        if revision is not None:
+            msg = f"{model} is a shipped config; drop --revision"
+            raise AdapterOptionError(msg)
+        return folder, model, local_revision(folder), None
     path = Path(model).expanduser()
     if path.is_dir():
         content = local_revision(path)
@@ -331,11 +350,33 @@ def _resolve_source(
     raise _unknown_model(model, reason)
 
 
+def layer_count(model: str, *, revision: str | None = None) -> int:
+    """Blocks of a model's architecture, read from its config (no weights loaded).
+
+    What ``--layers all`` expands to: -1 (the last layer, the protocol's) and the
+    embedding output 0 and every block 1..n-1 (block n's output is the last layer
+    itself, or the stream before the final norm). Raises for built-in floors.
+    """
+    if model in BUILTIN_MODELS:
+        msg = f"{model} is a built-in floor without layers; --layers does not apply"
+        raise AdapterOptionError(msg)
+    folder, *_ = _resolve_source(model, revision=revision)
+    config = read_config(folder)
+    for field in ("num_hidden_layers", "n_layer", "num_layers", "n_layers"):
+        value = config.get(field)
+        if isinstance(value, int) and value > 0:
+            return value
+    msg = f"{folder}/config.json names no layer count ({describe_config(config)})"
+    raise UnknownModelError(msg)
+
+
 def _load_builtin(
     model: str, *, revision: str | None, options: EmbedOptions
 ) -> Adapter:
     from embedcache.models.kmer import KmerAdapter
 
+    if model == "gc":
+        return _load_gc(revision=revision, options=options)
     if revision is not None:
         msg = (
             f"{model} is built in; its revision is the adapter version, drop --revision"
@@ -353,13 +394,35 @@ def _load_builtin(
     return KmerAdapter(int(model.split("-")[1]), rc_mode=options.rc_mode or "none")
 
 
+def _load_gc(*, revision: str | None, options: EmbedOptions) -> Adapter:
+    from embedcache.models.gc import GCAdapter
+
+    if revision is not None:
+        msg = "gc is built in; its revision is the adapter version, drop --revision"
+        raise AdapterOptionError(msg)
+    if options.truncation != "error":
+        msg = "gc accepts sequences of any length: --truncate does not apply"
+        raise AdapterOptionError(msg)
+    names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
+    flags = non_default(options, (*names, "family_options"))
+    if flags:
+        msg = (
+            f"gc is the GC fraction of a sequence: {', '.join(flags)} do(es) not apply"
+        )
+        raise AdapterOptionError(msg)
+    # dtype and device are ignored: counting bases is exact and runs in numpy
+    return GCAdapter(rc_mode=options.rc_mode or "none")
+
+
 __all__ = [
+    "BUILTIN_ARCHITECTURES",
     "BUILTIN_MODELS",
     "FAMILY_MODULES",
     "LOCAL_MODEL_ID",
     "EmbedOptions",
     "describe_config",
     "family_module",
+    "layer_count",
     "load_adapter",
     "local_revision",
     "read_config",

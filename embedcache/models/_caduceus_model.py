@@ -525,30 +525,47 @@ class CaduceusBackbone:
 
     # -- forward ------------------------------------------------------------------
 
-    def final_hidden(self, ids: torch.Tensor) -> torch.Tensor:
-        """Final-norm output for token ids (G, L): (G, L, d), or (2G, L, d) frames for ps."""
+    def final_hidden(
+        self, ids: torch.Tensor, *, streams: dict[int, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Final-norm output for token ids (G, L): (G, L, d), or (2G, L, d) frames for ps.
+
+        ``streams``: a dict whose keys are layers (0 = embedding output, i = the
+        residual stream after block i, before any norm); each is filled with its mean
+        over tokens, (G, d). Only for ph: the ps frames swap at every block.
+        """
         import torch
 
         w = self.weights
+        if streams and self.arch.rcps:
+            msg = "intermediate layers of Caduceus-ps are not supported; use the last (-1)"
+            raise CheckpointError(msg)
         if self.arch.rcps:
             rc_ids = w.complement[ids.flip(-1)]
             hidden = torch.cat([w.embedding[ids], w.embedding[rc_ids]])
         else:
             hidden = w.embedding[ids]
+        taps = streams if streams is not None else {}
         if self.kernels == "numba" and self.arch.rms_norm:
-            return self._final_hidden_numba(hidden)
+            return self._final_hidden_numba(hidden, taps)
         residual = None
         swap = self.arch.rcps and self.arch.fused_add_norm
         for index, layer in enumerate(w.layers):
             residual = hidden if residual is None else hidden + residual
+            if index in taps:  # the stream after `index` blocks
+                taps[index] = residual.mean(dim=1)
             if swap:
                 residual = self._swap_frames(residual)
             hidden = self._mixer(
                 self._norm(residual, layer.norm_w, layer.norm_b), index
             )
+        if self.arch.n_layer in taps:
+            taps[self.arch.n_layer] = (hidden + residual).mean(dim=1)
         return self._norm(hidden + residual, w.norm_w, w.norm_b)
 
-    def _final_hidden_numba(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _final_hidden_numba(
+        self, hidden: torch.Tensor, taps: dict[int, torch.Tensor]
+    ) -> torch.Tensor:
         """:meth:`final_hidden` with each add+RMSNorm as one numba pass (CPU)."""
         import torch
 
@@ -573,18 +590,37 @@ class CaduceusBackbone:
                 bits(normed),
             )
             residual = res_out
+            if index in taps:  # the stream after `index` blocks
+                taps[index] = residual.mean(dim=1)
             hidden = self._mixer(normed, index)
         out = torch.empty(residual.shape)
+        stream = torch.empty(residual.shape)
         kernels.add_rms_norm(
             bits(hidden),
             residual.numpy(),
             w.norm_w.numpy(),
             self.arch.norm_eps,
             False,
-            torch.empty(residual.shape).numpy(),
+            stream.numpy(),
             out.numpy(),
         )
+        if self.arch.n_layer in taps:
+            taps[self.arch.n_layer] = stream.mean(dim=1)
         return out
+
+    def pooled_layers(self, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+        """Mean over tokens of each layer (-1: the final-norm output): (len(layers), G, d).
+
+        Intermediate layers (0 = embeddings, i = residual stream after block i) exist
+        for ph only; ps gives -1 alone.
+        """
+        import torch
+
+        if layers == (-1,):
+            return self.pooled(ids)[None]
+        streams: dict[int, torch.Tensor] = {i: ids for i in layers if i != -1}
+        final = self.final_hidden(ids, streams=streams).mean(dim=1)
+        return torch.stack([final if i == -1 else streams[i] for i in layers])
 
     def pooled(self, ids: torch.Tensor) -> torch.Tensor:
         """Mean over tokens of the final-norm output: (G, d) for ph, (G, 2d) for ps."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,9 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import reverse_complement
+from embedcache.jitcache import CompileNotice
 from embedcache.models import resolve_device
+from embedcache.models._caduceus_init import random_weights
 from embedcache.models._caduceus_model import (
     BASE_IDS,
     UNK_ID,
@@ -44,7 +47,12 @@ from embedcache.models._caduceus_model import (
     complement_ids,
     weights_from_state_dict,
 )
-from embedcache.models.options import EmbedOptions, non_default
+from embedcache.models.encoder import config_digest
+from embedcache.models.options import (
+    EmbedOptions,
+    non_default,
+    random_init_revision,
+)
 from embedcache.models.weights import read_state_dict
 from embedcache.specs import ModelKey
 
@@ -52,6 +60,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
+
+    from embedcache.models._caduceus_model import CaduceusArch
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +71,7 @@ SCANS = ("auto", "numba", "torch")
 # tokens per forward pass (copies for the RC strand included): bounds activation memory
 # (~40 KB per token at d_model 256) while keeping the matmuls large
 _TOKENS_PER_PASS = 16384
+_KERNEL_MODULE = "embedcache.models._caduceus_numba"
 
 
 def _token_table() -> np.ndarray:
@@ -104,15 +115,31 @@ class CaduceusAdapter:
     preferred_token_budget = 8192
 
     def __init__(
-        self, backbone: CaduceusBackbone, *, key: ModelKey, alias: str | None = None
+        self,
+        backbone: CaduceusBackbone,
+        *,
+        key: ModelKey | None = None,
+        keys: tuple[ModelKey, ...] = (),
+        alias: str | None = None,
     ) -> None:
         self.backbone = backbone
-        self.key = key
-        self.keys = (key,)
+        # one key per requested layer (a layer sweep fills them from one forward pass)
+        self.keys = keys or ((key,) if key is not None else ())
+        if not self.keys:
+            msg = "a Caduceus adapter needs a key"
+            raise AdapterOptionError(msg)
+        self.key = self.keys[0]
+        self.layers = tuple(k.layer for k in self.keys)
         self.alias = alias
         d = backbone.arch.d_model
-        self.dim = 2 * d if backbone.arch.rcps and key.rc_mode == "none" else d
-        self.max_tokens = key.max_length
+        self.dim = 2 * d if backbone.arch.rcps and self.key.rc_mode == "none" else d
+        self.max_tokens = self.key.max_length
+        # a first run on a machine compiles the numba kernels for 20-40 s: say so once
+        self._compile_notice = (
+            CompileNotice(modules=[_KERNEL_MODULE], what="Caduceus CPU kernels (numba)")
+            if backbone.kernels == "numba"
+            else None
+        )
 
     def n_tokens(self, seq: str) -> int:
         """One token per base: no special tokens are added."""
@@ -123,16 +150,23 @@ class CaduceusAdapter:
         return [len(seq) for seq in seqs]
 
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
-        """Float32 vectors (len(seqs), dim), in order; equal lengths run together.
+        """Float32 vectors (len(seqs), dim) of :attr:`key`, in order.
 
         Raises
         ------
         InvalidSequenceError
             A sequence is empty (its mean over tokens is undefined).
         """
+        return self.embed_layers(seqs)[0]
+
+    def embed_layers(self, seqs: Sequence[str]) -> np.ndarray:
+        """Float32 (len(keys), len(seqs), dim): every requested layer, one forward pass.
+
+        Equal lengths run together (no attention mask).
+        """
         import torch
 
-        out = np.empty((len(seqs), self.dim), dtype=np.float32)
+        out = np.empty((len(self.keys), len(seqs), self.dim), dtype=np.float32)
         by_length: dict[int, list[int]] = {}
         for i, seq in enumerate(seqs):
             if not seq:
@@ -144,32 +178,35 @@ class CaduceusAdapter:
             # canonical strand makes it the same to the last bit as well
             seqs = [min(seq, reverse_complement(seq)) for seq in seqs]
         copies = 2 if (self.backbone.arch.rcps or self.key.rc_mode == "average") else 1
-        with torch.inference_mode():
+        watch = self._compile_notice.watch() if self._compile_notice else nullcontext()
+        with watch, torch.inference_mode():
             for length, idx in by_length.items():
                 step = max(1, _TOKENS_PER_PASS // (length * copies))
                 for start in range(0, len(idx), step):
                     part = idx[start : start + step]
                     ids = torch.from_numpy(np.stack([tokenize(seqs[i]) for i in part]))
-                    out[part] = (
+                    out[:, part] = (
                         self._embed_ids(ids.to(self.backbone.device)).cpu().numpy()
                     )
         return out
 
     def _embed_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """(len(keys), G, dim) pooled vectors of token ids (G, L)."""
         import torch
 
         arch = self.backbone.arch
-        if arch.rcps:
+        if arch.rcps:  # layers is (-1,): checked at load
             pooled = self.backbone.pooled(ids)
             if self.key.rc_mode == "none":
-                return pooled
+                return pooled[None]
             d = arch.d_model
-            return (pooled[:, :d] + pooled[:, d:].flip(dims=(-1,))) / 2
+            return ((pooled[:, :d] + pooled[:, d:].flip(dims=(-1,))) / 2)[None]
         if self.key.rc_mode == "none":
-            return self.backbone.pooled(ids)
+            return self.backbone.pooled_layers(ids, self.layers)
         n = ids.shape[0]
-        pooled = self.backbone.pooled(torch.cat([ids, complement_ids(ids)]))
-        return (pooled[:n] + pooled[n:]) / 2
+        both = torch.cat([ids, complement_ids(ids)])
+        pooled = self.backbone.pooled_layers(both, self.layers)
+        return (pooled[:, :n] + pooled[:, n:]) / 2
 
     def __repr__(self) -> str:
         return f"CaduceusAdapter({self.key.short()}, dim={self.dim})"
@@ -226,9 +263,17 @@ def load(
         msg = f"{folder}/config.json has model_type {config.get('model_type')!r}, not 'caduceus'"
         raise CheckpointError(msg)
     arch = arch_from_config(config, where=str(folder / "config.json"))
-    weights = weights_from_state_dict(
-        arch, read_state_dict(folder), config=config, where=str(folder)
-    )
+    layers = _check_layers(options.layers, arch, model_id)
+    key_options: tuple[tuple[str, str], ...] = ()
+    if options.random_init is not None:
+        # the architecture alone: seeded weights drawn as the family initialises them
+        weights = random_weights(arch, config, seed=options.random_init)
+        revision = random_init_revision(options.random_init)
+        key_options = (("config", config_digest(config)),)
+    else:
+        weights = weights_from_state_dict(
+            arch, read_state_dict(folder), config=config, where=str(folder)
+        )
     use_numba = scan == "numba" or (scan == "auto" and not on_cuda)
     backbone = CaduceusBackbone(
         arch,
@@ -238,17 +283,21 @@ def load(
         kernels="numba" if use_numba else "torch",
     )
     max_length = config.get("max_length") or config.get("max_position_embeddings")
-    key = ModelKey(
-        model_id=model_id,
-        revision=revision,
-        adapter="caduceus",
-        adapter_version=CADUCEUS_ADAPTER_VERSION,
-        layer=-1,
-        pooling="mean",
-        special_tokens="none",
-        rc_mode=rc_mode,
-        dtype=options.dtype,
-        max_length=int(max_length) if max_length else None,
+    keys = tuple(
+        ModelKey(
+            model_id=model_id,
+            revision=revision,
+            adapter="caduceus",
+            adapter_version=CADUCEUS_ADAPTER_VERSION,
+            layer=layer,
+            pooling="mean",
+            special_tokens="none",
+            rc_mode=rc_mode,
+            dtype=options.dtype,
+            max_length=int(max_length) if max_length else None,
+            options=key_options,
+        )
+        for layer in layers
     )
     logger.info(
         "loaded Caduceus-%s (d_model %d, %d layers) from %s on %s, scan %s",
@@ -259,7 +308,29 @@ def load(
         device,
         "numba" if use_numba else "torch",
     )
-    return CaduceusAdapter(backbone, key=key, alias=alias)
+    return CaduceusAdapter(backbone, keys=keys, alias=alias)
+
+
+def _check_layers(
+    layers: tuple[int, ...], arch: CaduceusArch, model_id: str
+) -> tuple[int, ...]:
+    """Layers a Caduceus adapter can pool: -1 (final norm), 0..n_layer for ph."""
+    if layers == (-1,):
+        return layers
+    if arch.rcps:
+        msg = (
+            f"{model_id}: Caduceus-ps pools its last layer only (-1); its two strands "
+            "swap frames at every block, so an intermediate stream has no fixed layout"
+        )
+        raise AdapterOptionError(msg)
+    bad = [layer for layer in layers if layer > arch.n_layer]
+    if bad:
+        msg = (
+            f"{model_id}: layer {bad[0]} does not exist; use -1 (last, after the final "
+            f"norm) or 0..{arch.n_layer} (0 = embeddings, i = after block i)"
+        )
+        raise AdapterOptionError(msg)
+    return layers
 
 
 def _check_options(options: EmbedOptions, model_id: str) -> None:
@@ -269,10 +340,10 @@ def _check_options(options: EmbedOptions, model_id: str) -> None:
             f"{options.pooling!r} does not apply, only mean"
         )
         raise AdapterOptionError(msg)
-    names = ("layers", "special_tokens", "kmer_split", "truncation", "random_init")
+    names = ("special_tokens", "kmer_split", "truncation")
     flags = non_default(options, (*names, "family_options"))
     if flags:
-        msg = f"{model_id}: Caduceus adapters take no {', '.join(flags)} (yet)"
+        msg = f"{model_id}: Caduceus adapters take no {', '.join(flags)}"
         raise AdapterOptionError(msg)
 
 

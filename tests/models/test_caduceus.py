@@ -305,10 +305,13 @@ def test_options_are_checked():
         load_caduceus_adapter(FIXTURES / "ph", rc_mode="both")
     for option, flag in [
         ({"pooling": "cls"}, "pooling 'cls'"),
-        ({"layers": (1,)}, "--layer"),
+        ({"layers": (4,)}, "layer 4 does not exist"),  # the fixture has 3 blocks
+        ({"kmer_split": 3}, "--kmer-split"),
     ]:
         with pytest.raises(AdapterOptionError, match=flag):
             load_adapter(str(FIXTURES / "ph"), device="cpu", **option)
+    with pytest.raises(AdapterOptionError, match="last layer only"):
+        load_adapter(str(FIXTURES / "ps"), device="cpu", layers=(1, -1))
     with pytest.raises(AdapterOptionError, match="dtype"):
         load_caduceus_adapter(FIXTURES / "ph", dtype="float16")
     with pytest.raises(UnknownModelError):

@@ -369,3 +369,32 @@ def test_cached_hub_id_resolves_to_its_commit_offline(tiny_bert_dir):
     )
     with pytest.raises(UnknownModelError, match="offline"):
         load_adapter("someone/tiny-dna-bert", revision="v2", device="cpu")
+
+
+def test_cls_pooling_is_the_first_tokens_state(tiny_bert_dir):
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu", pooling="cls")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    model = AutoModel.from_pretrained(tiny_bert_dir, dtype=torch.float32).eval()
+    want = []
+    for seq in SEQS:
+        with torch.no_grad():
+            out = model(**tokenizer(seq, return_tensors="pt"))
+        want.append(out.last_hidden_state[0, 0].numpy())
+    np.testing.assert_allclose(adapter.embed_batch(SEQS), want, atol=1e-5, rtol=0)
+    assert adapter.key.pooling == "cls"
+    with pytest.raises(AdapterOptionError, match="causal"):
+        load_adapter(str(tiny_bert_dir), device="cpu", pooling="last")
+
+
+def test_random_init_twin_is_seeded_and_keyed(tiny_bert_dir):
+    trained = load_adapter(str(tiny_bert_dir), device="cpu")
+    first = load_adapter(str(tiny_bert_dir), device="cpu", random_init=1)
+    again = load_adapter(str(tiny_bert_dir), device="cpu", random_init=1)
+    other = load_adapter(str(tiny_bert_dir), device="cpu", random_init=2)
+    assert first.key.revision == "random-init:1"
+    assert dict(first.key.options)["config"].startswith("sha256:")
+    assert len({trained.key.digest, first.key.digest, other.key.digest}) == 3
+    assert first.key == again.key
+    np.testing.assert_array_equal(first.embed_batch(SEQS), again.embed_batch(SEQS))
+    assert not np.allclose(first.embed_batch(SEQS), other.embed_batch(SEQS))
+    assert not np.allclose(first.embed_batch(SEQS), trained.embed_batch(SEQS))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 
 import numpy as np
@@ -31,11 +32,12 @@ def dataset(n: int) -> tuple[list[str], np.ndarray]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("store")
+    parser.add_argument("store", help="a folder or a URL")
+    parser.add_argument("--options", default=None, help="obstore options as JSON")
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--stop", type=int, required=True)
     parser.add_argument("--batch", type=int, default=50)
-    parser.add_argument("--reverse", action="store_true")
+    parser.add_argument("-r", "--reverse", action="store_true")
     parser.add_argument("--auto-merge", type=int, default=4)
     parser.add_argument("--compact", action="store_true", help="compact at the end")
     args = parser.parse_args()
@@ -43,7 +45,8 @@ def main() -> int:
     rows = list(range(args.start, args.stop))
     if args.reverse:
         rows.reverse()
-    store = EmbeddingStore(args.store, auto_merge=args.auto_merge)
+    options = json.loads(args.options) if args.options else None
+    store = EmbeddingStore(args.store, auto_merge=args.auto_merge, options=options)
     total = 0
     for i in range(0, len(rows), args.batch):
         batch = rows[i : i + args.batch]

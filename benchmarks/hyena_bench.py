@@ -1,0 +1,381 @@
+"""HyenaDNA throughput: a naive official-style loop vs the embedcache adapter and engine.
+
+Model: an official-shape, random-initialised HyenaDNA medium-160k (d_model 256,
+8 layers, d_inner 1024, implicit filter of width 64 over 5 positional features,
+max_seq_len 160002), built from a config.json in the published layout with
+``--random-init`` (the official initialisation).
+
+Sequences: real 500 bp test sequences of human_enhancers_cohn (and 251 bp of
+human_nontata_promoters for the projection) from ../shared/data when present, else
+random ones of the same lengths.
+
+Compared in one run, in interleaved rounds (the best round of each is kept):
+
+- ``naive``: what the official code does for one sequence at a time, in float32:
+  the operator channels-first with ``nn.Conv1d``'s depthwise convolution, the
+  implicit filter recomputed for every layer and call, the FFT of both the filter
+  and the input at size 2L, then the mean over the bases;
+- the engine (``embed_sequences``, right-padded batches sorted by length) in float32
+  and in bfloat16 (projections and GELU), at several token budgets.
+
+Also printed: where the adapter's time goes (matmuls, FFTs, the numba kernels, the
+rest; from torch's profiler), the fp32 and bf16 matmul rate of this machine measured
+in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, and
+the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
+each dataset; the 200 bp dataset at the 251 bp rate).
+
+Usage: ``python benchmarks/hyena_bench.py [--n 96] [--n-naive 16] [--rounds 3]
+[--threads N]``. The machine is shared: the load average is printed with each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from embedcache.embed import embed_sequences
+from embedcache.models import _hyena_numba, load_adapter
+from embedcache.models.hyena import SEP_ID, tokenize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+# ../shared/data beside the checkout (a worktree looks further up)
+DATA = next(
+    (
+        p / "shared" / "data" / "genomic-benchmarks"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
+    ),
+    Path("shared/data/genomic-benchmarks"),
+)
+CONFIG = {
+    "activation_freq": 10,
+    "architectures": ["HyenaDNAForCausalLM"],
+    "auto_map": {
+        "AutoConfig": "configuration_hyena.HyenaConfig",
+        "AutoModel": "modeling_hyena.HyenaDNAModel",
+        "AutoModelForCausalLM": "modeling_hyena.HyenaDNAForCausalLM",
+    },
+    "d_inner": 1024,
+    "d_model": 256,
+    "emb_dim": 5,
+    "embed_dropout": 0.1,
+    "filter_order": 64,
+    "hyena_dropout": 0.0,
+    "hyena_filter_dropout": 0.0,
+    "hyena_order": 2,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "max_seq_len": 160002,
+    "model_type": "hyenadna",
+    "n_layer": 8,
+    "num_inner_mlps": 2,
+    "pad_token_id": 4,
+    "pad_vocab_size_multiple": 8,
+    "short_filter_order": 3,
+    "tie_word_embeddings": False,
+    "train_freq": True,
+    "use_bias": True,
+    "vocab_size": 12,
+}
+# atlas-full-v1: per dataset, its whole test file and 500 train sequences
+ATLAS = {"human_enhancers_cohn": (500, 6948), "human_nontata_promoters": (251, 9034)}
+ATLAS_DEMO = (
+    200,
+    25000,
+)  # demo_coding_vs_intergenomic_seqs, projected at the 251 bp rate
+N_TRAIN = 500
+
+
+class DictStore:
+    """In-memory store: the benchmark times the model, not the disk."""
+
+    def __init__(self) -> None:
+        self.data: dict = {}
+
+    def contains(self, key: object, hashes: list[str]) -> np.ndarray:
+        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
+
+    def get(self, key: object, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return np.stack([self.data[key, h] for h in hashes]), np.ones(len(hashes), bool)
+
+    def put(self, key: object, hashes: list[str], vectors: np.ndarray) -> int:
+        for h, v in zip(hashes, vectors, strict=True):
+            self.data[key, h] = v
+        return len(hashes)
+
+
+def load_sequences(
+    dataset: str, length: int, n: int, *, seed: int = 0
+) -> tuple[list[str], str]:
+    rng = np.random.default_rng(seed)
+    path = DATA / dataset / "test.tsv"
+    if path.exists():
+        import polars as pl
+
+        frame = pl.read_csv(path, separator="\t")
+        rows = rng.choice(frame.height, size=min(n, frame.height), replace=False)
+        seqs = frame["seq"].gather(rows).str.to_uppercase().to_list()
+        return seqs, f"{len(seqs)} real {dataset} test sequences"
+    seqs = ["".join(rng.choice(list("ACGT"), size=length)) for _ in range(n)]
+    return seqs, f"{n} random {length} bp sequences (shared data absent)"
+
+
+# -- the naive, official-style loop ----------------------------------------------------
+
+
+def naive_hidden(net: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The official forward for one (1, L) input, in float32, with the same weights."""
+    length = ids.shape[1]
+    d = net.hidden_size
+    x = net.embeddings.word_embeddings(ids)
+    for block in net.layers:
+        m, mlp = block.mixer, block.mlp
+        u = F.layer_norm(x, (d,), block.norm1.weight, block.norm1.bias, 1e-5)
+        u = F.linear(u, m.in_proj.weight, m.in_proj.bias).transpose(1, 2)
+        u = F.conv1d(
+            u, m.short_filter.weight, m.short_filter.bias, padding=2, groups=3 * d
+        )[..., :length]
+        x0, x1, v = u.split(d, dim=1)
+        f = m.filter_fn
+        h = f.implicit_filter(f.pos_emb.z[:, :length])
+        h = h * (torch.exp(-f.pos_emb.t[:, :length] * f.modulation.deltas.abs()) + 0.05)
+        k = h[0].transpose(0, 1)
+        v = v * x1
+        n = 2 * length
+        k_f = torch.fft.rfft(k, n=n) / n
+        y = torch.fft.irfft(torch.fft.rfft(v, n=n) * k_f, n=n, norm="forward")
+        y = (y[..., :length] + v * f.bias.unsqueeze(-1)) * x0
+        y = F.linear(y.transpose(1, 2), m.out_proj.weight, m.out_proj.bias)
+        residual = y + x
+        h = F.layer_norm(residual, (d,), block.norm2.weight, block.norm2.bias, 1e-5)
+        h = F.gelu(F.linear(h, mlp.fc1.weight, mlp.fc1.bias), approximate="tanh")
+        x = F.linear(h, mlp.fc2.weight, mlp.fc2.bias) + residual
+    return net.ln_f(x)
+
+
+def naive_loop(net: torch.nn.Module, seqs: list[str]) -> tuple[np.ndarray, float]:
+    rows = []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for seq in seqs:
+            ids = torch.from_numpy(np.append(tokenize(seq), SEP_ID))[None]
+            rows.append(naive_hidden(net, ids)[0, :-1].mean(dim=0).numpy())
+    return np.stack(rows), time.perf_counter() - start
+
+
+def engine_run(
+    adapter: object, seqs: list[str], *, budget: int
+) -> tuple[np.ndarray, float]:
+    start = time.perf_counter()
+    result = embed_sequences(adapter, seqs, DictStore(), token_budget=budget)
+    return result.vectors, time.perf_counter() - start
+
+
+# -- where the time goes ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def labelled_kernels() -> Iterator[None]:
+    """Make the numba kernels visible to torch's profiler as labelled ranges."""
+    names = ("short_conv_gate", "gate_out", "gelu_tanh")
+    originals = {name: getattr(_hyena_numba, name) for name in names}
+
+    def wrap(name: str, fn):  # noqa: ANN001, ANN202
+        def labelled(*args):  # noqa: ANN002, ANN202
+            with torch.profiler.record_function(f"numba::{name}"):
+                return fn(*args)
+
+        return labelled
+
+    for name, fn in originals.items():
+        setattr(_hyena_numba, name, wrap(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(_hyena_numba, name, fn)
+
+
+CATEGORIES = {
+    "matmuls": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear"),
+    "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
+    "numba kernels": ("numba::",),
+}
+
+
+def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
+    """Seconds of self CPU time per category for one ``embed_batch`` call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        adapter.embed_batch(seqs)
+    shares = dict.fromkeys([*CATEGORIES, "the rest"], 0.0)
+    for event in prof.key_averages():
+        seconds = event.self_cpu_time_total / 1e6
+        for category, prefixes in CATEGORIES.items():
+            if event.key.startswith(prefixes):
+                shares[category] += seconds
+                break
+        else:
+            shares["the rest"] += seconds
+    return shares
+
+
+def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 1.5) -> float:
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.mm(a, b)
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+def matmul_flops_per_token(config: dict) -> int:
+    d, inner, n = config["d_model"], config["d_inner"], config["n_layer"]
+    return 2 * n * (d * 3 * d + d * d + 2 * d * inner)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=96, help="sequences for the engine")
+    parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
+    parser.add_argument("--budgets", default="2048,4096,8192,16384")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch and numba threads"
+    )
+    args = parser.parse_args()
+    if args.threads:
+        import numba
+
+        torch.set_num_threads(args.threads)
+        numba.set_num_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
+    short, short_what = load_sequences("human_nontata_promoters", 251, args.n, seed=1)
+    naive_seqs = seqs[: args.n_naive]
+    tokens = {
+        "500": sum(len(s) + 1 for s in seqs),
+        "251": sum(len(s) + 1 for s in short),
+    }
+    print(f"sequences: {what}; {short_what}; tokens include the trailing [SEP]")
+    budgets = [int(b) for b in args.budgets.split(",")]
+    flops = matmul_flops_per_token(CONFIG)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "hyenadna-medium-160k-random"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(CONFIG))
+        adapters = {
+            dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
+            for dtype in ("float32", "bfloat16")
+        }
+    for adapter in adapters.values():
+        adapter.embed_batch(seqs[:4])  # warm-up: numba's cache, first allocations
+    net = adapters["float32"].network
+    print(
+        f"model: official-shape medium-160k, random init; "
+        f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters, "
+        f"{flops / 1e6:.1f} MFLOP of matmuls a token"
+    )
+
+    naive_tps, naive_vectors = 0.0, None
+    best: dict[tuple[str, str, int], tuple[float, np.ndarray]] = {}
+    peak = {"bf16": 0.0, "fp32": 0.0}
+    for round_ in range(1, args.rounds + 1):
+        peak["bf16"] = max(peak["bf16"], matmul_peak(torch.bfloat16))
+        peak["fp32"] = max(peak["fp32"], matmul_peak(torch.float32))
+        print(
+            f"round {round_} (load {os.getloadavg()[0]:.1f}); matmul peak so far: "
+            f"bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s, fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s"
+        )
+        vectors, elapsed = naive_loop(net, naive_seqs)
+        tps = sum(len(s) + 1 for s in naive_seqs) / elapsed
+        print(f"  naive loop (batch 1, fp32, n={len(naive_seqs)}) {tps:8.0f} tok/s")
+        if tps > naive_tps:
+            naive_tps, naive_vectors = tps, vectors
+        for dtype, adapter in adapters.items():
+            for length, batch in (("500", seqs), ("251", short)):
+                for budget in (
+                    budgets if length == "500" else [adapter.preferred_token_budget]
+                ):
+                    vectors, elapsed = engine_run(adapter, batch, budget=budget)
+                    tps = tokens[length] / elapsed
+                    print(
+                        f"  engine {dtype:<8} {length} bp budget {budget:>5} {tps:8.0f} tok/s"
+                        f"  {100 * tps * flops / peak['bf16' if dtype == 'bfloat16' else 'fp32']:5.1f}% of the matmul peak"
+                    )
+                    key = (dtype, length, budget)
+                    if tps > best.get(key, (0.0, None))[0]:
+                        best[key] = (tps, vectors)
+
+    print(f"summary (best of {args.rounds} rounds; load now {os.getloadavg()[0]:.1f})")
+    print(f"  naive loop: {naive_tps:.0f} tok/s")
+    for dtype in adapters:
+        key = max(
+            (k for k in best if k[0] == dtype and k[1] == "500"),
+            key=lambda k: best[k][0],
+        )
+        tps, vectors = best[key]
+        print(
+            f"  engine {dtype} at 500 bp: {tps:.0f} tok/s = {tps / naive_tps:.1f}x the naive "
+            f"loop (best budget {key[2]}); max |diff| vs naive on its sequences "
+            f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
+        )
+    fp32 = best[
+        max((k for k in best if k[:2] == ("float32", "500")), key=lambda k: best[k][0])
+    ][1]
+    bf16 = best[
+        max((k for k in best if k[:2] == ("bfloat16", "500")), key=lambda k: best[k][0])
+    ][1]
+    cos = (
+        (fp32 * bf16).sum(1)
+        / np.linalg.norm(fp32, axis=1)
+        / np.linalg.norm(bf16, axis=1)
+    )
+    print(f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}")
+    bound = peak["bf16"] / flops
+    print(
+        f"  bound: matmuls alone at the bf16 peak would run {bound:.0f} tok/s = "
+        f"{bound / naive_tps:.1f}x the naive loop"
+    )
+    for dtype, adapter in adapters.items():
+        budget = adapter.preferred_token_budget
+        shares = time_shares(adapter, seqs[: max(1, budget // 501)])
+        total = sum(shares.values())
+        parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
+        print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")
+    for dtype, adapter in adapters.items():
+        budget = adapter.preferred_token_budget
+        rate = {length: best[(dtype, length, budget)][0] for length in ("500", "251")}
+        seconds = sum(
+            (n + N_TRAIN) * (length + 1) / rate["500" if length == 500 else "251"]
+            for length, n in ATLAS.values()
+        )
+        seconds += (ATLAS_DEMO[1] + N_TRAIN) * (ATLAS_DEMO[0] + 1) / rate["251"]
+        print(
+            f"  atlas-full-v1 projected ({dtype}, budget {budget}, this machine and load): "
+            f"{seconds / 60:.1f} min with --rc none, {2 * seconds / 60:.1f} min with --rc average"
+        )
+
+
+if __name__ == "__main__":
+    main()

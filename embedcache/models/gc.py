@@ -1,0 +1,95 @@
+"""Built-in floor model ``gc``: one feature, the sequence's GC fraction, no download.
+
+The vector is ``(G + C) / (A + C + G + T)``: N is not counted in either count. A
+sequence with no A, C, G or T (all N) gets 0.5, the uninformative middle, the way a
+k-mer floor gives such a sequence its zero vector instead of failing: the probe then
+scores it like any other item. GC content is the same on both strands, so there is no
+reverse-complement mode. A model that only learned GC content should not look good:
+this floor shows what GC alone reaches with the same probe.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from embedcache.errors import AdapterOptionError, InvalidSequenceError
+from embedcache.specs import ModelKey
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+GC_ADAPTER_VERSION = "1"
+NO_BASES_VALUE = 0.5  # all-N sequence: neither GC- nor AT-rich
+
+# byte -> 1 for G/C, 0 for A/T, 2 for N (not counted), 255 for anything else
+_CLASS = np.full(256, 255, dtype=np.uint8)
+for _base in b"AT":
+    _CLASS[_base] = 0
+for _base in b"GC":
+    _CLASS[_base] = 1
+_CLASS[ord("N")] = 2
+
+
+def gc_fraction(seq: str) -> float:
+    """(G + C) / (A + C + G + T) of an upper-case sequence; 0.5 when it has none of them.
+
+    Raises
+    ------
+    InvalidSequenceError
+        The sequence holds a character other than A, C, G, T or N.
+    """
+    cls = _CLASS[np.frombuffer(seq.encode("ascii", errors="replace"), dtype=np.uint8)]
+    bad = np.flatnonzero(cls == 255)
+    if bad.size:
+        pos = int(bad[0])
+        msg = (
+            f"invalid character {seq[pos]!r} at position {pos + 1} of a sequence of "
+            f"length {len(seq)}; the GC floor accepts A, C, G, T and N"
+        )
+        raise InvalidSequenceError(msg)
+    counts = np.bincount(cls, minlength=3)
+    n_bases = int(counts[0] + counts[1])
+    return float(counts[1]) / n_bases if n_bases else NO_BASES_VALUE
+
+
+class GCAdapter:
+    """The GC fraction as a one-dimensional embedding."""
+
+    needs_equal_lengths = False
+    max_tokens = None
+    preferred_token_budget = 2_000_000  # counting is cheap: few, large store commits
+    dim = 1
+
+    def __init__(self, *, rc_mode: str = "none") -> None:
+        if rc_mode != "none":
+            msg = (
+                f"gc: rc mode {rc_mode!r} does not apply; GC content is the same on "
+                "both strands (drop --rc)"
+            )
+            raise AdapterOptionError(msg)
+        self.rc_mode = rc_mode
+        self.key = ModelKey(
+            model_id="gc",
+            revision=f"builtin-v{GC_ADAPTER_VERSION}",
+            adapter="gc",
+            adapter_version=GC_ADAPTER_VERSION,
+            pooling="gc-fraction",
+            special_tokens="none",
+            rc_mode=rc_mode,
+            dtype="float32",
+            max_length=None,
+        )
+
+    def n_tokens(self, seq: str) -> int:
+        """One token per base: the budget is only a batching hint here."""
+        return len(seq)
+
+    def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
+        return np.asarray([[gc_fraction(s)] for s in seqs], dtype=np.float32).reshape(
+            len(seqs), 1
+        )

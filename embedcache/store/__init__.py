@@ -1,0 +1,37 @@
+"""Content-addressed embedding store: a Zarr v3 hierarchy on a folder or a bucket.
+
+One group per model key; within it, shards written once by one writer each and
+published by commit records created with put-if-absent (see ``commits``). The
+modules, one job each:
+
+- ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
+- ``layout``: object names, group documents, commit records (``schema_version`` 2)
+- ``groups``: open the location, the root group and the key groups
+- ``commits``: the commit protocol and each key's view of its committed shards
+- ``shards``: shard I/O through zarr arrays with the crc32c codec
+- ``index``: sequence hashes and the per-key hash index
+- ``verify``: full checks; ``maintenance``: compaction and garbage collection
+- ``migrate``: convert a schema-1 store in place
+- ``embedding_store``: :class:`EmbeddingStore`, the public API
+"""
+
+from __future__ import annotations
+
+from embedcache.store.backend import is_url, open_object_store
+from embedcache.store.embedding_store import EmbeddingStore, KeyInfo
+from embedcache.store.layout import SCHEMA_VERSION
+from embedcache.store.maintenance import AUTO_MERGE, GARBAGE_GRACE_S
+from embedcache.store.migrate import migrate_store
+from embedcache.store.verify import Fault
+
+__all__ = [
+    "AUTO_MERGE",
+    "GARBAGE_GRACE_S",
+    "SCHEMA_VERSION",
+    "EmbeddingStore",
+    "Fault",
+    "KeyInfo",
+    "is_url",
+    "migrate_store",
+    "open_object_store",
+]

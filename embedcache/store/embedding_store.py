@@ -1,0 +1,361 @@
+"""EmbeddingStore: the public face of the store (get, contains, put, keys, verify, compact)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embedcache.errors import (
+    DimensionMismatchError,
+    InvalidAliasError,
+    InvalidVectorError,
+    StoreError,
+)
+from embedcache.store import maintenance
+from embedcache.store.commits import (
+    RETRIES,
+    KeyView,
+    ShardRetiredError,
+    Writer,
+    adopt,
+    commit_shard,
+    read_gids,
+    refresh,
+    retries_exhausted,
+)
+from embedcache.store.groups import list_keys, open_backend, open_key, open_root
+from embedcache.store.index import check_hashes, to_hex
+from embedcache.store.layout import HOST
+from embedcache.store.verify import Fault, verify_store
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from embedcache.specs import ModelKey
+
+logger = logging.getLogger(__name__)
+
+_WRITER_RE = re.compile(r"[A-Za-z0-9_.-]{1,80}")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """One model key in the store, as ``keys()`` and ``embedcache store ls`` show it."""
+
+    key: ModelKey
+    digest: str
+    n_vectors: int  # distinct hashes in the logical view
+    dim: int
+    n_shards: int  # committed, visible shards
+    nbytes: int  # bytes stored by the visible shards
+    aliases: tuple[str, ...] = ()  # display names recorded by put(..., alias=)
+
+
+class EmbeddingStore:
+    """Embeddings keyed by model key and sequence hash, in a folder or a bucket.
+
+    Parameters
+    ----------
+    root
+        A folder, a URL (``s3://bucket/prefix``, ``gs://...``, ``az://...``,
+        ``memory://``) or an obstore store object. A folder is created (with the
+        store's root group) if missing and ``create``.
+    writer_id
+        Names this writer's shards; default ``<host>-<pid>-<random>``.
+    create
+        Whether a missing or empty location becomes a new store.
+    auto_merge
+        Merge this writer's own shards once this many accumulate at one size level
+        (0 turns it off).
+    options
+        obstore options for a URL (credentials, region, endpoint, ``allow_http``);
+        see :func:`embedcache.store.open_object_store`.
+
+    Raises
+    ------
+    StoreError
+        The location is not an embedcache store, was written with another schema,
+        or its backend cannot do put-if-absent.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Any,  # noqa: ANN401 (or an obstore store)
+        *,
+        writer_id: str | None = None,
+        create: bool = True,
+        auto_merge: int = maintenance.AUTO_MERGE,
+        options: Mapping[str, str] | None = None,
+    ) -> None:
+        if writer_id is None:
+            writer_id = f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
+        if not _WRITER_RE.fullmatch(writer_id):
+            msg = (
+                f"writer_id {writer_id!r} must be 1-80 characters of letters, digits, "
+                "'_', '.', '-'"
+            )
+            raise ValueError(msg)
+        self.writer_id = writer_id
+        self._backend = open_backend(root, options, create=create)
+        self.root = self._backend.location
+        self._writer = Writer(writer_id)
+        self._auto_merge = auto_merge
+        self._lock = threading.RLock()
+        self._views: dict[str, KeyView] = {}
+        self._own: dict[str, list[tuple[int, str]]] = {}
+        self._writable = open_root(self._backend, create=create)
+
+    def __repr__(self) -> str:
+        return f"EmbeddingStore({self.root!r}, writer_id={self.writer_id!r})"
+
+    # --- reading ----------------------------------------------------------------
+
+    def get(
+        self, key: ModelKey, hashes: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors for ``hashes`` in the requested order, and which were found.
+
+        Returns float32 (n, dim) vectors (rows of missing hashes are NaN; a key
+        absent from the store gives shape (n, 0)) and a bool (n,) mask.
+
+        Raises
+        ------
+        CorruptStoreError
+            A shard fails a check (metadata sha256, chunk crc32c, missing object);
+            no data is returned.
+        """
+        q = check_hashes(hashes)
+        with self._lock:
+            for _ in range(RETRIES):
+                view = self._view(key)
+                if view is None:
+                    return np.empty((len(q), 0), np.float32), np.zeros(len(q), bool)
+                gids = view.index.lookup(q)
+                found = gids >= 0
+                out = np.empty((len(q), view.dim), np.float32)
+                out[~found] = np.nan
+                try:
+                    read_gids(
+                        self._backend, view, gids[found], out, np.flatnonzero(found)
+                    )
+                except ShardRetiredError:
+                    view.forget_listing()
+                    continue
+                return out, found
+        raise retries_exhausted(self._backend, key)
+
+    def contains(self, key: ModelKey, hashes: Sequence[str]) -> np.ndarray:
+        """Which hashes have a stored vector (bool (n,)), without reading vectors."""
+        q = check_hashes(hashes)
+        with self._lock:
+            view = self._view(key)
+            return np.zeros(len(q), bool) if view is None else view.index.lookup(q) >= 0
+
+    def hashes(self, key: ModelKey) -> list[str]:
+        """Every hash stored for ``key`` (sorted), e.g. to export the whole key."""
+        with self._lock:
+            view = self._view(key)
+            return [] if view is None else to_hex(view.index.sorted_keys)
+
+    def keys(self) -> list[KeyInfo]:
+        """Every model key in the store with its counts, size and aliases, by digest."""
+        out = []
+        with self._lock:
+            for view in self._all_views():
+                out.append(
+                    KeyInfo(
+                        key=view.key,
+                        digest=view.digest,
+                        n_vectors=len(view.index),
+                        dim=view.dim,
+                        n_shards=len(view.shards),
+                        nbytes=sum(
+                            size
+                            for s in view.shards
+                            for size, _ in s.record.files.values()
+                        ),
+                        aliases=view.aliases,
+                    )
+                )
+        return out
+
+    # --- writing ----------------------------------------------------------------
+
+    def put(
+        self,
+        key: ModelKey,
+        hashes: Sequence[str],
+        vectors: np.ndarray,
+        *,
+        alias: str | None = None,
+    ) -> int:
+        """Store vectors not stored yet, as one atomic commit; return how many.
+
+        Idempotent: hashes already stored (or repeated within the call) are skipped,
+        their new vectors ignored (the first committed vector wins). ``alias`` (e.g.
+        a local model's folder name) is recorded in the commit; if every vector is
+        stored already and the key does not list the alias yet, an empty commit
+        records it.
+
+        Raises
+        ------
+        DimensionMismatchError
+            ``vectors`` is not (len(hashes), dim) floating point, or dim disagrees
+            with the key's group. Nothing is written.
+        InvalidVectorError
+            A vector is not finite in float32. Nothing is written.
+        """
+        q = check_hashes(hashes)
+        vecs = _check_vectors(key, len(q), vectors)
+        aliases = (_check_alias(alias),) if alias is not None else ()
+        if not len(q):
+            return 0
+        with self._lock:
+            self._check_writable()
+            view = self._view(key, create_dim=vecs.shape[1])
+            assert view is not None  # created above when absent
+            if view.dim != vecs.shape[1]:
+                msg = (
+                    f"vectors of dim {vecs.shape[1]} for {key.short()} (key "
+                    f"{view.digest[:12]}), but {self._backend.describe(view.digest)} "
+                    f"holds dim {view.dim}. Nothing was written. Vectors of another dim "
+                    "belong to another model key (check layer, rc_mode and adapter "
+                    "options)."
+                )
+                raise DimensionMismatchError(msg)
+            # first occurrence of each hash not stored yet, in the caller's order
+            _, first = np.unique(q, return_index=True)
+            rows = np.sort(first)
+            rows = rows[view.index.lookup(q[rows]) < 0]
+            if not len(rows) and set(aliases) <= set(view.aliases):
+                return 0
+            new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
+            shard = commit_shard(
+                self._backend,
+                view,
+                self._writer,
+                q[rows],
+                lambda arr: arr.__setitem__(..., new),
+                aliases=aliases,
+            )
+            logger.debug(
+                "committed %d rows for %s as %s", len(rows), key.short(), shard
+            )
+            adopt(view, shard)
+            if self._auto_merge >= 2:
+                own = self._own.setdefault(view.digest, [])
+                own.append((0, shard.record.shard))
+                maintenance.merge_own(
+                    self._backend, view, self._writer, own, auto_merge=self._auto_merge
+                )
+            return len(rows)
+
+    def compact(self, key: ModelKey | None = None) -> None:
+        """Merge each key's shards into one, atomically, dropping duplicate rows.
+
+        The merged shard is committed (superseding the old ones) before any old shard
+        is retired, so a crash at any point leaves a readable store with every row.
+        Also removes garbage that is provably dead (see ``garbage()``).
+        """
+        with self._lock:
+            self._check_writable()
+            views = self._all_views() if key is None else [self._view(key)]
+            for view in views:
+                if view is not None:
+                    maintenance.compact(self._backend, view, self._writer)
+                    self._own.pop(view.digest, None)
+
+    # --- checking ---------------------------------------------------------------
+
+    def verify(self) -> list[Fault]:
+        """Full check: every committed object's size and sha256, and the metadata.
+
+        Returns the faults found (``[]`` means healthy). Uncommitted leftovers of
+        killed writers and superseded shards awaiting removal are *garbage*, not
+        faults: readers never look at them; see ``garbage()``.
+        """
+        with self._lock:
+            return verify_store(self._backend)
+
+    def garbage(self) -> list[str]:
+        """Locations readers ignore: uncommitted or superseded shards and records."""
+        with self._lock:
+            out = []
+            for view in self._all_views():
+                for leftover in maintenance.find_garbage(
+                    self._backend, view, self._writer
+                ):
+                    out.extend(self._backend.describe(p) for p in leftover.paths)
+            return sorted(out)
+
+    # --- opening ----------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if not self._writable:
+            msg = (
+                f"{self.root} was opened read-only (the credentials may not write "
+                "there); use credentials with write access to add or compact"
+            )
+            raise StoreError(msg)
+
+    def _view(self, key: ModelKey, *, create_dim: int | None = None) -> KeyView | None:
+        """The fresh view of ``key``; None if absent (created if ``create_dim``)."""
+        view = self._views.get(key.digest)
+        if view is None:
+            view = open_key(self._backend, key, create_dim=create_dim)
+            if view is None:
+                return None
+            self._views[key.digest] = view
+        refresh(self._backend, view)
+        return view
+
+    def _all_views(self) -> list[KeyView]:
+        views = (self._view(key) for key in list_keys(self._backend))
+        return [view for view in views if view is not None]
+
+
+def _check_vectors(key: ModelKey, n: int, vectors: object) -> np.ndarray:
+    arr = np.asarray(vectors)
+    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
+        msg = (
+            f"vectors for {key.short()} (key {key.digest[:12]}) have shape {arr.shape}; "
+            f"expected ({n}, dim) with dim >= 1: one row per hash"
+        )
+        raise DimensionMismatchError(msg)
+    if arr.dtype.kind != "f":
+        msg = (
+            f"vectors for {key.short()} (key {key.digest[:12]}) have dtype {arr.dtype}; "
+            "the store keeps float32: pass floating-point vectors"
+        )
+        raise DimensionMismatchError(msg)
+    out = arr.astype(np.float32, copy=False)
+    finite = np.isfinite(out).all(axis=1)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        msg = (
+            f"vector row {row} for {key.short()} is not finite in float32 "
+            "(NaN, inf, or beyond float32 range); nothing was written"
+        )
+        raise InvalidVectorError(msg)
+    return np.ascontiguousarray(out)
+
+
+def _check_alias(alias: object) -> str:
+    if (
+        not isinstance(alias, str)
+        or not 0 < len(alias) <= 200
+        or not alias.isprintable()
+    ):
+        msg = (
+            f"alias {alias!r} is not a display name: give 1-200 printable characters "
+            "(e.g. the model's folder name)"
+        )
+        raise InvalidAliasError(msg)
+    return alias

@@ -1,0 +1,246 @@
+"""The store's format (``schema_version`` 2): object names, group documents, commit records.
+
+Every folder is a Zarr v3 group with its ``zarr.json``::
+
+    zarr.json                              attrs.embedcache: kind, schema_version
+    <digest>/zarr.json                     one group per model key: dim, key_json, ...
+    <digest>/shards/zarr.json              group of the key's shards
+    <digest>/shards/<shard>/zarr.json      one group per shard, written once
+    <digest>/shards/<shard>/vectors        (n, dim) float32 array, crc32c per chunk
+    <digest>/shards/<shard>/hashes         (n, 32) uint8 array: raw sha256 per row
+    <digest>/commits/zarr.json             group of the key's commit records
+    <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
+                                           a shard exists for readers iff this does
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.specs import ModelKey
+
+SCHEMA_VERSION = 2
+STORE_KIND = "embedcache-store"
+KEY_KIND = "embedcache-key"
+SHARDS_KIND = "embedcache-shards"
+SHARD_KIND = "embedcache-shard"
+COMMITS_KIND = "embedcache-commits"
+COMMIT_KIND = "embedcache-commit"
+META = "zarr.json"
+HASH_WIDTH = 32
+# the objects of a shard every reader checks against the record's sha256
+SHARD_META_FILES = ("zarr.json", "vectors/zarr.json", "hashes/zarr.json")
+
+HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:40] or "host"
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def embedcache_version() -> str:
+    from embedcache import __version__
+
+    return __version__
+
+
+def is_key_digest(name: str) -> bool:
+    return bool(_DIGEST_RE.fullmatch(name))
+
+
+def shards_prefix(digest: str) -> str:
+    return f"{digest}/shards"
+
+
+def shard_prefix(digest: str, shard: str) -> str:
+    return f"{digest}/shards/{shard}"
+
+
+def commits_prefix(digest: str) -> str:
+    return f"{digest}/commits"
+
+
+def record_path(digest: str, shard: str) -> str:
+    return f"{digest}/commits/{shard}/{META}"
+
+
+def new_shard_name(writer_id: str) -> str:
+    """``<writer>~<host>~<pid>~<random>``: unique, and names its owner process.
+
+    Host and pid let garbage collection tell a dead writer's leftovers.
+    """
+    return f"{writer_id}~{HOST}~{os.getpid()}~{secrets.token_hex(6)}"
+
+
+def shard_owner(shard: str) -> tuple[str, int] | None:
+    """(host, pid) of the process that wrote a shard, if its name says."""
+    parts = shard.split("~")
+    if len(parts) == 4 and parts[2].isdigit():
+        return parts[1], int(parts[2])
+    return None
+
+
+def sha256(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def json_bytes(obj: object) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def group_doc(attrs: dict[str, Any]) -> bytes:
+    """A Zarr v3 group's ``zarr.json`` with ``attrs`` under ``attributes.embedcache``."""
+    return json_bytes(
+        {"zarr_format": 3, "node_type": "group", "attributes": {"embedcache": attrs}}
+    )
+
+
+def parse_json(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        msg = f"{where} is not valid JSON ({err}); the store is damaged there"
+        raise CorruptStoreError(msg) from err
+    if not isinstance(doc, dict):
+        msg = f"{where} holds {type(doc).__name__}, expected a JSON object"
+        raise CorruptStoreError(msg)
+    return doc
+
+
+def group_attrs(data: bytes, where: str, *, kind: str) -> dict[str, Any]:
+    """The embedcache attrs of a group document, checked for kind and schema."""
+    attrs = parse_json(data, where).get("attributes", {}).get("embedcache")
+    if not isinstance(attrs, dict) or attrs.get("kind") != kind:
+        found = attrs.get("kind") if isinstance(attrs, dict) else None
+        msg = (
+            f"{where} is not an embedcache {kind} (attrs['embedcache']['kind'] is "
+            f"{found!r}). Point --store at an embedcache store or at a new, empty "
+            "folder or prefix."
+        )
+        raise StoreError(msg)
+    check_schema(attrs, where)
+    return attrs
+
+
+def check_schema(attrs: dict[str, Any], where: str) -> None:
+    version = attrs.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return
+    written = attrs.get("embedcache_version", "?")
+    if version == 1:
+        msg = (
+            f"{where} was written with store schema_version 1 by embedcache {written}; "
+            f"this embedcache {embedcache_version()} reads schema_version "
+            f"{SCHEMA_VERSION}. Convert it in place with `embedcache store migrate "
+            "--store ...` (nothing is recomputed), or open it with the old embedcache."
+        )
+    else:
+        msg = (
+            f"{where} was written with store schema_version {version!r} by embedcache "
+            f"{written}; this embedcache {embedcache_version()} reads schema_version "
+            f"{SCHEMA_VERSION} only. Open it with a matching embedcache, or use a new "
+            "store (never mix the two)."
+        )
+    raise StoreError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    """What a commit publishes: a shard, its size, and a digest of each of its objects."""
+
+    shard: str
+    writer: str
+    n_rows: int
+    dim: int
+    order_ns: int  # position among the key's shards: the first stored vector wins
+    committed_ns: int
+    supersedes: tuple[str, ...]  # shards this one replaces (compaction)
+    aliases: tuple[str, ...]  # display names given by the writer (put(..., alias=))
+    files: dict[str, tuple[int, str]]  # path in the shard -> (size, sha256)
+
+    def to_doc(self) -> bytes:
+        return group_doc(
+            {
+                "kind": COMMIT_KIND,
+                "schema_version": SCHEMA_VERSION,
+                "shard": self.shard,
+                "writer": self.writer,
+                "n_rows": self.n_rows,
+                "dim": self.dim,
+                "order_ns": self.order_ns,
+                "committed_ns": self.committed_ns,
+                "supersedes": sorted(self.supersedes),
+                "aliases": sorted(self.aliases),
+                "files": {
+                    rel: {"size": size, "sha256": digest}
+                    for rel, (size, digest) in sorted(self.files.items())
+                },
+                "embedcache_version": embedcache_version(),
+            }
+        )
+
+    @classmethod
+    def from_doc(cls, data: bytes, *, shard: str, dim: int, where: str) -> CommitRecord:
+        """Parse and check a record; CorruptStoreError if it is malformed."""
+        try:
+            attrs = group_attrs(data, where, kind=COMMIT_KIND)
+            if attrs["shard"] != shard:
+                raise ValueError(f"names shard {attrs['shard']!r}")  # noqa: EM102
+            if attrs["dim"] != dim:
+                raise ValueError(f"dim {attrs['dim']} != key dim {dim}")  # noqa: EM102
+            return cls(
+                shard=shard,
+                writer=str(attrs["writer"]),
+                n_rows=int(attrs["n_rows"]),
+                dim=int(attrs["dim"]),
+                order_ns=int(attrs["order_ns"]),
+                committed_ns=int(attrs["committed_ns"]),
+                supersedes=tuple(str(s) for s in attrs["supersedes"]),
+                aliases=tuple(str(a) for a in attrs.get("aliases", ())),
+                files={
+                    str(rel): (int(v["size"]), str(v["sha256"]))
+                    for rel, v in attrs["files"].items()
+                },
+            )
+        except (StoreError, KeyError, TypeError, ValueError, AttributeError) as err:
+            msg = (
+                f"{where}: commit record is malformed ({err}); the shard is not trusted"
+            )
+            raise CorruptStoreError(msg) from err
+
+
+def key_attrs(key: ModelKey, dim: int) -> dict[str, Any]:
+    return {
+        "kind": KEY_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "dim": dim,
+        "dtype": "float32",
+        "key_json": key.canonical_json(),
+        "embedcache_version": embedcache_version(),
+    }
+
+
+def parse_key_doc(data: bytes, where: str, digest: str) -> tuple[ModelKey, int]:
+    """The model key and dim of a key group; StoreError/CorruptStoreError if bad."""
+    attrs = group_attrs(data, where, kind=KEY_KIND)
+    try:
+        key = ModelKey.from_json(attrs["key_json"])
+    except (KeyError, TypeError, ValueError) as err:
+        msg = f"{where}: unreadable model key ({err})"
+        raise CorruptStoreError(msg) from err
+    if key.digest != digest:
+        msg = (
+            f"{where} holds a key whose digest is {key.digest}, not its folder name; "
+            "the group was renamed or damaged"
+        )
+        raise CorruptStoreError(msg)
+    dim = attrs.get("dim")
+    if attrs.get("dtype") != "float32" or not isinstance(dim, int) or dim < 1:
+        msg = f"{where}: dtype/dim attrs {attrs.get('dtype')}/{dim} unreadable"
+        raise CorruptStoreError(msg)
+    return key, dim

@@ -1,0 +1,217 @@
+"""Garbage collection and compaction: merge shards, remove what readers ignore.
+
+Leftovers are *garbage*, not faults: a killed writer's uncommitted shard, or a
+superseded shard whose retirement was interrupted. Readers never look at them.
+``compact`` merges a key's shards into one committed shard that supersedes them,
+retires them, and removes garbage whose writer is provably dead (same host, pid
+gone) or that is older than a day.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.store.commits import (
+    RETRIES,
+    ShardRetiredError,
+    commit_shard,
+    read_gids,
+    refresh,
+    retire,
+    retries_exhausted,
+)
+from embedcache.store.layout import (
+    HOST,
+    commits_prefix,
+    record_path,
+    shard_owner,
+    shard_prefix,
+    shards_prefix,
+)
+from embedcache.store.shards import chunk_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from embedcache.store.backend import Backend
+    from embedcache.store.commits import KeyView, Writer
+    from embedcache.store.layout import CommitRecord
+
+logger = logging.getLogger(__name__)
+
+# a writer merges its own shards once this many pile up at one level, so a long
+# embedding run that commits every batch still leaves few shards to open
+AUTO_MERGE = 16
+# uncommitted leftovers whose owner cannot be proven dead are kept this long
+GARBAGE_GRACE_S = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """One shard readers ignore, and whether it may be removed now."""
+
+    shard: str
+    paths: tuple[str, ...]  # its commit record (if any) and its shard folder
+    removable: bool
+
+
+def merge(
+    backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
+) -> CommitRecord:
+    """Commit one shard holding the winning rows of ``shard_ids``; retire them."""
+    refresh(backend, view)
+    chosen = set(shard_ids) & {s.record.shard for s in view.shards}
+    # shards hidden by a chosen one go too, or they would reappear once their
+    # superseder is retired
+    grew = True
+    while grew:
+        extra = {old for old, sup in view.hidden.items() if sup in chosen} - chosen
+        chosen |= extra
+        grew = bool(extra)
+    positions = [i for i, s in enumerate(view.shards) if s.record.shard in chosen]
+    winners = np.sort(view.index.sorted_gids)
+    which = np.searchsorted(view.index.offsets, winners, side="right") - 1
+    gids = winners[np.isin(which, positions)]
+    keys = np.concatenate([s.keys for s in view.shards])[gids]
+    block = 16 * chunk_rows(len(gids), 4 * view.dim)  # whole chunks per write
+
+    def fill(arr: Any) -> None:  # noqa: ANN401 (a zarr array)
+        for start in range(0, len(gids), block):
+            part = gids[start : start + block]
+            buf = np.empty((len(part), view.dim), np.float32)
+            read_gids(backend, view, part, buf, np.arange(len(part)))
+            arr[start : start + len(part)] = buf
+
+    merged = commit_shard(
+        backend,
+        view,
+        writer,
+        keys,
+        fill,
+        supersedes=chosen,
+        order_ns=min(view.records[s].order_ns for s in chosen),
+        aliases={a for s in chosen for a in view.records[s].aliases},
+    )
+    retire(backend, view.digest, sorted(chosen))
+    refresh(backend, view)
+    return merged.record
+
+
+def merge_own(
+    backend: Backend,
+    view: KeyView,
+    writer: Writer,
+    own: list[tuple[int, str]],
+    *,
+    auto_merge: int,
+) -> None:
+    """Merge this writer's shards level by level once ``auto_merge`` pile up."""
+    level = 0
+    while True:
+        at = [s for lv, s in own if lv == level]
+        if len(at) < auto_merge:
+            return
+        own[:] = [(lv, s) for lv, s in own if lv != level]
+        visible = {s.record.shard for s in view.shards}
+        live = [s for s in at if s in visible]
+        if len(live) < 2:
+            return
+        try:
+            merged = merge(backend, view, writer, live)
+        except (CorruptStoreError, StoreError, ShardRetiredError) as err:
+            logger.warning("could not merge shards of %s: %s", view.key.short(), err)
+            return
+        own.append((level + 1, merged.shard))
+        level += 1
+
+
+def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
+    """Merge all of a key's shards into one, then remove its dead garbage."""
+    refresh(backend, view)
+    for _ in range(RETRIES):
+        if len(view.shards) <= 1 and not view.hidden:
+            break
+        try:
+            merged = merge(backend, view, writer, [s.record.shard for s in view.shards])
+        except ShardRetiredError:  # another process compacted meanwhile
+            view.forget_listing()
+            refresh(backend, view)
+            continue
+        logger.info("compacted %s into shard %s", view.key.short(), merged.shard)
+        break
+    else:
+        raise retries_exhausted(backend, view.key)
+    collect(backend, view, find_garbage(backend, view, writer))
+    refresh(backend, view)
+
+
+def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftover]:
+    """Every leftover under one key (the view must be fresh)."""
+    prefix = shards_prefix(view.digest) + "/"
+    newest: dict[str, float] = {}
+    for entry in backend.list(prefix):
+        name, _, rest = entry.path[len(prefix) :].partition("/")
+        if rest:
+            newest[name] = max(newest.get(name, 0.0), entry.modified)
+    # a local folder may hold only obstore's hidden staging files (a writer killed
+    # during its first write): age unknown, so only a dead owner lets it go
+    folders, _ = backend.list_dir(prefix)
+    for name in set(folders) - newest.keys():
+        newest[name] = time.time()
+    out = []
+    for name in sorted(newest.keys() | view.hidden.keys()):
+        folder = (shard_prefix(view.digest, name),) if name in newest else ()
+        if name in view.hidden:  # superseded by a committed shard
+            out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
+        elif name not in view.records:  # never committed
+            old = time.time() - newest[name] > GARBAGE_GRACE_S
+            out.append(Leftover(name, folder, old or _dead(name, writer)))
+    return out
+
+
+def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> None:
+    """Remove the removable leftovers."""
+    removable = [lo.shard for lo in leftovers if lo.removable]
+    superseded = [s for s in removable if s in view.hidden]
+    retire(backend, view.digest, superseded)
+    uncommitted = [s for s in removable if s not in view.hidden]
+    # checked just now: a dead writer cannot commit any more
+    exists = backend.map(
+        backend.exists, [record_path(view.digest, s) for s in uncommitted]
+    )
+    dead = [
+        s for s, committed in zip(uncommitted, exists, strict=True) if not committed
+    ]
+    backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
+    backend.delete_prefixes(f"{commits_prefix(view.digest)}/{s}" for s in dead)
+    if removable:
+        logger.info(
+            "removed %d leftover shards of %s", len(removable), view.key.short()
+        )
+
+
+def _dead(shard: str, writer: Writer) -> bool:
+    """Whether an uncommitted shard's writer is provably gone."""
+    if shard in writer.writing:
+        return False
+    owner = shard_owner(shard)
+    if owner is None or owner[0] != HOST or owner[1] == os.getpid():
+        return False
+    return not _pid_alive(owner[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

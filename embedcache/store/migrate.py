@@ -1,0 +1,199 @@
+"""Convert a schema-1 store (embedcache <= 0.1 layout) to schema 2, in place.
+
+Schema 1 kept commit records as ``commits/<shard>.json`` and had no ``zarr.json``
+in ``shards/`` and ``commits/``; its shard arrays are already what schema 2 reads.
+Migration checks every committed shard (size and sha256 of each file, then its
+metadata and hashes), writes the schema-2 groups and records beside the old ones,
+flips each key group to schema 2, and the root last. Until the root flips, the
+store stays schema 1 (refused by this embedcache, read by the old one), so an
+interrupted migration is simply run again. Run it while nobody writes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.specs import ModelKey
+from embedcache.store.groups import open_backend
+from embedcache.store.layout import (
+    COMMITS_KIND,
+    KEY_KIND,
+    META,
+    SCHEMA_VERSION,
+    SHARDS_KIND,
+    STORE_KIND,
+    CommitRecord,
+    commits_prefix,
+    group_doc,
+    is_key_digest,
+    key_attrs,
+    parse_json,
+    record_path,
+    shard_prefix,
+    shards_prefix,
+)
+from embedcache.store.verify import verify_shard
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from embedcache.store.backend import Backend
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """What ``migrate_store`` did."""
+
+    from_version: int
+    n_keys: int  # key groups converted
+    n_shards: int  # committed shards carried over
+
+
+def migrate_store(
+    root: str | os.PathLike[str] | Any,  # noqa: ANN401 (or an obstore store)
+    *,
+    options: Mapping[str, str] | None = None,
+) -> Migration:
+    """Convert the store at ``root`` to schema 2 in place (nothing is recomputed).
+
+    Raises
+    ------
+    CorruptStoreError
+        A committed schema-1 shard fails its checks; that key is left unchanged.
+        Delete the named commit record (its rows will be recomputed) and run again.
+    StoreError
+        ``root`` is no embedcache store, or of an unknown schema.
+    """
+    backend = open_backend(root, options, create=False)
+    doc = backend.read_or_none(META)
+    attrs = _attrs(doc, backend, META, STORE_KIND)
+    version = attrs.get("schema_version")
+    if version == SCHEMA_VERSION:
+        return Migration(from_version=SCHEMA_VERSION, n_keys=0, n_shards=0)
+    if version != 1:
+        msg = f"{backend.describe(META)} has schema_version {version!r}; migrate converts 1 to 2"
+        raise StoreError(msg)
+    folders, _ = backend.list_dir("")
+    n_keys = n_shards = 0
+    for digest in filter(is_key_digest, folders):
+        converted = _migrate_key(backend, digest)
+        if converted is not None:
+            n_keys += 1
+            n_shards += converted
+    attrs["schema_version"] = SCHEMA_VERSION
+    backend.write(META, group_doc(attrs))
+    backend.sync([META])
+    logger.info(
+        "migrated %s to schema %d: %d keys", backend.location, SCHEMA_VERSION, n_keys
+    )
+    return Migration(from_version=1, n_keys=n_keys, n_shards=n_shards)
+
+
+def _attrs(doc: bytes | None, backend: Backend, path: str, kind: str) -> dict[str, Any]:
+    where = backend.describe(path)
+    if doc is None:
+        msg = f"no embedcache store at {backend.location} ({where} is missing)"
+        raise StoreError(msg)
+    attrs = parse_json(doc, where).get("attributes", {}).get("embedcache")
+    if not isinstance(attrs, dict) or attrs.get("kind") != kind:
+        msg = f"{where} is not an embedcache {kind}"
+        raise StoreError(msg)
+    return attrs
+
+
+def _migrate_key(backend: Backend, digest: str) -> int | None:
+    """Convert one key group; return its committed shards (None if not schema 1)."""
+    path = f"{digest}/{META}"
+    doc = backend.read_or_none(path)
+    if doc is None:
+        return None
+    attrs = _attrs(doc, backend, path, KEY_KIND)
+    if attrs.get("schema_version") == SCHEMA_VERSION:
+        _remove_v1_leftovers(backend, digest, set())
+        return None
+    try:
+        key = ModelKey.from_json(attrs["key_json"])
+        dim = int(attrs["dim"])
+    except (KeyError, TypeError, ValueError) as err:
+        msg = f"{backend.describe(path)}: unreadable model key ({err})"
+        raise CorruptStoreError(msg) from err
+    records = _v1_records(backend, digest, dim)
+    hidden = {old for r in records.values() for old in r.supersedes}
+    visible = [r for name, r in sorted(records.items()) if name not in hidden]
+    faults = [f for r in visible for f in verify_shard(backend, digest, r)]
+    if faults:
+        listed = "\n  ".join(map(str, faults))
+        msg = (
+            f"{len(faults)} fault(s) in {key.short()} ({digest[:12]}); the key was not "
+            f"migrated:\n  {listed}"
+        )
+        raise CorruptStoreError(msg)
+    for folder, kind in (
+        (shards_prefix(digest), SHARDS_KIND),
+        (commits_prefix(digest), COMMITS_KIND),
+    ):
+        backend.create(
+            f"{folder}/{META}",
+            group_doc({"kind": kind, "schema_version": SCHEMA_VERSION}),
+        )
+    for record in visible:
+        backend.create(record_path(digest, record.shard), record.to_doc())
+    backend.write(path, group_doc(key_attrs(key, dim)))
+    backend.sync([path])
+    _remove_v1_leftovers(backend, digest, hidden)
+    return len(visible)
+
+
+def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:
+    """The schema-1 commit records of a key, as schema-2 records."""
+    prefix = commits_prefix(digest) + "/"
+    out = {}
+    for entry in backend.list(prefix):
+        name = entry.path[len(prefix) :]
+        if "/" in name or name.startswith(".") or not name.endswith(".json"):
+            continue
+        shard = name.removesuffix(".json")
+        where = backend.describe(entry.path)
+        old = parse_json(backend.read(entry.path), where)
+        try:
+            if old["format"] != "embedcache-commit" or old["schema_version"] != 1:
+                raise ValueError(f"format {old['format']!r} v{old['schema_version']!r}")  # noqa: EM102
+            if old["shard"] != shard or old["dim"] != dim:
+                raise ValueError(f"shard {old['shard']!r}, dim {old['dim']!r}")  # noqa: EM102
+            out[shard] = CommitRecord(
+                shard=shard,
+                writer=str(old["writer"]),
+                n_rows=int(old["n_rows"]),
+                dim=dim,
+                order_ns=int(old["order_ns"]),
+                committed_ns=int(old["committed_ns"]),
+                supersedes=tuple(str(s) for s in old["supersedes"]),
+                aliases=(),
+                files={
+                    str(rel): (int(v["size"]), str(v["sha256"]))
+                    for rel, v in old["files"].items()
+                },
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            msg = f"{where}: schema-1 commit record is malformed ({err})"
+            raise CorruptStoreError(msg) from err
+    return out
+
+
+def _remove_v1_leftovers(backend: Backend, digest: str, superseded: set[str]) -> None:
+    """Old records and temp files, retired and superseded shard folders."""
+    prefix = commits_prefix(digest) + "/"
+    for entry in backend.list(prefix):
+        name = entry.path[len(prefix) :]
+        if "/" not in name and name != META and name.endswith((".json", ".tmp")):
+            backend.delete(entry.path)
+    folders, _ = backend.list_dir(shards_prefix(digest))
+    for name in folders:
+        if name.startswith(".retired.") or name in superseded:
+            backend.delete_prefix(shard_prefix(digest, name))

@@ -1,0 +1,317 @@
+"""Shard I/O through zarr: write a shard's arrays, open a committed one, read its rows.
+
+A shard is a group with two arrays, ``vectors`` (n, dim) float32 and ``hashes``
+(n, 32) uint8, both with the ``bytes`` + ``crc32c`` codecs, so zarr checks every
+chunk it reads. Opening a shard checks its metadata against the sha256 digests of
+its commit record and builds the zarr arrays from those verified bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer.cpu import NDBuffer
+from zarr.storage import MemoryStore, StorePath, WrapperStore
+
+from embedcache.errors import CorruptStoreError
+from embedcache.store.layout import (
+    HASH_WIDTH,
+    SHARD_META_FILES,
+    group_doc,
+    parse_json,
+    record_path,
+    sha256,
+    shard_prefix,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from embedcache.store.backend import Backend
+    from embedcache.store.layout import CommitRecord
+
+logger = logging.getLogger(__name__)
+
+# ~4 MiB chunks: 2048 rows at dim 512 (benchmarks/store_bench.py: fewer, larger
+# chunks read faster through zarr and cost fewer requests on object stores)
+CHUNK_BYTES = 1 << 22
+# every chunk is written, so every one is checked (a missing one is an error)
+_ARRAY_CONFIG = {"write_empty_chunks": True}
+
+
+class MissingObjectError(Exception):
+    """An object of a committed shard is absent: retired meanwhile, or lost."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+@dataclass(slots=True)
+class Shard:
+    """A committed shard, opened: its record, its hashes, its vectors array."""
+
+    record: CommitRecord
+    prefix: str
+    keys: np.ndarray  # (n,) S32: raw sha256 of each row's sequence
+    vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
+
+
+class _Recording(WrapperStore):
+    """Passes writes to the store and notes each object's size and sha256."""
+
+    def __init__(self, store: Any) -> None:  # noqa: ANN401
+        super().__init__(store)
+        self.written: dict[str, tuple[int, str]] = {}
+
+    async def set(self, key: str, value: Any) -> None:  # noqa: ANN401
+        data = value.as_numpy_array()
+        # hashlib releases the GIL: hash beside zarr's other chunk writes
+        digest = await asyncio.to_thread(sha256, memoryview(data))
+        self.written[key] = (data.nbytes, digest)
+        await self._store.set(key, value)
+
+
+def chunk_rows(n: int, row_bytes: int) -> int:
+    return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes))
+
+
+def _array_doc(shape: tuple[int, int], dtype: str, fill_value: float) -> bytes:
+    """The ``zarr.json`` zarr writes for one of our arrays (made in memory)."""
+    docs: dict[str, Any] = {}
+    zarr.create_array(
+        store=MemoryStore(docs),
+        shape=shape,
+        dtype=dtype,
+        chunks=(chunk_rows(shape[0], shape[1] * np.dtype(dtype).itemsize), shape[1]),
+        filters=None,
+        compressors=[Crc32cCodec()],
+        fill_value=fill_value,
+    )
+    return docs["zarr.json"].to_bytes()
+
+
+def _array(zstore: Any, path: str, doc: bytes) -> Any:  # noqa: ANN401
+    """A zarr array at ``path`` from its (already read and checked) metadata."""
+    meta = json.loads(doc)
+    return zarr.Array(AsyncArray(meta, StorePath(zstore, path), config=_ARRAY_CONFIG))
+
+
+def write_shard(
+    backend: Backend,
+    prefix: str,
+    *,
+    attrs: dict[str, Any],
+    keys: np.ndarray,
+    dim: int,
+    fill: Callable[[Any], None],
+) -> tuple[dict[str, tuple[int, str]], Any]:
+    """Write a complete shard under ``prefix``.
+
+    Returns (size, sha256) of each object written, and the vectors array to read.
+
+    ``fill(vectors)`` writes the rows into the zarr array. The metadata documents
+    are written directly (zarr's own create checks and writes every parent group,
+    a dozen requests on an object store); the chunks go through zarr's codecs.
+    """
+    n = len(keys)
+    rec = _Recording(backend.zarr_store())
+    docs = {
+        "zarr.json": group_doc(attrs),
+        "vectors/zarr.json": _array_doc((n, dim), "float32", float("nan")),
+        "hashes/zarr.json": _array_doc((n, HASH_WIDTH), "uint8", 0),
+    }
+    for rel, doc in docs.items():
+        backend.write(f"{prefix}/{rel}", doc)
+    vectors = _array(rec, f"{prefix}/vectors", docs["vectors/zarr.json"])
+    hashes = _array(rec, f"{prefix}/hashes", docs["hashes/zarr.json"])
+    if n:
+        fill(vectors)
+        raw = np.ascontiguousarray(keys, "S32").tobytes()
+        hashes[...] = np.frombuffer(raw, np.uint8).reshape(n, HASH_WIDTH)
+    files = {rel: (len(doc), sha256(doc)) for rel, doc in docs.items()}
+    for key, value in rec.written.items():
+        files[key[len(prefix) + 1 :]] = value
+    return dict(sorted(files.items())), _array(
+        backend.zarr_store(), f"{prefix}/vectors", docs["vectors/zarr.json"]
+    )
+
+
+def corrupt(
+    backend: Backend, path: str, problem: str, digest: str, shard: str
+) -> CorruptStoreError:
+    msg = (
+        f"{backend.describe(path)}: {problem}. Shard {shard} is not trusted and no data "
+        f"is served from it. Run `embedcache store verify --store {backend.location}`; "
+        "to drop the shard (its rows will be recomputed) delete its commit record "
+        f"{backend.describe(record_path(digest, shard))}."
+    )
+    return CorruptStoreError(msg)
+
+
+def check_array_meta(meta: dict[str, Any], shape: tuple[int, int], dtype: str) -> None:
+    """Raise ValueError unless ``meta`` is an array this schema reads safely."""
+    grid = meta.get("chunk_grid", {})
+    chunk_shape = grid.get("configuration", {}).get("chunk_shape")
+    codecs = meta.get("codecs")
+    problems = []
+    if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
+        problems.append("not a zarr v3 array")
+    if list(meta.get("shape", [])) != list(shape):
+        problems.append(f"shape {meta.get('shape')} != {list(shape)} in commit record")
+    if meta.get("data_type") != dtype:
+        problems.append(f"data_type {meta.get('data_type')!r} != {dtype!r}")
+    if (
+        grid.get("name") != "regular"
+        or not isinstance(chunk_shape, list)
+        or len(chunk_shape) != 2
+        or chunk_shape[1] != shape[1]
+    ):
+        problems.append(f"unexpected chunk grid {grid}")
+    names = [c.get("name") for c in codecs] if isinstance(codecs, list) else []
+    endian = (codecs[0].get("configuration") or {}).get("endian") if names else None
+    # crc32c last: zarr checks every chunk against it before decoding anything
+    if names != ["bytes", "crc32c"] or endian not in (None, "little"):
+        problems.append(f"unexpected codecs {codecs} (the store writes bytes + crc32c)")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
+    """Check a committed shard's hashes against its record and read them.
+
+    The vectors' metadata is checked at the first read from the shard
+    (:func:`vectors_of`): opening a key of many shards costs two requests each.
+
+    Raises
+    ------
+    MissingObjectError
+        An object is absent (the caller tells retired from lost).
+    CorruptStoreError
+        Metadata differs from the record, or a hashes chunk fails its crc32c.
+    """
+    prefix = shard_prefix(digest, record.shard)
+    missing = [rel for rel in SHARD_META_FILES if rel not in record.files]
+    if missing:
+        problem = f"commit record lists no {missing[0]}"
+        raise corrupt(backend, prefix, problem, digest, record.shard)
+    n = record.n_rows
+    hashes = _checked_array(backend, digest, record, "hashes", (n, HASH_WIDTH), "uint8")
+    try:
+        raw = np.ascontiguousarray(hashes[:]) if n else np.empty((0, HASH_WIDTH))
+    except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
+        path, problem = f"{prefix}/hashes", f"a chunk failed its check ({err})"
+        raise corrupt(backend, path, problem, digest, record.shard) from err
+    # a missing chunk reads as zarr's fill value; no sha256 is all zero
+    if n and not raw.any(axis=1).all():
+        path = f"{prefix}/hashes/c"
+        raise MissingObjectError(path)
+    keys = np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
+    return Shard(record=record, prefix=prefix, keys=keys)
+
+
+def vectors_of(backend: Backend, digest: str, shard: Shard) -> Any:  # noqa: ANN401
+    """The shard's vectors array, its metadata checked against the record once."""
+    if shard.vectors is None:
+        shape = (shard.record.n_rows, shard.record.dim)
+        shard.vectors = _checked_array(
+            backend, digest, shard.record, "vectors", shape, "float32"
+        )
+    return shard.vectors
+
+
+def _checked_array(
+    backend: Backend,
+    digest: str,
+    record: CommitRecord,
+    name: str,
+    shape: tuple[int, int],
+    dtype: str,
+) -> Any:  # noqa: ANN401
+    rel = f"{name}/zarr.json"
+    path = f"{shard_prefix(digest, record.shard)}/{rel}"
+    doc = backend.read_or_none(path)
+    if doc is None:
+        raise MissingObjectError(path)
+    try:
+        if sha256(doc) != record.files[rel][1]:
+            msg = "sha256 differs from the commit record"
+            raise ValueError(msg)
+        check_array_meta(parse_json(doc, backend.describe(path)), shape, dtype)
+    except (ValueError, CorruptStoreError) as err:
+        raise corrupt(backend, path, str(err), digest, record.shard) from err
+    return _array(backend.zarr_store(), path.removesuffix("/zarr.json"), doc)
+
+
+def read_rows(
+    backend: Backend,
+    digest: str,
+    shard: Shard,
+    rows: np.ndarray,
+    out: np.ndarray,
+    dest: np.ndarray,
+) -> None:
+    """out[dest] = rows ``rows`` of the shard's vectors, every chunk crc-checked."""
+    k = len(rows)
+    if not k:
+        return
+    arr = vectors_of(backend, digest, shard)
+    try:
+        if _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
+            r0, d0 = int(rows[0]), int(dest[0])
+            target = out[d0 : d0 + k]
+            arr.get_basic_selection(
+                (slice(r0, r0 + k), slice(None)),
+                out=NDBuffer.from_numpy_array(target),
+            )
+            served = target[:, 0]
+        else:
+            uniq, inverse = np.unique(rows, return_inverse=True)
+            lo, hi = int(uniq[0]), int(uniq[-1]) + 1
+            if 4 * len(uniq) >= hi - lo:  # dense: read the span, pick in memory
+                values = arr.get_basic_selection((slice(lo, hi), slice(None)))
+                if len(uniq) < hi - lo:
+                    values = values[uniq - lo]
+            else:  # sparse: zarr reads only the chunks holding these rows
+                values = arr.get_orthogonal_selection((uniq, slice(None)))
+            if _is_run(dest):  # one pass straight into the output
+                d0 = int(dest[0])
+                np.take(values, inverse, axis=0, out=out[d0 : d0 + k])
+            else:
+                out[dest] = values[inverse]
+            served = values[:, 0]
+    except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
+        path, problem = _find_bad_chunk(arr, shard.prefix, rows, err)
+        raise corrupt(backend, path, problem, digest, shard.record.shard) from err
+    # stored vectors are finite; NaN is zarr's fill value for a missing chunk
+    if np.isnan(served).any():
+        path = f"{shard.prefix}/vectors/c"
+        raise MissingObjectError(path)
+
+
+def _is_run(idx: np.ndarray) -> bool:
+    return bool(idx[-1] - idx[0] == len(idx) - 1 and np.all(np.diff(idx) == 1))
+
+
+def _find_bad_chunk(
+    arr: Any,  # noqa: ANN401
+    prefix: str,
+    rows: np.ndarray,
+    err: Exception,
+) -> tuple[str, str]:
+    """Name the first chunk among ``rows``' that fails to read, and why."""
+    per_chunk = arr.chunks[0]
+    for c in np.unique(rows // per_chunk):
+        try:
+            arr.get_block_selection((int(c), 0))
+        except ValueError as bad:
+            return f"{prefix}/vectors/c/{c}/0", f"chunk failed its check ({bad})"
+    return f"{prefix}/vectors", f"could not be read ({err})"

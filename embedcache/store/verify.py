@@ -1,0 +1,147 @@
+"""Verify: check every committed object's size and sha256, and the metadata.
+
+Uncommitted leftovers and superseded shards awaiting removal are garbage, not
+faults: readers never look at them (see ``maintenance``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.store.commits import list_records
+from embedcache.store.layout import (
+    COMMITS_KIND,
+    META,
+    SHARDS_KIND,
+    STORE_KIND,
+    CommitRecord,
+    commits_prefix,
+    group_attrs,
+    is_key_digest,
+    parse_key_doc,
+    record_path,
+    sha256,
+    shard_prefix,
+    shards_prefix,
+)
+from embedcache.store.shards import MissingObjectError, open_shard, vectors_of
+
+if TYPE_CHECKING:
+    from embedcache.store.backend import Backend
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """Something ``verify`` found wrong: the object or folder, and the problem."""
+
+    path: str  # a file path for a local store, else a URL
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def verify_store(backend: Backend) -> list[Fault]:
+    """Every fault in the store, sorted by location (``[]``: healthy)."""
+    doc = backend.read_or_none(META)
+    try:
+        if doc is None:
+            msg = "missing: no embedcache store here"
+            raise StoreError(msg)
+        group_attrs(doc, backend.describe(META), kind=STORE_KIND)
+    except (StoreError, CorruptStoreError) as err:
+        return [Fault(backend.describe(META), str(err))]
+    faults = []
+    folders, _ = backend.list_dir("")
+    for digest in filter(is_key_digest, folders):
+        faults.extend(verify_key(backend, digest))
+    return sorted(faults, key=lambda f: (f.path, f.problem))
+
+
+def verify_key(backend: Backend, digest: str) -> list[Fault]:
+    meta = f"{digest}/{META}"
+    doc = backend.read_or_none(meta)
+    if doc is None:
+        return []  # not a key group (yet): readers do not see it either
+    try:
+        _, dim = parse_key_doc(doc, backend.describe(meta), digest)
+    except (StoreError, CorruptStoreError) as err:
+        return [Fault(backend.describe(meta), str(err))]
+    faults = []
+    for folder, kind in (
+        (shards_prefix(digest), SHARDS_KIND),
+        (commits_prefix(digest), COMMITS_KIND),
+    ):
+        path = f"{folder}/{META}"
+        group = backend.read_or_none(path)
+        try:
+            if group is None:
+                msg = "missing: the folder is not a zarr group"
+                raise StoreError(msg)
+            group_attrs(group, backend.describe(path), kind=kind)
+        except (StoreError, CorruptStoreError) as err:
+            faults.append(Fault(backend.describe(path), str(err)))
+    records = {}
+    for name in sorted(list_records(backend, digest)):
+        path = record_path(digest, name)
+        data = backend.read_or_none(path)
+        if data is None:
+            continue  # retired since listed
+        try:
+            where = backend.describe(path)
+            records[name] = CommitRecord.from_doc(
+                data, shard=name, dim=dim, where=where
+            )
+        except CorruptStoreError as err:
+            faults.append(Fault(backend.describe(path), str(err)))
+    hidden = {old for r in records.values() for old in r.supersedes}
+    for name, record in sorted(records.items()):
+        if name in hidden:
+            continue
+        found = verify_shard(backend, digest, record)
+        if found and not backend.exists(record_path(digest, name)):
+            continue  # retired while we read it: not a fault
+        faults.extend(found)
+    return faults
+
+
+def verify_shard(backend: Backend, digest: str, record: CommitRecord) -> list[Fault]:
+    prefix = shard_prefix(digest, record.shard)
+    present = {e.path[len(prefix) + 1 :]: e.size for e in backend.list(prefix + "/")}
+    faults = []
+    sized = []
+    for rel, (size, _) in sorted(record.files.items()):
+        where = backend.describe(f"{prefix}/{rel}")
+        if rel not in present:
+            faults.append(Fault(where, "missing (listed in the commit record)"))
+        elif present[rel] != size:
+            problem = (
+                f"size {present[rel]} bytes, commit record says {size} (truncated?)"
+            )
+            faults.append(Fault(where, problem))
+        else:
+            sized.append(rel)
+
+    def intact(rel: str) -> bool:
+        try:
+            return sha256(backend.read(f"{prefix}/{rel}")) == record.files[rel][1]
+        except FileNotFoundError:
+            return False
+
+    for rel, ok in zip(sized, backend.map(intact, sized), strict=True):
+        if not ok:
+            where = backend.describe(f"{prefix}/{rel}")
+            faults.append(Fault(where, "sha256 differs from the commit record"))
+    for rel in sorted(present.keys() - record.files.keys()):
+        where = backend.describe(f"{prefix}/{rel}")
+        faults.append(Fault(where, "object not in the shard's commit record"))
+    if not faults:
+        try:
+            vectors_of(backend, digest, open_shard(backend, digest, record))
+        except CorruptStoreError as err:
+            faults.append(Fault(backend.describe(prefix), str(err)))
+        except MissingObjectError as err:
+            faults.append(Fault(backend.describe(err.path), "missing"))
+    return faults

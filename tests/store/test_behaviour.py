@@ -1,0 +1,456 @@
+"""The store's behaviour, one suite run on every backend (local folder, memory, S3)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from obstore.store import MemoryStore
+
+from embedcache.errors import (
+    CorruptStoreError,
+    DimensionMismatchError,
+    InvalidAliasError,
+    InvalidHashError,
+    InvalidVectorError,
+    StoreError,
+)
+from embedcache.specs import ModelKey
+from embedcache.store import EmbeddingStore, Fault, KeyInfo, layout, maintenance
+from tests.store.worker import KEY, dataset
+
+KEY_A = ModelKey(model_id="m/a", revision="a" * 40, adapter="t", adapter_version="1")
+KEY_B = ModelKey(
+    model_id="m/a",
+    revision="a" * 40,
+    adapter="t",
+    adapter_version="1",
+    rc_mode="average",
+)
+
+
+def hashes_of(n: int, prefix: str = "s") -> list[str]:
+    return [hashlib.sha256(f"{prefix}{i}".encode()).hexdigest() for i in range(n)]
+
+
+def vectors_of(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+
+
+# --- basic behaviour ----------------------------------------------------------------
+
+
+def test_put_get_roundtrip_in_any_order_with_missing(handle):
+    store = handle.open()
+    hs, vs = hashes_of(300), vectors_of(300)
+    assert store.put(KEY_A, hs[:200], vs[:200]) == 200
+    order = [*hs[250:], *hs[::-1][100:]]  # missing ones interleaved, reversed order
+    got, found = store.get(KEY_A, order)
+    assert got.dtype == np.float32
+    assert got.shape == (len(order), 8)
+    expected_found = np.array([hs.index(h) < 200 for h in order])
+    np.testing.assert_array_equal(found, expected_found)
+    np.testing.assert_array_equal(
+        got[found], vs[[hs.index(h) for h in np.array(order)[found]]]
+    )
+    assert np.isnan(got[~found]).all()
+    np.testing.assert_array_equal(store.contains(KEY_A, order), expected_found)
+    sparse = [hs[199], hs[0], hs[199]]  # far apart, one twice: zarr picks the rows
+    np.testing.assert_array_equal(store.get(KEY_A, sparse)[0], vs[[199, 0, 199]])
+    # another instance (another process, on a shared backend) sees the same
+    got2, found2 = handle.open(create=False).get(KEY_A, order)
+    np.testing.assert_array_equal(found2, found)
+    np.testing.assert_array_equal(got2[found], got[found])
+
+
+def test_absent_key_gives_zero_width_and_nothing_found(handle):
+    store = handle.open()
+    got, found = store.get(KEY_A, hashes_of(3))
+    assert got.shape == (3, 0)
+    assert not found.any()
+    assert not store.contains(KEY_A, hashes_of(3)).any()
+    assert store.keys() == []
+
+
+def test_reput_is_idempotent_and_in_call_duplicates_stored_once(handle):
+    store = handle.open()
+    hs, vs = hashes_of(10), vectors_of(10)
+    assert store.put(KEY_A, [*hs, hs[0]], np.vstack([vs, vs[:1] + 1])) == 10
+    before = handle.objects()
+    assert store.put(KEY_A, hs, vs + 5) == 0
+    assert handle.objects() == before  # nothing written at all
+    got, _ = store.get(KEY_A, hs)
+    np.testing.assert_array_equal(got, vs)  # first vector kept
+    assert store.put(KEY_A, hashes_of(12), vectors_of(12)) == 2
+    (info,) = store.keys()
+    assert isinstance(info, KeyInfo)
+    assert (info.n_vectors, info.dim, info.n_shards) == (12, 8, 2)
+    assert info.nbytes > 12 * 8 * 4
+    assert store.hashes(KEY_A) == sorted(hashes_of(12))
+    assert store.hashes(KEY_B) == []
+
+
+def test_dimension_mismatch_raises_naming_key_and_writes_nothing(handle):
+    store = handle.open()
+    store.put(KEY_A, hashes_of(4), vectors_of(4, dim=8))
+    before = handle.objects()
+    with pytest.raises(DimensionMismatchError, match=KEY_A.digest[:12]) as err:
+        store.put(KEY_A, hashes_of(6), vectors_of(6, dim=9))
+    assert "m/a" in str(err.value)
+    with pytest.raises(DimensionMismatchError):
+        store.put(KEY_A, hashes_of(6), vectors_of(5))  # rows disagree with hashes
+    with pytest.raises(DimensionMismatchError, match="dtype"):
+        store.put(KEY_A, hashes_of(2, "x"), np.ones((2, 8), dtype=np.int64))
+    with pytest.raises(InvalidVectorError, match="row 1"):
+        store.put(KEY_A, hashes_of(2, "y"), np.array([[0.0] * 8, [np.nan] * 8]))
+    assert handle.objects() == before
+    # another instance's view agrees: nothing was committed
+    assert handle.open().keys()[0].n_vectors == 4
+
+
+def test_malformed_hash_and_alias_are_named(handle):
+    store = handle.open()
+    bad = hashes_of(3)
+    bad[1] = bad[1].upper()
+    with pytest.raises(InvalidHashError, match=r"#1 '"):
+        store.get(KEY_A, bad)
+    with pytest.raises(InvalidHashError, match="abc"):
+        store.put(KEY_A, ["abc"], vectors_of(1))
+    with pytest.raises(InvalidHashError):
+        store.contains(KEY_A, [hashes_of(1)[0][:-1] + "g"])
+    with pytest.raises(InvalidAliasError, match="alias ''"):
+        store.put(KEY_A, hashes_of(1), vectors_of(1), alias="")
+
+
+def test_keys_with_different_fields_never_share_vectors(handle):
+    store = handle.open()
+    hs = hashes_of(20)
+    va, vb = vectors_of(20, seed=1), vectors_of(20, seed=2)
+    store.put(KEY_A, hs, va)
+    assert not store.contains(KEY_B, hs).any()
+    assert store.put(KEY_B, hs, vb) == 20
+    np.testing.assert_array_equal(store.get(KEY_A, hs)[0], va)
+    np.testing.assert_array_equal(store.get(KEY_B, hs)[0], vb)
+    infos = {info.digest: info for info in store.keys()}  # noqa: SIM118
+    assert set(infos) == {KEY_A.digest, KEY_B.digest}
+    assert infos[KEY_B.digest].key == KEY_B
+    # a key of another dim is fine: it is a separate group
+    key_c = ModelKey(
+        model_id="m/a", revision="a" * 40, adapter="t", adapter_version="2"
+    )
+    assert store.put(key_c, hs, vectors_of(20, dim=3)) == 20
+
+
+def test_aliases_are_recorded_per_commit_and_survive_compaction(handle):
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(30), vectors_of(30)
+    store.put(KEY_A, hs[:10], vs[:10], alias="caduceus-ph-local")
+    store.put(KEY_A, hs[10:20], vs[10:20])
+    # nothing new, but an alias the key does not list yet: an empty commit records it
+    assert store.put(KEY_A, hs[:10], vs[:10], alias="renamed-copy") == 0
+    assert store.put(KEY_A, hs[:10], vs[:10], alias="renamed-copy") == 0  # known now
+    (info,) = handle.open().keys()
+    assert info.aliases == ("caduceus-ph-local", "renamed-copy")
+    assert (info.n_vectors, info.n_shards) == (20, 3)
+    store.compact()
+    (info,) = handle.open().keys()
+    assert info.aliases == ("caduceus-ph-local", "renamed-copy")
+    assert (info.n_vectors, info.n_shards) == (20, 1)
+    np.testing.assert_array_equal(handle.open().get(KEY_A, hs[:20])[0], vs[:20])
+
+
+def test_unknown_schema_version_and_foreign_data_are_rejected(handle):
+    assert handle.open().put(KEY_A, hashes_of(3), vectors_of(3)) == 3
+    doc = handle.read("zarr.json")
+    handle.write(
+        "zarr.json", doc.replace(b'"schema_version": 2', b'"schema_version": 99')
+    )
+    with pytest.raises(StoreError, match="schema_version 99") as err:
+        handle.open()
+    assert handle.location("zarr.json") in str(err.value)
+    handle.write("zarr.json", doc.replace(b"embedcache-store", b"something-else"))
+    with pytest.raises(StoreError, match="not an embedcache"):
+        handle.open()
+
+
+def test_foreign_location_is_not_adopted(handle):
+    handle.write("notes.txt", b"hello")
+    with pytest.raises(StoreError, match="not an embedcache store"):
+        handle.open()
+    handle.delete("notes.txt")
+    with pytest.raises(StoreError, match="no embedcache store"):
+        handle.open(create=False)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 60), dim=st.integers(1, 20), data=st.data())
+def test_put_then_get_returns_the_same_vectors_in_any_order(n, dim, data):
+    hs = hashes_of(n, prefix=f"{dim}-")
+    vs = vectors_of(n, dim=dim, seed=n)
+    perm = data.draw(st.permutations(range(n)))
+    split = data.draw(st.integers(0, n))
+    memory = MemoryStore()
+    store = EmbeddingStore(memory, auto_merge=2)
+    stored = store.put(KEY_A, hs[:split], vs[:split])
+    stored += store.put(KEY_A, hs, vs)
+    assert stored == n
+    got, found = EmbeddingStore(memory).get(KEY_A, [hs[i] for i in perm])
+    assert found.all()
+    np.testing.assert_array_equal(got, vs[perm])
+
+
+# --- integrity ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "damage"),
+    [
+        ("vectors/c/0/0", "flip"),
+        ("vectors/c/0/0", "truncate"),
+        ("hashes/c/0/0", "flip"),
+        ("vectors/zarr.json", "flip"),
+    ],
+)
+def test_corrupt_shard_is_named_by_verify_and_get_refuses(handle, pattern, damage):
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(100), vectors_of(100)
+    store.put(KEY_A, hs[:50], vs[:50])
+    store.put(KEY_A, hs[50:], vs[50:])
+    assert store.verify() == []
+    target = handle.paths(f"{KEY_A.digest}/shards/*/{pattern}")[1]
+    data = bytearray(handle.read(target))
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    else:
+        del data[-7:]
+    handle.write(target, bytes(data))
+    faults = handle.open().verify()
+    assert faults
+    assert all(isinstance(f, Fault) for f in faults)
+    assert handle.location(target) in {f.path for f in faults}
+    shard_location = handle.location("/".join(target.split("/")[:3]))
+    with pytest.raises(CorruptStoreError, match=re.escape(shard_location)):
+        handle.open().get(KEY_A, hs)
+    # the already-open instance must not serve from the damaged object either
+    # (its index was loaded before the damage, so only the chunk checks stand guard)
+    if pattern.startswith("vectors/c"):
+        with pytest.raises(CorruptStoreError):
+            store.get(KEY_A, hs)
+
+
+def test_a_deleted_chunk_is_never_read_as_fill_values(handle):
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(40), vectors_of(40)
+    store.put(KEY_A, hs, vs)
+    (chunk,) = handle.paths(f"{KEY_A.digest}/shards/*/vectors/c/0/0")
+    handle.delete(chunk)
+    with pytest.raises(CorruptStoreError, match="missing"):
+        store.get(KEY_A, hs[:3])
+    assert handle.location(chunk) in {f.path for f in store.verify()}
+
+
+def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(90), vectors_of(90)
+    for i in range(0, 90, 30):
+        store.put(KEY_A, hs[i : i + 30], vs[i : i + 30])
+
+    def crash(backend, digest, shards):
+        raise KeyboardInterrupt  # the merged shard is committed; nothing retired yet
+
+    monkeypatch.setattr(maintenance, "retire", crash)
+    with pytest.raises(KeyboardInterrupt):
+        store.compact()
+    monkeypatch.undo()
+    fresh = handle.open()
+    got, found = fresh.get(KEY_A, hs)
+    assert found.all()
+    np.testing.assert_array_equal(got, vs)
+    assert fresh.verify() == []
+    assert fresh.keys()[0].n_shards == 1  # the merged shard hides the old ones
+    assert len(fresh.garbage()) == 6  # 3 superseded shard folders + their records
+    fresh.compact()
+    assert fresh.garbage() == []
+    np.testing.assert_array_equal(fresh.get(KEY_A, hs)[0], vs)
+
+
+def test_uncommitted_leftovers_are_garbage_not_faults(handle, monkeypatch):
+    store = handle.open()
+    hs, vs = hashes_of(10), vectors_of(10)
+    store.put(KEY_A, hs, vs)
+    shards = f"{KEY_A.digest}/shards"
+    leftover = f"{shards}/w~otherhost~1~000001"
+    handle.write(f"{leftover}/zarr.json", b"{half written")
+    assert store.verify() == []
+    assert store.garbage() == [handle.location(leftover)]
+    np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
+    store.compact()
+    assert store.garbage() == [handle.location(leftover)]  # owner unknown, recent
+    monkeypatch.setattr(maintenance, "GARBAGE_GRACE_S", -1.0)  # as if a day passed
+    store.compact()
+    assert store.garbage() == []
+    monkeypatch.undo()
+    # a leftover of a dead process on this host goes at once
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # shard names are writer~host~pid~random
+    dead = f"{shards}/w~{layout.HOST}~{exited.stdout.strip()}~000001"
+    handle.write(f"{dead}/vectors/zarr.json", b"{")
+    assert store.garbage() == [handle.location(dead)]
+    store.compact()
+    assert store.garbage() == []
+    np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
+
+
+# --- concurrency and crash safety ---------------------------------------------------
+
+
+N_ROWS = 1200
+
+
+def test_concurrent_writers_in_threads_lose_nothing(handle):
+    """Two instances writing overlapping sets at once, as two processes would."""
+    hashes, vectors = dataset(600)
+    handle.open()
+
+    def write(rows):
+        store = handle.open(auto_merge=4)
+        for i in range(0, len(rows), 30):
+            part = rows[i : i + 30]
+            store.put(KEY, [hashes[r] for r in part], vectors[part])
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(write, list(range(450))),
+            pool.submit(write, list(range(150, 600))[::-1]),
+        ]
+        for run in runs:
+            run.result()  # re-raises a writer's error
+    store = handle.open()
+    got, found = store.get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
+    assert store.verify() == []
+    store.compact()
+    assert store.keys()[0].n_shards == 1
+    assert store.keys()[0].n_vectors == 600
+
+
+def test_two_concurrent_writer_processes_with_overlapping_sets(process_handle):
+    hashes, vectors = dataset(N_ROWS)
+    process_handle.open()  # both writers open an existing, empty store
+    args = [
+        ["--start", "0", "--stop", str(N_ROWS * 3 // 4), "--batch", "30"],
+        ["--start", str(N_ROWS // 4), "--stop", str(N_ROWS), "--batch", "30", "-r"],
+    ]
+    procs = [
+        subprocess.Popen(process_handle.worker(*a), stdout=subprocess.PIPE, text=True)
+        for a in args
+    ]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    store = process_handle.open()
+    got, found = store.get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)  # same values as one writer
+    assert store.keys()[0].n_vectors == N_ROWS  # each hash once in the logical view
+    assert store.verify() == []
+    store.compact()
+    (hashes_chunk,) = process_handle.paths(f"{KEY.digest}/shards/*/hashes/zarr.json")
+    assert b"[\n    1200,\n    32\n  ]" in process_handle.read(hashes_chunk)
+    np.testing.assert_array_equal(process_handle.open().get(KEY, hashes)[0], vectors)
+    assert store.verify() == []
+
+
+def test_kill_minus_9_at_random_moments_loses_no_committed_row(process_handle):
+    hashes, vectors = dataset(N_ROWS)
+    rng = random.Random(20261006)
+    n_trials = 4 if process_handle.kind == "local" else 2
+    base = process_handle.root
+    for trial in range(n_trials):
+        process_handle.root = f"{base}-{trial}"  # a new store each trial
+        proc = subprocess.Popen(
+            process_handle.worker("--stop", str(N_ROWS), "--batch", "40"),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        target = rng.randint(1, 20)
+        committed: set[int] = set()
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            _, _, first, last = line.split()
+            committed.update(range(int(first), int(last) + 1))
+            if len(committed) >= target * 40:
+                break
+        time.sleep(rng.uniform(0, 0.05))  # land inside a put, a merge or an fsync
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+
+        store = process_handle.open()
+        got, found = store.get(KEY, hashes)
+        assert found[sorted(committed)].all(), (
+            f"trial {trial}: a committed row was lost"
+        )
+        np.testing.assert_array_equal(got[found], vectors[found])
+        assert store.verify() == [], f"trial {trial}"
+        n_before = int(found.sum())
+
+        done = process_handle.run_worker("--stop", str(N_ROWS), "--batch", "40")
+        total = int(done.stdout.split()[-1])
+        assert total == N_ROWS - n_before  # resuming wrote only what was missing
+        reopened = process_handle.open()
+        reopened.compact()  # also removes the killed writer's leftovers
+        assert reopened.garbage() == []
+        got, found = reopened.get(KEY, hashes)
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors)  # identical to an uninterrupted run
+        assert reopened.verify() == []
+        assert reopened.keys()[0].n_vectors == N_ROWS
+
+
+def test_compacting_while_two_processes_write_and_read(process_handle):
+    hashes, vectors = dataset(N_ROWS)
+    process_handle.open()
+    args = [
+        ["--start", "0", "--stop", str(N_ROWS * 3 // 4), "--batch", "20"],
+        ["--start", str(N_ROWS // 4), "--stop", str(N_ROWS), "--reverse"],
+    ]
+    procs = [
+        subprocess.Popen(process_handle.worker(*a), stdout=subprocess.DEVNULL)
+        for a in args
+    ]
+    compactor = process_handle.open()
+    n_compactions = 0
+    ever_found = np.zeros(N_ROWS, bool)
+    while any(p.poll() is None for p in procs):
+        compactor.compact()
+        n_compactions += 1
+        got, found = compactor.get(KEY, hashes)  # never a torn or wrong row
+        if found.any():
+            np.testing.assert_array_equal(got[found], vectors[found])
+        assert found[ever_found].all()  # a row once visible never disappears
+        ever_found |= found
+    assert all(p.returncode == 0 for p in procs)
+    assert n_compactions > 1
+    compactor.compact()
+    got, found = process_handle.open().get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
+    assert compactor.verify() == []
+    assert compactor.keys()[0].n_shards == 1

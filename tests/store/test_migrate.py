@@ -1,0 +1,117 @@
+"""A schema-1 store (tests/data/store-schema1, written by embedcache 0.1) is refused
+clearly, then migrated in place and read without recomputing anything."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import obstore
+import pytest
+
+from embedcache.cli import main
+from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.store import EmbeddingStore, migrate, migrate_store
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FIXTURE = DATA / "store-schema1"
+sys.path.insert(0, str(DATA))
+from make_store_schema1 import KEY_A, KEY_B, expected
+
+
+@pytest.fixture
+def old_store(tmp_path) -> Path:
+    root = tmp_path / "old"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def assert_reads_everything(store: EmbeddingStore) -> None:
+    for key, (hashes, vectors) in expected().items():
+        got, found = store.get(key, hashes[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors[::-1])
+
+
+def test_schema_1_is_refused_with_the_migrate_command(old_store):
+    with pytest.raises(StoreError, match="schema_version 1") as err:
+        EmbeddingStore(old_store)
+    assert "embedcache store migrate" in str(err.value)
+    assert str(old_store / "zarr.json") in str(err.value)
+
+
+def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
+    files_before = {
+        p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
+    }
+    assert main(["store", "migrate", "--store", str(old_store)]) == 0
+    assert "from schema_version 1 to 2: 2 keys, 3 shards" in capsys.readouterr().out
+    store = EmbeddingStore(old_store, create=False)
+    assert_reads_everything(store)
+    infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
+    assert (infos[KEY_A].n_vectors, infos[KEY_A].n_shards) == (12, 1)
+    assert (infos[KEY_B].n_vectors, infos[KEY_B].n_shards) == (7, 2)
+    assert store.verify() == []
+    assert store.garbage() == []
+    # the chunks were carried over, not rewritten; old records are gone
+    assert {p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")} == (
+        files_before
+    )
+    assert not list(old_store.glob("*/commits/*~*.json"))  # <shard>.json of schema 1
+    # and the store is a schema-2 store in every respect: it takes new vectors
+    store.put(KEY_B, ["f" * 64], np.ones((1, 3), np.float32))
+    store.compact()
+    assert_reads_everything(EmbeddingStore(old_store))
+    again = migrate_store(old_store)
+    assert (again.from_version, again.n_keys) == (2, 0)
+
+
+def test_migrate_works_on_an_object_store(s3_handle):
+    raw = s3_handle.raw
+    for path in FIXTURE.rglob("*"):
+        if path.is_file():
+            obstore.put(raw, path.relative_to(FIXTURE).as_posix(), path.read_bytes())
+    with pytest.raises(StoreError, match="store migrate"):
+        s3_handle.open()
+    done = migrate_store(s3_handle.root, options=s3_handle.options)
+    assert (done.from_version, done.n_keys, done.n_shards) == (1, 2, 3)
+    store = s3_handle.open(create=False)
+    assert_reads_everything(store)
+    assert store.verify() == []
+
+
+def test_a_damaged_shard_stops_its_key_and_the_store_stays_schema_1(old_store):
+    (chunk,) = old_store.glob(f"{KEY_A.digest}/shards/*/vectors/c/0/0")
+    data = bytearray(chunk.read_bytes())
+    data[10] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError, match="sha256 differs") as err:
+        migrate_store(old_store)
+    assert str(chunk) in str(err.value)
+    with pytest.raises(StoreError, match="schema_version 1"):
+        EmbeddingStore(old_store)  # never half-read
+
+
+def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
+    calls = []
+    real = migrate._migrate_key
+
+    def once_then_crash(backend, digest):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(digest)
+        return real(backend, digest)
+
+    monkeypatch.setattr(migrate, "_migrate_key", once_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_store(old_store)
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match="schema_version 1"):
+        EmbeddingStore(old_store)  # the root flips last
+    done = migrate_store(old_store)
+    assert (done.from_version, done.n_keys) == (1, 1)  # the other key
+    store = EmbeddingStore(old_store)
+    assert_reads_everything(store)
+    assert store.verify() == []
