@@ -42,10 +42,6 @@ logger = logging.getLogger(__name__)
 
 FAMILY = "gena"
 ADAPTER_VERSION = "1"
-# padded tokens per forward pass: 4,096 beat the engine's default 1,536 in every
-# round of benchmarks/embed_bench.py on official shapes, 251/500 bp, 2 threads
-# (GENA-LM base: 301-383 vs 296-320 tok/s in bf16)
-TOKEN_BUDGET = 4096
 # tensors of the published checkpoints the embedding never uses: the masked-LM (and
 # next-sentence) heads and the [CLS] pooler
 HEADS = ("cls.", "bert.pooler.")
@@ -245,7 +241,6 @@ def load(
         has_cls=True,
         max_tokens=arch.max_positions,
         options=tuple(key_options),
-        token_budget=TOKEN_BUDGET,
     )
     return EncoderAdapter(
         tokenizer=GenaTokenizer(tokenizer, pad_id=arch.pad_token_id),

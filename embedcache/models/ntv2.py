@@ -46,9 +46,9 @@ logger = logging.getLogger(__name__)
 
 FAMILY = "ntv2"
 ADAPTER_VERSION = "1"
-# padded tokens per forward pass: 4,096 beat the engine's default 1,536 in every
-# round of benchmarks/embed_bench.py on official shapes, 251/500 bp, 2 threads
-# (NT-v2 50m: 549-2,216 vs 360-858 tok/s in bf16)
+# padded tokens per forward pass: in bf16, 4,096 beat the engine's default 1,536 in
+# 12 of 13 rounds of benchmarks/embed_bench.py --family ntv2-50m (251/500 bp, 2
+# threads, load average 2-14; 3% slower in the other), by up to 2.6x under load
 TOKEN_BUDGET = 4096
 # tensors of the published checkpoints the embedding never uses
 HEADS = ("lm_head.", "esm.contact_head.", "esm.pooler.")
