@@ -43,6 +43,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "generator",
     "dnabert2",
     "hyena",
+    "ntv2",
+    "gena",
     "hf",
 )
 # the model id of every local directory: its content digest (the revision) is its

@@ -1,0 +1,247 @@
+"""GENA-LM's pre-LN BERT in plain PyTorch (AIRI-Institute/gena-lm-bert-*-t2t).
+
+The arithmetic of ``src/gena_lm/modeling_bert.py`` (AIRI-Institute/GENA_LM) with
+``pre_layer_norm: true``, dense attention and absolute positions, written out for
+inference only. Module and parameter names follow the official ``BertModel`` so a
+published state dict (``bert.`` prefix removed) loads strictly. Embeddings as in BERT
+(word + position + token type 0, LayerNorm); per block::
+
+    x = x + Wo(attention(pre_attention_ln(x)))
+    x = x + W2(gelu(W1(post_attention_ln(x))))
+
+and, when ``last_layer_norm`` (default: ``pre_layer_norm``) is set, a final
+``last_layer_ln``. GELU is the exact (erf) one, ``hidden_act: gelu``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from embedcache.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class GenaArch:
+    """The architecture numbers of a GENA-LM BERT ``config.json``."""
+
+    vocab_size: int
+    hidden_size: int
+    n_layers: int
+    n_heads: int
+    intermediate_size: int
+    max_positions: int
+    type_vocab_size: int
+    last_layer_norm: bool
+    layer_norm_eps: float
+    pad_token_id: int
+    initializer_range: float
+
+
+def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
+    """Read and check the fields GENA-LM's BERT needs; refuse the variants this module
+    does not implement (sparse or rotary attention, post-LN, other activations).
+
+    Raises
+    ------
+    CheckpointError
+        A field is missing or has the wrong type, or the config asks for a variant.
+    """
+
+    def integer(name: str, default: int | None = None) -> int:
+        value = config.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            msg = f"{where}: {name} must be a positive integer, got {value!r}"
+            raise CheckpointError(msg)
+        return value
+
+    pre_ln = bool(config.get("pre_layer_norm", False))
+    checks = {
+        "pre_layer_norm": (True, pre_ln),
+        "position_embedding_type": (
+            "absolute",
+            config.get("position_embedding_type", "absolute"),
+        ),
+        "hidden_act": ("gelu", config.get("hidden_act", "gelu")),
+        "sparse attention": (
+            False,
+            bool(config.get("sparse_config_cls") or config.get("sparse_attention")),
+        ),
+        "is_decoder": (False, bool(config.get("is_decoder"))),
+    }
+    for name, (wanted, got) in checks.items():
+        if got != wanted:
+            msg = (
+                f"{where}: {name} is {got!r}; the GENA-LM adapter implements the "
+                f"published BERT models ({name} {wanted!r}) only"
+            )
+            raise CheckpointError(msg)
+    arch = GenaArch(
+        vocab_size=integer("vocab_size"),
+        hidden_size=integer("hidden_size"),
+        n_layers=integer("num_hidden_layers"),
+        n_heads=integer("num_attention_heads"),
+        intermediate_size=integer("intermediate_size"),
+        max_positions=integer("max_position_embeddings"),
+        type_vocab_size=integer("type_vocab_size", 2),
+        # the official default: a final LayerNorm whenever the blocks are pre-LN
+        last_layer_norm=bool(config.get("last_layer_norm", pre_ln)),
+        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        pad_token_id=int(config.get("pad_token_id", 0)),
+        initializer_range=float(config.get("initializer_range", 0.02)),
+    )
+    if arch.hidden_size % arch.n_heads:
+        msg = f"{where}: hidden_size {arch.hidden_size} is not a multiple of {arch.n_heads} heads"
+        raise CheckpointError(msg)
+    if not 0 <= arch.pad_token_id < arch.vocab_size:
+        msg = f"{where}: pad_token_id {arch.pad_token_id} is outside the vocabulary"
+        raise CheckpointError(msg)
+    return arch
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        h = arch.hidden_size
+        self.query = nn.Linear(h, h)
+        self.key = nn.Linear(h, h)
+        self.value = nn.Linear(h, h)
+
+
+class _Dense(nn.Module):
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(n_in, n_out)
+
+
+class _Attention(nn.Module):
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        self.self = _SelfAttention(arch)
+        self.output = _Dense(arch.hidden_size, arch.hidden_size)
+
+
+class _Layer(nn.Module):
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        h, eps = arch.hidden_size, arch.layer_norm_eps
+        self.n_heads = arch.n_heads
+        self.pre_attention_ln = nn.LayerNorm(h, eps=eps)
+        self.post_attention_ln = nn.LayerNorm(h, eps=eps)
+        self.attention = _Attention(arch)
+        self.intermediate = _Dense(h, arch.intermediate_size)
+        self.output = _Dense(arch.intermediate_size, h)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        y = self.pre_attention_ln(x)
+        attn = self.attention
+
+        def heads(linear: nn.Linear) -> torch.Tensor:
+            return linear(y).view(b, t, self.n_heads, -1).transpose(1, 2)
+
+        context = F.scaled_dot_product_attention(
+            heads(attn.self.query),
+            heads(attn.self.key),
+            heads(attn.self.value),
+            attn_mask=keys,
+        )
+        x = x + attn.output.dense(context.transpose(1, 2).reshape(b, t, h))
+        y = F.gelu(self.intermediate.dense(self.post_attention_ln(x)))
+        return x + self.output.dense(y)
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        h = arch.hidden_size
+        self.word_embeddings = nn.Embedding(
+            arch.vocab_size, h, padding_idx=arch.pad_token_id
+        )
+        self.position_embeddings = nn.Embedding(arch.max_positions, h)
+        self.token_type_embeddings = nn.Embedding(arch.type_vocab_size, h)
+        self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(_Layer(arch) for _ in range(arch.n_layers))
+        if arch.last_layer_norm:
+            self.last_layer_ln = nn.LayerNorm(arch.hidden_size, eps=arch.layer_norm_eps)
+
+
+class GenaNetwork(nn.Module):
+    """The GENA-LM encoder behind the :class:`~embedcache.models.encoder.EncoderNetwork` call.
+
+    Layer ``0`` is the embedding output, ``i`` the output of block ``i`` for
+    ``i < n_layers``; ``n_layers`` and ``-1`` are the final output (after
+    ``last_layer_ln`` where the model has one), the official ``hidden_states``
+    numbering.
+    """
+
+    def __init__(self, arch: GenaArch) -> None:
+        super().__init__()
+        self.arch = arch
+        self.n_layers = arch.n_layers
+        self.hidden_size = arch.hidden_size
+        self.embeddings = _Embeddings(arch)
+        self.encoder = _Encoder(arch)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        layers: Sequence[int],
+    ) -> list[torch.Tensor]:
+        emb = self.embeddings
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = (
+            emb.word_embeddings(ids)
+            + emb.token_type_embeddings.weight[0]
+            + emb.position_embeddings(positions)
+        )
+        x = emb.LayerNorm(x)
+        keys = attention_mask[:, None, None, :]
+        last = self.n_layers
+        wanted = {last if layer == -1 else layer for layer in layers}
+        states: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
+        for i, block in enumerate(self.encoder.layer, start=1):
+            x = block(x, keys)
+            if i in wanted and i < last:
+                states[i] = x
+        if last in wanted:
+            final = getattr(self.encoder, "last_layer_ln", None)
+            states[last] = final(x) if final is not None else x
+        return [states[last if layer == -1 else layer] for layer in layers]
+
+
+def init_weights(network: GenaNetwork, *, seed: int) -> None:
+    """The official ``_init_weights`` as it runs, drawn from a generator seeded with
+    ``seed``: every linear weight and embedding ~ N(0, initializer_range), biases 0,
+    the padding embedding 0, LayerNorm weight 1 and bias 0. (The official code's
+    smaller std for output projections tests an attribute that only their parent
+    modules carry, so it never applies.)"""
+    generator = torch.Generator().manual_seed(seed)
+    std = network.arch.initializer_range
+    with torch.no_grad():
+        for module in network.modules():
+            if isinstance(module, nn.Linear | nn.Embedding):
+                module.weight.normal_(0.0, std, generator=generator)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.zero_()
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+            if isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+
+
+__all__ = ["GenaArch", "GenaNetwork", "arch_from_config", "init_weights"]

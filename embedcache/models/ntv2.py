@@ -1,0 +1,264 @@
+"""Nucleotide Transformer v2 (InstaDeepAI/nucleotide-transformer-v2-*) without remote code.
+
+The published checkpoints ship ``modeling_esm.py``: an ESM variant with pre-LN blocks,
+rotary positions and a gated feed-forward (hidden -> 2 x intermediate, SiLU of the
+first half times the second, -> hidden; biases as ``add_bias_fnn`` says). Native
+``EsmModel`` has an ungated GELU feed-forward, so these weights would not fit it; they
+load into :mod:`._ntv2_model` instead, strictly: every encoder tensor must be there and
+no other may be, except the ones the embedding never uses (the masked-LM head, the
+contact head, the unused absolute position table) and the rotary ``inv_freq`` buffers,
+which must equal the computed ones.
+
+Recognised from ``config.json``: no ``model_type`` (or ``esm``), an ``add_bias_fnn``
+field, and an ``auto_map`` into ``modeling_esm`` when there is one. Its ``auto_map``
+names the masked-LM class; the encoder (``esm.*``) is taken from it.
+
+Tokens come from the native ``EsmTokenizer`` over the published ``vocab.txt``: ``<cls>``
+then non-overlapping 6-mers from the left; an N, and bases left over before an N or at
+the end, are single-base tokens. The vector is the mean over the sequence's tokens
+(``<cls>`` excluded) of the final-norm output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from embedcache.errors import AdapterOptionError, CheckpointError
+from embedcache.models.encoder import (
+    Encoded,
+    EncoderAdapter,
+    EncoderTraits,
+    config_digest,
+)
+from embedcache.models.options import non_default, random_init_revision
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    import torch
+
+    from embedcache.models.options import EmbedOptions
+
+logger = logging.getLogger(__name__)
+
+FAMILY = "ntv2"
+ADAPTER_VERSION = "1"
+# padded tokens per forward pass: in bf16, 4,096 beat the engine's default 1,536 in
+# 12 of 13 rounds of benchmarks/embed_bench.py --family ntv2-50m (251/500 bp, 2
+# threads, load average 2-14; 3% slower in the other), by up to 2.6x under load
+TOKEN_BUDGET = 4096
+# tensors of the published checkpoints the embedding never uses
+HEADS = ("lm_head.", "esm.contact_head.", "esm.pooler.")
+# tokenizers report this (or more) when they know no limit
+_NO_LIMIT = 10**8
+
+
+def _auto_map_targets(config: Mapping[str, Any]) -> list[str]:
+    auto_map = config.get("auto_map")
+    if not isinstance(auto_map, dict):
+        return []
+    return [str(v).split("--")[-1] for v in auto_map.values()]
+
+
+def recognise(config: dict[str, Any], folder: Path) -> bool:
+    """An NT-v2 config: ``add_bias_fnn`` (a field only the NT-v2 ``EsmConfig`` has),
+    no model type other than ``esm``, and an ``auto_map``, if any, into ``modeling_esm``."""
+    if "add_bias_fnn" not in config:
+        return False
+    if config.get("model_type") not in (None, "esm"):
+        return False
+    targets = _auto_map_targets(config)
+    return not targets or any(t.startswith("modeling_esm.") for t in targets)
+
+
+class NTTokenizer:
+    """The native ``EsmTokenizer`` as a :class:`~embedcache.models.encoder.SequenceTokenizer`.
+
+    Special tokens are found by id: ``EsmTokenizer``'s own special-tokens mask assumes
+    an ``<eos>`` that NT-v2 (``eos_token: null``) never adds, one flag too many.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:  # noqa: ANN401 - a transformers tokenizer
+        self.tokenizer = tokenizer
+        self.pad_id = int(tokenizer.pad_token_id)
+        self._special = frozenset(int(i) for i in tokenizer.all_special_ids)
+
+    def encode(self, seq: str) -> Encoded:
+        return self.encode_many([seq])[0]
+
+    def encode_many(self, seqs: Sequence[str]) -> list[Encoded]:
+        if not seqs:
+            return []
+        rows = self.tokenizer(list(seqs), add_special_tokens=True)["input_ids"]
+        return [
+            Encoded(tuple(row), tuple(i in self._special for i in row)) for row in rows
+        ]
+
+
+def load_tokenizer(folder: Path, *, where: str) -> Any:  # noqa: ANN401
+    """The ``EsmTokenizer`` of ``folder`` (``vocab.txt`` + ``tokenizer_config.json``).
+
+    Raises
+    ------
+    CheckpointError
+        No ``vocab.txt``, or the tokenizer config names another tokenizer class.
+    """
+    from transformers import EsmTokenizer
+
+    if not (folder / "vocab.txt").is_file():
+        msg = (
+            f"{where}: no vocab.txt; NT-v2 tokenises with the published 6-mer vocab.txt"
+        )
+        raise CheckpointError(msg)
+    tok_config = folder / "tokenizer_config.json"
+    if tok_config.is_file():
+        try:
+            declared = json.loads(tok_config.read_text(encoding="utf-8")).get(
+                "tokenizer_class"
+            )
+        except (OSError, json.JSONDecodeError, AttributeError) as err:
+            msg = f"cannot read {tok_config}: {err}"
+            raise CheckpointError(msg) from err
+        if declared not in (None, "EsmTokenizer"):
+            msg = (
+                f"{where}: tokenizer_config.json names {declared!r}; NT-v2 checkpoints "
+                "use EsmTokenizer"
+            )
+            raise CheckpointError(msg)
+    try:
+        return EsmTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as err:
+        msg = f"{where}: cannot build the EsmTokenizer from {folder}: {err}"
+        raise CheckpointError(msg) from err
+
+
+def encoder_state(
+    state: Mapping[str, torch.Tensor], *, head_dim: int, where: str
+) -> dict[str, torch.Tensor]:
+    """The encoder's tensors of a published ``EsmForMaskedLM`` state dict, named as in
+    :class:`._ntv2_model.NTv2Network`; heads and the unused position table dropped.
+
+    Raises
+    ------
+    CheckpointError
+        A stored rotary ``inv_freq`` differs from the computed one (another rotary
+        base or dimension: the official code would use the stored one).
+    """
+    import torch
+
+    from embedcache.models._ntv2_model import inverse_frequencies
+    from embedcache.models.weights import strip_prefix
+
+    out = strip_prefix(state, "esm.", ignore=HEADS)
+    # rotary checkpoints keep ESM's absolute table, which the forward pass never reads
+    out.pop("embeddings.position_embeddings.weight", None)
+    out.pop("embeddings.position_ids", None)
+    expected = inverse_frequencies(head_dim)
+    for name in [n for n in out if n.endswith(".rotary_embeddings.inv_freq")]:
+        stored = out.pop(name).to(torch.float32)
+        if stored.shape != expected.shape or not torch.allclose(
+            stored, expected, rtol=1e-6, atol=0
+        ):
+            msg = (
+                f"{where}: {name} is not the rotary frequencies of base 10000 over "
+                f"{head_dim} dimensions; embedcache cannot reproduce this model"
+            )
+            raise CheckpointError(msg)
+    return out
+
+
+def _check_options(options: EmbedOptions, where: str) -> None:
+    flags = non_default(options, ("kmer_split", "family_options"))
+    if flags:
+        msg = f"{where} (ntv2): {', '.join(flags)} do(es) not apply to NT-v2"
+        raise AdapterOptionError(msg)
+
+
+def load(
+    folder: Path,
+    config: dict[str, Any],
+    *,
+    model_id: str,
+    revision: str,
+    options: EmbedOptions,
+    device: str,
+    alias: str | None = None,
+) -> EncoderAdapter:
+    """An NT-v2 adapter from a hub-layout folder (config, weights, ``vocab.txt``).
+
+    Raises
+    ------
+    CheckpointError
+        The config, tokenizer or weights do not describe an NT-v2 model.
+    AdapterOptionError
+        An option does not apply to NT-v2.
+    """
+    import torch
+
+    from embedcache.models._ntv2_model import (
+        NTv2Network,
+        arch_from_config,
+        init_weights,
+    )
+    from embedcache.models.weights import load_strict, read_state_dict
+
+    where = str(alias or model_id)
+    _check_options(options, where)
+    arch = arch_from_config(config, where=f"{folder}/config.json")
+    tokenizer = load_tokenizer(folder, where=where)
+    if len(tokenizer) > arch.vocab_size:
+        msg = (
+            f"{where}: vocab.txt has {len(tokenizer)} tokens but the model's vocab_size "
+            f"is {arch.vocab_size}"
+        )
+        raise CheckpointError(msg)
+    # built without its random init (weights or the family's own init replace it)
+    with torch.device("meta"):
+        network = NTv2Network(arch)
+    network = network.to_empty(device="cpu")
+    key_options: list[tuple[str, str]] = []
+    if options.random_init is not None:
+        init_weights(network, seed=options.random_init)
+        revision = random_init_revision(options.random_init)
+        key_options.append(("config", config_digest(config)))
+    else:
+        state = encoder_state(
+            read_state_dict(folder), head_dim=arch.head_dim, where=str(folder)
+        )
+        load_strict(network, state, where=str(folder), family="NT-v2")
+    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
+    network = network.to(device=device, dtype=dtype).eval()
+    limit = getattr(tokenizer, "model_max_length", None)
+    traits = EncoderTraits(
+        family=FAMILY,
+        adapter_version=ADAPTER_VERSION,
+        causal=False,
+        has_cls=True,
+        max_tokens=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
+        options=tuple(key_options),
+        token_budget=TOKEN_BUDGET,
+    )
+    return EncoderAdapter(
+        tokenizer=NTTokenizer(tokenizer),
+        network=network,
+        traits=traits,
+        model_id=model_id,
+        revision=revision,
+        options=options,
+        device=device,
+        alias=alias,
+    )
+
+
+__all__ = [
+    "ADAPTER_VERSION",
+    "FAMILY",
+    "NTTokenizer",
+    "encoder_state",
+    "load",
+    "load_tokenizer",
+    "recognise",
+]

@@ -1,0 +1,54 @@
+"""The sequences the NT-v2 and GENA-LM equality fixtures are computed on.
+
+About two dozen, chosen to reach the tokenizers' corners: lengths 1 to 300, lengths
+that are and are not multiples of 6 (NT-v2's 6-mers leave single bases over), N alone,
+in short runs and in a run of 10 or more (GENA-LM's normaliser turns that into one
+``-`` token), lower case (embedcache upper-cases before tokenising, so the fixtures
+hold the official output on the upper-cased sequence), one exact duplicate and one
+exact reverse-complement pair. Deterministic: no argument changes the list.
+"""
+
+from __future__ import annotations
+
+import random
+
+_COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
+
+SHORT = [
+    "A",
+    "GT",
+    "ACGTN",
+    "acgtA",
+    "NNNNNNNN",
+    "ACGTAC",
+    "ACGTACG",
+    "TTGCAnnGCA",
+    "GATTACAGATTACAGATTACAGATTACA",
+    "ccgGGAATTCCNNacgtTTGACAGGCTaa",
+    "ACGTGTACNTGCACGGANCGACTAGTCTGA",
+    "TTTTTTTTTTTTNNNNNNNNNNNNAAAAAAAAAAAA",
+]
+
+
+def reverse_complement(seq: str) -> str:
+    return seq.translate(_COMPLEMENT)[::-1]
+
+
+def fixture_sequences() -> list[str]:
+    """Every fixture sequence, in a fixed order."""
+    rng = random.Random(20261006)
+    out = list(SHORT)
+    for n in (12, 37, 61, 97, 150, 151, 199, 250, 251, 300):
+        seq = [rng.choice("ACGT") for _ in range(n)]
+        if n % 2:
+            seq[n // 3 : n // 3 + 3] = "NNN"
+        if n >= 150:
+            seq[n // 2 : n // 2 + 11] = "N" * 11
+        text = "".join(seq)
+        out.append(text[: n // 2] + text[n // 2 :].lower() if n > 50 else text)
+    pair = "".join(rng.choice("ACGT") for _ in range(43))
+    out += [pair, reverse_complement(pair), out[8]]  # an RC pair and a duplicate
+    return out
+
+
+__all__ = ["fixture_sequences", "reverse_complement"]

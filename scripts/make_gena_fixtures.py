@@ -1,0 +1,336 @@
+"""Build the GENA-LM equality fixtures in tests/data/gena/ with the official code.
+
+The official code is ``src/gena_lm/modeling_bert.py`` of AIRI-Institute/GENA_LM on
+GitHub (the hub repositories AIRI-Institute/gena-lm-bert-{base,large}-t2t ship the
+same module as their remote code). It is not committed: pass a directory holding it
+and the GitHub commit it came from. It runs as a user runs it, beside ``config.json``
+and loaded with ``trust_remote_code=True``, in a scratch environment (transformers
+4.3x-4.4x; the fixtures were made with 4.38.2)::
+
+    python3 -m venv /tmp/ntv2gena-ref
+    /tmp/ntv2gena-ref/bin/pip install torch==2.13.0 transformers==4.38.2 safetensors numpy
+    git -C GENA_LM show 4a884630dd72fac47775a256f9c85452b63d28e3:src/gena_lm/modeling_bert.py \\
+        > /tmp/gena-official/modeling_bert.py
+    HF_HOME=/tmp/ntv2gena-hfhome /tmp/ntv2gena-ref/bin/python scripts/make_gena_fixtures.py \\
+        --official /tmp/gena-official --official-commit 4a884630dd72fac47775a256f9c85452b63d28e3 \\
+        --published-tokenizer GENA_LM/data/tokenizers/t2t_1000h_multi_32k/tokenizer.json \\
+        --out tests/data/gena
+
+The published tokenizer (32,000 BPE tokens, 1.4 MB) is too large to commit, so each
+fixture carries a small BPE trained here on random DNA with everything else of the
+published ``tokenizer.json`` (added tokens [UNK] [CLS] [SEP] [PAD] [MASK] - at 0-5, the
+Strip + ``N{10,}`` -> ``-`` normaliser, the ``-`` split pre-tokeniser, the BERT
+post-processor, the decoder); ``--published-tokenizer`` checks that they are equal.
+
+What it writes, per model: ``<name>/`` in the hub layout (``config.json`` with the
+published fields, ``model_type: bert`` and ``auto_map`` {AutoModel:
+modeling_bert.BertForMaskedLM}; ``pytorch_model.bin`` of a ``BertForMaskedLM`` whose
+every weight was moved off its initial value; ``tokenizer.json``,
+``tokenizer_config.json``, ``special_tokens_map.json``), and in ``expected.npz`` the
+official model's vectors for ``sequences.txt``.
+
+- ``gena_base``: as gena-lm-bert-base-t2t: ``pre_layer_norm: true``,
+  ``last_layer_norm: false``, ``layer_norm_eps`` 1e-12.
+- ``gena_lastln``: as gena-lm-bert-large-t2t's published training config: no
+  ``last_layer_norm`` field (the official default then adds the final ``last_layer_ln``),
+  ``layer_norm_eps`` 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dna_fixture_sequences import fixture_sequences, reverse_complement
+
+PUBLISHED = Path("tests/data/gena/published/gena-lm-bert-base-t2t.config-printout.json")
+# the published tokenizer lists "-" (what a run of 10+ N becomes) as a special added
+# token too, at id 5
+SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"]
+SPECIAL_TOKENS_MAP = {
+    "unk_token": "[UNK]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "mask_token": "[MASK]",
+}
+VARIANTS = {
+    "gena_base": {
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 32,
+        "max_position_embeddings": 160,
+        "last_layer_norm": False,
+        "layer_norm_eps": 1e-12,
+    },
+    "gena_lastln": {
+        "hidden_size": 24,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+        "intermediate_size": 48,
+        "max_position_embeddings": 160,
+        "last_layer_norm": None,  # field absent, as in the large model's config
+        "layer_norm_eps": 1e-5,
+    },
+}
+
+
+def train_tokenizer(vocab_size: int = 160):  # noqa: ANN201 - tokenizers is not typed here
+    """A small BPE over A, C, G, T, N and '-', dressed as the published tokenizer."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    rng = random.Random(7)
+    motifs = ["TATAAA", "CCAAT", "GGGCGG", "TTAGGG", "CACGTG", "AATAAA"]
+    corpus = []
+    for _ in range(3000):
+        parts = []
+        while sum(map(len, parts)) < 120:
+            parts.append(
+                rng.choice(motifs)
+                if rng.random() < 0.3
+                else rng.choice("ACGT") * rng.randint(1, 3)
+            )
+            if rng.random() < 0.02:
+                parts.append("N" * rng.randint(1, 4))
+        corpus.append("".join(parts))
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Strip(), normalizers.Replace(Regex("N{10,}"), "-")]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Split("-", behavior="isolated")
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=["A", "C", "G", "N", "T"],
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    tok.decoder = decoders.BPEDecoder(suffix=" ")
+    return tok
+
+
+def check_like_published(ours: dict, published: Path) -> None:
+    theirs = json.loads(published.read_text())
+    for key in (
+        "normalizer",
+        "pre_tokenizer",
+        "post_processor",
+        "decoder",
+        "truncation",
+        "padding",
+    ):
+        if ours[key] != theirs[key]:
+            msg = f"tokenizer.json {key}: ours {ours[key]} differs from the published {theirs[key]}"
+            raise SystemExit(msg)
+    if ours["added_tokens"] != theirs["added_tokens"]:
+        msg = "tokenizer.json added_tokens differ from the published ones"
+        raise SystemExit(msg)
+    for key in (
+        "type",
+        "unk_token",
+        "continuing_subword_prefix",
+        "end_of_word_suffix",
+        "fuse_unk",
+    ):
+        if ours["model"].get(key) != theirs["model"].get(key):
+            msg = f"tokenizer.json model.{key} differs from the published one"
+            raise SystemExit(msg)
+
+
+def pooled(model, tokenizer, seq: str) -> dict:  # noqa: ANN001
+    """The official model's pooled vectors of one sequence (no padding involved)."""
+    import torch
+
+    enc = tokenizer(seq, return_tensors="pt", return_special_tokens_mask=True)
+    keep = ~enc.pop("special_tokens_mask")[0].bool()
+    with torch.no_grad():
+        states = model(**enc, output_hidden_states=True).hidden_states
+    return {
+        "none": states[-1][0][keep].mean(0).numpy(),
+        "include": states[-1][0].mean(0).numpy(),
+        "cls": states[-1][0][0].numpy(),
+        "layer0": states[0][0][keep].mean(0).numpy(),
+        "layer1": states[1][0][keep].mean(0).numpy(),
+    }
+
+
+def published_counts(
+    code: Path, template: dict, scratch: Path
+) -> dict[str, dict[str, int]]:
+    """Parameter counts of the official model built from each published config: all
+    of ``BertForMaskedLM``, and the encoder tensors embedcache keeps (``bert.*``)."""
+    from transformers import AutoConfig, AutoModel
+
+    out = {}
+    for path in sorted(PUBLISHED.parent.glob("*.json")):
+        published = json.loads(path.read_text())
+        published.pop("_name_or_path", None)
+        published["auto_map"] = template["auto_map"]  # the code to build it with
+        folder = scratch / ("published_" + path.name.split(".")[0].replace("-", "_"))
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(published))
+        shutil.copy(code, folder / "modeling_bert.py")
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModel.from_config(config, trust_remote_code=True)
+        kept = sum(
+            p.numel() for n, p in model.named_parameters() if n.startswith("bert.")
+        )
+        total = sum(p.numel() for p in model.parameters())
+        out[path.name] = {"total": total, "encoder_kept": kept}
+        print(path.name, out[path.name])
+        del model
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--official", type=Path, required=True)
+    parser.add_argument("--official-commit", required=True)
+    parser.add_argument("--published-tokenizer", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    code = args.official / "modeling_bert.py"
+    code_sha = hashlib.sha256(code.read_bytes()).hexdigest()
+
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    printout = json.loads(PUBLISHED.read_text())
+    template = {k: v for k, v in printout.items() if k != "_name_or_path"}
+    # the loader prefixes auto_map with the repository; the file itself does not
+    template["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
+    sequences = fixture_sequences()
+    upper = [s.upper() for s in sequences]
+    tok = train_tokenizer()
+    tok_json = json.loads(tok.to_str())
+    check_like_published(tok_json, args.published_tokenizer)
+    args.out.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, np.ndarray] = {}
+    tokens: dict[str, list[list[int]]] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="ntv2gena-genaref-"))
+    for seed, (name, values) in enumerate(VARIANTS.items()):
+        config_dict = dict(template)
+        for key, value in values.items():
+            if value is None:
+                config_dict.pop(key)
+            else:
+                config_dict[key] = value
+        config_dict["vocab_size"] = tok.get_vocab_size()
+
+        build = scratch / f"{name}-build"
+        build.mkdir()
+        (build / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
+        shutil.copy(code, build / "modeling_bert.py")
+        config = AutoConfig.from_pretrained(build, trust_remote_code=True)
+        torch.manual_seed(10 + seed)
+        model = AutoModel.from_config(config, trust_remote_code=True)
+        assert type(model).__name__ == "BertForMaskedLM", type(model)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                scale = 0.3 if "ln" in pname or "LayerNorm" in pname else 0.2
+                p.add_(torch.randn_like(p) * scale)
+
+        out_dir = args.out / name
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        model.save_pretrained(out_dir, safe_serialization=False)
+        for py in out_dir.glob("*.py"):  # save_pretrained copies the remote code
+            py.unlink()
+        (out_dir / "generation_config.json").unlink(missing_ok=True)  # not on the hub
+        (out_dir / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
+        tok.save(str(out_dir / "tokenizer.json"))
+        (out_dir / "tokenizer_config.json").write_text(
+            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
+        )
+        (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP))
+
+        run = scratch / f"{name}-run"
+        shutil.copytree(out_dir, run)
+        shutil.copy(code, run / "modeling_bert.py")
+        loaded = AutoModel.from_pretrained(run, trust_remote_code=True).eval()
+        tokenizer = AutoTokenizer.from_pretrained(run)
+        assert type(loaded).__module__.endswith("modeling_bert"), type(
+            loaded
+        ).__module__
+        has_last_ln = hasattr(loaded.bert.encoder, "last_layer_ln")
+        assert has_last_ln == (name == "gena_lastln"), has_last_ln
+
+        rows = [pooled(loaded, tokenizer, s) for s in upper]
+        rc_rows = [pooled(loaded, tokenizer, reverse_complement(s)) for s in upper]
+        for what in ("none", "include", "cls", "layer0", "layer1"):
+            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
+                np.float32
+            )
+        expected[f"{name}_average"] = np.stack(
+            [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
+        ).astype(np.float32)
+        tokens[name] = tokenizer(upper)["input_ids"]
+
+        batch = tokenizer(
+            upper, return_tensors="pt", padding=True, return_special_tokens_mask=True
+        )
+        special = batch.pop("special_tokens_mask").bool()
+        with torch.no_grad():
+            hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
+        keep = (batch["attention_mask"].bool() & ~special).unsqueeze(-1)
+        padded = ((hidden * keep).sum(1) / keep.sum(1)).numpy()
+        gap = float(np.abs(padded - expected[f"{name}_none"]).max())
+        print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
+        assert gap < 1e-5, gap
+        print(
+            name,
+            "->",
+            out_dir,
+            f"hidden {config.hidden_size}, vocab {config.vocab_size}",
+        )
+
+    np.savez(args.out / "expected.npz", **expected)
+    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
+    (args.out / "tokens.json").write_text(json.dumps(tokens) + "\n")
+    meta = {
+        "official_code": "AIRI-Institute/GENA_LM src/gena_lm/modeling_bert.py",
+        "official_commit": args.official_commit,
+        "official_sha256": code_sha,
+        "published_tokenizer_sha256": hashlib.sha256(
+            args.published_tokenizer.read_bytes()
+        ).hexdigest(),
+        "published_config": "tests/data/gena/published/gena-lm-bert-base-t2t.config-printout.json",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "loaded_with": "AutoModel.from_pretrained(dir, trust_remote_code=True) -> BertForMaskedLM",
+        "tokenizer": "AutoTokenizer (PreTrainedTokenizerFast on tokenizer.json), upper-cased input",
+        "pooling": "mean over tokens of hidden_states[-1], [CLS]/[SEP] excluded "
+        "(special_tokens_mask); _include keeps them; _cls is position 0; "
+        "_layer0/_layer1 pool hidden_states[0]/[1]",
+        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+    }
+    meta["published_param_counts"] = published_counts(code, template, scratch)
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(scratch)
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,316 @@
+"""Build the NT-v2 equality fixtures in tests/data/ntv2/ with the official hub code.
+
+The official code is the hub's ``modeling_esm.py`` + ``esm_config.py`` of
+InstaDeepAI/nucleotide-transformer-v2-*-multi-species. They are not committed; pass a
+directory holding them. This script refuses files whose sha256 differs from the hub's
+(revision 81b29e5786726d891dbf929404ef20adca5b36f1 of the 50m repository, as pinned
+in kurtvalcorza/nucleotide-transformer-genomics-pipeline's dimer-base-manifest.json).
+A public copy: SeedLLM/molly, commit 62330f73df2a97af53bc176ebc2b3ff76558542f,
+``src/model/esm_config.py`` (identical to the hub file) and ``src/model/modeling_esm.py``
+(an earlier hub revision: it imports ``find_pruneable_heads_and_indices`` and
+``prune_linear_layer`` from ``transformers.modeling_utils``; the hub file at 81b29e57
+imports them from ``transformers.pytorch_utils``, one line, and nothing else differs:
+with that import moved the copy hashes to the hub's sha256).
+
+The code runs exactly as a user runs it: the files are placed beside ``config.json``
+and loaded with ``trust_remote_code=True`` in a scratch environment (transformers 4.3x;
+the fixtures were made with 4.38.2)::
+
+    python3 -m venv /tmp/ntv2gena-ref
+    /tmp/ntv2gena-ref/bin/pip install torch==2.13.0 transformers==4.38.2 safetensors numpy
+    HF_HOME=/tmp/ntv2gena-hfhome /tmp/ntv2gena-ref/bin/python scripts/make_ntv2_fixtures.py \\
+        --official /path/to/dir/with/modeling_esm.py --out tests/data/ntv2
+
+What it writes, per model: ``<name>/`` in the hub layout (``config.json`` with the
+published 50m config's fields, ``auto_map`` included and no ``model_type``;
+``model.safetensors`` of an ``EsmForMaskedLM`` whose every weight was moved off its
+initial value; ``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``),
+and in ``expected.npz`` the official model's vectors for ``sequences.txt``.
+
+- ``ntv2``: the published vocabulary (4,107 tokens: ``vocab.txt`` is generated and must
+  hash to the hub file) and ``add_bias_fnn: false`` as published; hidden size 8.
+- ``ntv2_3mer_bias``: ``add_bias_fnn: true`` and a 3-mer vocabulary (specials, 64
+  3-mers, single bases), to exercise the feed-forward biases and a tokenizer that
+  follows its ``vocab.txt`` rather than a fixed k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dna_fixture_sequences import fixture_sequences, reverse_complement
+
+HUB_REVISION = "81b29e5786726d891dbf929404ef20adca5b36f1"
+HUB_SHA256 = {
+    "modeling_esm.py": "f2b003f45d2fa4f94e92d8bbef927b719dfdd7ab7c7a95743daa2b10ab140cb3",
+    "esm_config.py": "a44e859baa08465ecdcd76b0a73f6e4fe011245a212931c403de1149ae9613ec",
+    "vocab.txt": "c00e0ad166d6ab3f7540ebc92270392e581bb3106763412f29034b49323e1052",
+    "tokenizer_config.json": "253d338919eba938e50b776f3243cc739462c207fe64e3d2e81cc5e681bee45b",
+    "special_tokens_map.json": "d6dc30bf018166daab248b0abf7efda6fd1b1e0a2d1bee5b31b23db2ebdaee77",
+}
+PUBLISHED = Path(
+    "tests/data/ntv2/published/nucleotide-transformer-v2-50m-multi-species.config.json"
+)
+SPECIALS = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
+TOKENIZER_CONFIG = {
+    "clean_up_tokenization_spaces": True,
+    "eos_token": None,
+    "model_max_length": 2048,
+    "tokenizer_class": "EsmTokenizer",
+}
+SPECIAL_TOKENS_MAP = {
+    "cls_token": "<cls>",
+    "mask_token": "<mask>",
+    "pad_token": "<pad>",
+    "unk_token": "<unk>",
+}
+VARIANTS = {
+    "ntv2": {
+        "k": 6,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 12,
+        "add_bias_fnn": False,
+    },
+    "ntv2_3mer_bias": {
+        "k": 3,
+        "hidden_size": 16,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+        "intermediate_size": 24,
+        "add_bias_fnn": True,
+        "max_position_embeddings": 130,
+    },
+}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def vocab_text(k: int) -> str:
+    """NT's vocabulary order: specials, every k-mer over A, T, C, G, single bases."""
+    kmers = ["".join(p) for p in itertools.product("ATCG", repeat=k)]
+    return "\n".join([*SPECIALS, *kmers, "A", "T", "C", "G", "N"])  # no final newline
+
+
+def json_text(data: dict) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def check_official(official: Path) -> dict[str, str]:
+    hashes = {}
+    for name in ("modeling_esm.py", "esm_config.py"):
+        digest = sha256((official / name).read_bytes())
+        if digest != HUB_SHA256[name]:
+            msg = f"{official / name} has sha256 {digest}, not the hub file's {HUB_SHA256[name]}"
+            raise SystemExit(msg)
+        hashes[name] = digest
+    return hashes
+
+
+def write_tokenizer(folder: Path, k: int) -> None:
+    files = {
+        "vocab.txt": vocab_text(k),
+        "tokenizer_config.json": json_text(TOKENIZER_CONFIG),
+        "special_tokens_map.json": json_text(SPECIAL_TOKENS_MAP),
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        if k == 6 and sha256(text.encode()) != HUB_SHA256[name]:
+            msg = f"generated {name} does not hash to the hub file's sha256"
+            raise SystemExit(msg)
+
+
+def published_format(template: dict, values: dict) -> dict:
+    """The published config's fields in its order, with the tiny model's values."""
+    out = dict(template)
+    for key, value in values.items():
+        if key not in out:
+            msg = f"{key} is not a field of the published config"
+            raise SystemExit(msg)
+        out[key] = value
+    return out
+
+
+def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
+    """The official model's pooled vectors of one sequence (no padding involved)."""
+    import torch
+
+    enc = tokenizer(seq, return_tensors="pt")
+    keep = ~torch.isin(enc["input_ids"][0], special_ids)
+    with torch.no_grad():
+        states = model(**enc, output_hidden_states=True).hidden_states
+    return {
+        "none": states[-1][0][keep].mean(0).numpy(),
+        "include": states[-1][0].mean(0).numpy(),
+        "cls": states[-1][0][0].numpy(),
+        "layer0": states[0][0][keep].mean(0).numpy(),
+        "layer1": states[1][0][keep].mean(0).numpy(),
+    }
+
+
+def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]:
+    """Parameter counts of the official model built from each published config: all
+    of ``EsmForMaskedLM``, and the encoder tensors embedcache keeps (``esm.*`` without
+    the contact head and the unused absolute position table)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    out = {}
+    for path in sorted(PUBLISHED.parent.glob("*.config.json")):
+        folder = scratch / ("published_" + path.name.split(".")[0].replace("-", "_"))
+        folder.mkdir()
+        shutil.copy(path, folder / "config.json")
+        for f in ("modeling_esm.py", "esm_config.py"):
+            shutil.copy(official / f, folder / f)
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModelForMaskedLM.from_config(config, trust_remote_code=True)
+        kept = sum(
+            p.numel()
+            for n, p in model.named_parameters()
+            if n.startswith("esm.")
+            and not n.startswith(
+                ("esm.contact_head.", "esm.embeddings.position_embeddings.")
+            )
+        )
+        total = sum(p.numel() for p in model.parameters())
+        out[path.name] = {"total": total, "encoder_kept": kept}
+        print(path.name, out[path.name])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--official", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    official_hashes = check_official(args.official)
+
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+    template = json.loads(PUBLISHED.read_text())
+    sequences = fixture_sequences()
+    upper = [s.upper() for s in sequences]
+    args.out.mkdir(parents=True, exist_ok=True)
+    expected: dict[str, np.ndarray] = {}
+    tokens: dict[str, list[list[int]]] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="ntv2gena-ntref-"))
+    for seed, (name, spec) in enumerate(VARIANTS.items()):
+        values = {key: v for key, v in spec.items() if key != "k"}
+        values["vocab_size"] = len(vocab_text(spec["k"]).split())
+        config_dict = published_format(template, values)
+
+        # 1. a random EsmForMaskedLM built by the official code, every weight moved
+        build = scratch / f"{name}-build"
+        build.mkdir()
+        (build / "config.json").write_text(json_text(config_dict))
+        for f in ("modeling_esm.py", "esm_config.py"):
+            shutil.copy(args.official / f, build / f)
+        config = AutoConfig.from_pretrained(build, trust_remote_code=True)
+        torch.manual_seed(seed)
+        model = AutoModelForMaskedLM.from_config(config, trust_remote_code=True)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                scale = 0.3 if "LayerNorm" in pname or "layer_norm" in pname else 0.2
+                p.add_(torch.randn_like(p) * scale)
+
+        # 2. the hub layout: weights, the published config's fields, tokenizer files
+        out_dir = args.out / name
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        model.save_pretrained(out_dir, safe_serialization=True)
+        for code in out_dir.glob("*.py"):  # save_pretrained copies the remote code
+            code.unlink()
+        (out_dir / "config.json").write_text(json_text(config_dict))
+        write_tokenizer(out_dir, spec["k"])
+
+        # 3. the official path, as a user runs it: remote code beside the files
+        run = scratch / f"{name}-run"
+        shutil.copytree(out_dir, run)
+        for f in ("modeling_esm.py", "esm_config.py"):
+            shutil.copy(args.official / f, run / f)
+        loaded = AutoModelForMaskedLM.from_pretrained(
+            run, trust_remote_code=True
+        ).eval()
+        tokenizer = AutoTokenizer.from_pretrained(run, trust_remote_code=True)
+        assert type(loaded).__module__.endswith("modeling_esm"), type(loaded).__module__
+
+        # EsmTokenizer's special_tokens_mask assumes an <eos> that NT-v2 does not add
+        # (one flag too many), so special tokens are found by id
+        special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
+        rows = [pooled(loaded, tokenizer, s, special_ids) for s in upper]
+        rc_rows = [
+            pooled(loaded, tokenizer, reverse_complement(s), special_ids) for s in upper
+        ]
+        for what in ("none", "include", "cls", "layer0", "layer1"):
+            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
+                np.float32
+            )
+        expected[f"{name}_average"] = np.stack(
+            [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
+        ).astype(np.float32)
+        tokens[name] = tokenizer(upper)["input_ids"]
+
+        # the official code with padding gives the same vectors (a check of the
+        # reference itself: masked positions must not leak into real ones)
+        batch = tokenizer(upper, return_tensors="pt", padding=True)
+        special = torch.isin(batch["input_ids"], special_ids)
+        with torch.no_grad():
+            hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
+        keep = (batch["attention_mask"].bool() & ~special).unsqueeze(-1)
+        padded = ((hidden * keep).sum(1) / keep.sum(1)).numpy()
+        gap = float(np.abs(padded - expected[f"{name}_none"]).max())
+        print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
+        assert gap < 1e-5, gap
+        print(
+            name,
+            "->",
+            out_dir,
+            f"hidden {config.hidden_size}, vocab {config.vocab_size}",
+        )
+
+    np.savez(args.out / "expected.npz", **expected)
+    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
+    (args.out / "tokens.json").write_text(json.dumps(tokens) + "\n")
+    meta = {
+        "official_code": "hub files modeling_esm.py + esm_config.py of "
+        "InstaDeepAI/nucleotide-transformer-v2-50m-multi-species",
+        "hub_revision": HUB_REVISION,
+        "official_sha256": official_hashes,
+        "public_copy": "SeedLLM/molly@62330f73df2a97af53bc176ebc2b3ff76558542f "
+        "src/model/{esm_config.py,modeling_esm.py}; modeling_esm.py's "
+        "find_pruneable_heads_and_indices/prune_linear_layer import moved to "
+        "transformers.pytorch_utils as in the hub revision (then sha256 matches)",
+        "hash_source": "kurtvalcorza/nucleotide-transformer-genomics-pipeline "
+        "weights/nt-v2-50m-multi-species/dimer-base-manifest.json",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "loaded_with": "AutoModelForMaskedLM.from_pretrained(dir, trust_remote_code=True)",
+        "tokenizer": "AutoTokenizer (EsmTokenizer) on the upper-cased sequence",
+        "pooling": "mean over tokens of hidden_states[-1] (after emb_layer_norm_after), "
+        "special tokens (<cls>) excluded; _include keeps them; _cls is position 0; "
+        "_layer0/_layer1 pool hidden_states[0]/[1]",
+        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+    }
+    meta["published_param_counts"] = published_counts(args.official, scratch)
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(scratch)
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

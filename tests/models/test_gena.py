@@ -1,0 +1,393 @@
+"""GENA-LM adapter: equality with the official code, recognition vs the native BERT path.
+
+The fixtures in tests/data/gena/ were computed by AIRI-Institute/GENA_LM's
+src/gena_lm/modeling_bert.py run with trust_remote_code in transformers 4.38.2 (see
+scripts/make_gena_fixtures.py): tiny pre-LN models with every weight moved off its init,
+in the hub layout (``model_type: bert``, ``pytorch_model.bin``) without the code file,
+and the pooled vectors of 25 sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from embedcache.errors import (
+    AdapterOptionError,
+    CheckpointError,
+    SequenceTooLongError,
+    UnknownModelError,
+)
+from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.models import gena as gena_family
+from embedcache.models import hf as hf_family
+from embedcache.models import load_adapter, read_config, recognise_family
+from embedcache.models._gena_model import GenaNetwork, arch_from_config
+from embedcache.models.options import EmbedOptions
+from tests.models.adapter_contract import AdapterContract
+
+DATA = Path(__file__).parents[1] / "data" / "gena"
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = ("gena_base", "gena_lastln")
+PUBLISHED = sorted((DATA / "published").glob("*.json"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs
+    dominate their run time."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def fixture_sequences() -> list[str]:
+    return [normalise_sequence(s) for s in (DATA / "sequences.txt").read_text().split()]
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, np.ndarray]:
+    with np.load(DATA / "expected.npz") as data:
+        return {name: data[name] for name in data.files}
+
+
+@pytest.fixture(scope="module")
+def adapters():
+    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
+
+
+def copy_model(tmp_path: Path, variant: str = "gena_base") -> Path:
+    folder = tmp_path / variant
+    shutil.copytree(DATA / variant, folder)
+    return folder
+
+
+def edit_config(folder: Path, *, drop=(), **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    for key in drop:
+        config.pop(key)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    (folder / "pytorch_model.bin").unlink()
+    # the masked-LM decoder shares the word embeddings: safetensors wants copies
+    save_file({k: v.clone() for k, v in state.items()}, folder / "model.safetensors")
+    return state
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matches_official_code(adapters, expected, variant):
+    got = adapters[variant].embed_batch(fixture_sequences())
+    np.testing.assert_allclose(got, expected[f"{variant}_none"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rc_average_matches_official_code(expected, variant):
+    adapter = load_adapter(str(DATA / variant), device="cpu", rc_mode="average")
+    got = adapter.embed_batch(fixture_sequences())
+    np.testing.assert_allclose(got, expected[f"{variant}_average"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got[-3], got[-2], atol=1e-5, rtol=0)  # the RC pair
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_layers_and_poolings_match_official_hidden_states(expected, variant):
+    seqs = fixture_sequences()
+    layered = load_adapter(str(DATA / variant), device="cpu", layers=(0, 1, -1))
+    got = layered.embed_layers(seqs)
+    for row, name in enumerate(("layer0", "layer1", "none")):
+        want = expected[f"{variant}_{name}"]
+        np.testing.assert_allclose(got[row], want, atol=1e-4, rtol=0)
+    include = load_adapter(str(DATA / variant), device="cpu", special_tokens="include")
+    np.testing.assert_allclose(
+        include.embed_batch(seqs), expected[f"{variant}_include"], atol=1e-4, rtol=0
+    )
+    cls = load_adapter(str(DATA / variant), device="cpu", pooling="cls")
+    np.testing.assert_allclose(
+        cls.embed_batch(seqs), expected[f"{variant}_cls"], atol=1e-4, rtol=0
+    )
+
+
+def test_final_layernorm_follows_the_config(adapters, expected):
+    assert not hasattr(adapters["gena_base"].network.encoder, "last_layer_ln")
+    assert hasattr(adapters["gena_lastln"].network.encoder, "last_layer_ln")
+    for name, vectors in expected.items():
+        assert np.isfinite(vectors).all(), name
+        assert np.abs(vectors[0] - vectors[-4]).max() > 0.05, name
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_token_ids_equal_the_official_tokenizer(adapters, variant):
+    official = json.loads((DATA / "tokens.json").read_text())[variant]
+    ours = adapters[variant].tokenizer.encode_many(fixture_sequences())
+    assert [list(e.ids) for e in ours] == official
+    for e in ours:  # [CLS] ... [SEP]; a run of 10+ N is a '-' token, not special
+        assert e.special == (True, *([False] * (len(e) - 2)), True)
+    dash = ours[11]  # TTTTTTTTTTTTNNNNNNNNNNNNAAAAAAAAAAAA
+    assert 5 in dash.ids
+    assert 9 not in dash.ids
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batched_equals_one_by_one(adapters, variant):
+    seqs = fixture_sequences()
+    adapter = adapters[variant]
+    batch = adapter.embed_batch(seqs)
+    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
+    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
+
+
+def test_cli_embed_subprocess_equals_official_code(expected, tmp_path):
+    folder = DATA / "gena_lastln"
+    assert not list(folder.glob("*.py"))
+    (tmp_path / "in.txt").write_text((DATA / "sequences.txt").read_text())
+    out = tmp_path / "out.npy"
+    args = ["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt")]
+    args += [
+        "--store",
+        str(tmp_path / "store"),
+        "--output",
+        str(out),
+        "--device",
+        "cpu",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedcache.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "computed=24 cached=1"
+    np.testing.assert_allclose(
+        np.load(out), expected["gena_lastln_none"], atol=1e-4, rtol=0
+    )
+
+
+# --- recognition: GENA-LM says model_type bert --------------------------------------
+
+
+def test_native_bert_path_refuses_gena_weights():
+    folder = DATA / "gena_base"
+    config = read_config(folder)
+    assert config["model_type"] == "bert"
+    assert recognise_family(config, folder).FAMILY == "gena"
+    # what the fallback would do with it: native BertModel, strict weight check
+    with pytest.raises(CheckpointError, match=r"pre_attention_ln|missing"):
+        hf_family.load(
+            folder,
+            config,
+            model_id="local",
+            revision="sha256:0",
+            options=EmbedOptions(device="cpu"),
+            device="cpu",
+        )
+
+
+def test_recognised_by_weight_names_when_the_config_lacks_gena_fields(tmp_path):
+    folder = copy_model(tmp_path)
+    edit_config(folder, drop=("pre_layer_norm", "last_layer_norm", "auto_map"))
+    config = read_config(folder)
+    # a single pickle cannot be listed cheaply: no GENA evidence, so the native path,
+    # which refuses the weights rather than loading them into the wrong class
+    assert recognise_family(config, folder).FAMILY == "hf-encoder"
+    with pytest.raises(CheckpointError, match="wrong class"):
+        load_adapter(str(folder), device="cpu")
+    to_safetensors(folder)
+    assert recognise_family(read_config(folder), folder).FAMILY == "gena"
+    # recognised, but the config does not say pre-LN: refused, not guessed
+    with pytest.raises(CheckpointError, match="pre_layer_norm"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_safetensors_checkpoint_loads_the_same(tmp_path, expected):
+    folder = copy_model(tmp_path, "gena_lastln")
+    to_safetensors(folder)
+    got = load_adapter(str(folder), device="cpu").embed_batch(fixture_sequences())
+    np.testing.assert_allclose(got, expected["gena_lastln_none"], atol=1e-4, rtol=0)
+
+
+def test_auto_map_without_gena_evidence_needs_remote_code(tmp_path):
+    folder = copy_model(tmp_path)
+    edit_config(folder, drop=("pre_layer_norm", "last_layer_norm"))
+    with pytest.raises(UnknownModelError, match="trust-remote-code"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_plain_bert_is_not_gena(tiny_bert_dir, tmp_path):
+    config = read_config(tiny_bert_dir)
+    assert not gena_family.recognise(config, tiny_bert_dir)
+    assert recognise_family(config, tiny_bert_dir).FAMILY == "hf-encoder"
+    # a native (post-LN) BERT with one stray pre-LN tensor is not GENA's layout: it
+    # stays with the native path, which refuses it (tests/models/test_hf.py)
+    copy = tmp_path / "stray"
+    shutil.copytree(tiny_bert_dir, copy)
+    state = load_file(copy / "model.safetensors")
+    state["encoder.layer.0.pre_attention_ln.weight"] = torch.ones(16)
+    save_file(state, copy / "model.safetensors")
+    assert not gena_family.recognise(config, copy)
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name.split(".")[0])
+def test_published_config_is_recognised_and_builds_the_published_shapes(path):
+    config = json.loads(path.read_text())
+    assert config["model_type"] == "bert"
+    assert recognise_family(config, path.parent).FAMILY == "gena"
+    counts = json.loads((DATA / "meta.json").read_text())["published_param_counts"]
+    arch = arch_from_config(config, where=path.name)
+    with torch.device("meta"):
+        network = GenaNetwork(arch)
+    n_params = sum(p.numel() for p in network.parameters())
+    assert n_params == counts[path.name]["encoder_kept"]  # the official bert.* count
+    base = "base" in path.name
+    assert hasattr(network.encoder, "last_layer_ln") is not base
+    assert arch.n_layers == (12 if base else 24)
+    # the published sizes: 110M (base) and 336M (large) with the masked-LM head
+    assert round(counts[path.name]["total"] / 1e6) == (111 if base else 337)
+
+
+# --- loading edge cases -------------------------------------------------------------
+
+
+def test_renamed_or_missing_tensor_is_refused(tmp_path):
+    folder = copy_model(tmp_path)
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    name = "bert.encoder.layer.1.post_attention_ln.weight"
+    state["bert.encoder.layer.1.post_attention_norm.weight"] = state.pop(name)
+    torch.save(state, folder / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match=r"missing 1 tensors .*post_attention_ln"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_final_layernorm_the_config_does_not_have_is_refused(tmp_path):
+    folder = copy_model(tmp_path, "gena_lastln")
+    edit_config(folder, last_layer_norm=False)
+    with pytest.raises(CheckpointError, match="last_layer_ln"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_odd_position_ids_buffer_is_refused(tmp_path):
+    folder = copy_model(tmp_path)
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    state["bert.embeddings.position_ids"] = state["bert.embeddings.position_ids"].flip(
+        -1
+    )
+    torch.save(state, folder / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="position_ids"):
+        load_adapter(str(folder), device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("position_embedding_type", "rotary"),
+        ("hidden_act", "relu"),
+        ("sparse_config_cls", "deepspeed.ops.sparse_attention:BigBirdSparsityConfig"),
+        ("pre_layer_norm", False),
+    ],
+)
+def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
+    folder = copy_model(tmp_path)
+    edit_config(folder, **{field: value})
+    match = "sparse attention" if field == "sparse_config_cls" else field
+    with pytest.raises(CheckpointError, match=match):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_missing_tokenizer_is_a_clear_error(tmp_path):
+    folder = copy_model(tmp_path)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match=r"no tokenizer\.json"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_options_that_do_not_apply_are_refused():
+    path = str(DATA / "gena_base")
+    with pytest.raises(AdapterOptionError, match="kmer-split"):
+        load_adapter(path, device="cpu", kmer_split=3)
+    with pytest.raises(AdapterOptionError, match="causal"):
+        load_adapter(path, device="cpu", pooling="last")
+    with pytest.raises(AdapterOptionError, match="layer 3"):
+        load_adapter(path, device="cpu", layers=(3,))
+
+
+def test_context_is_the_position_table(adapters):
+    adapter = adapters["gena_base"]
+    assert adapter.key.max_length == 160  # max_position_embeddings of the tiny model
+    long = "ACGT" * 400
+    assert adapter.n_tokens(long) > 160
+    with pytest.raises(SequenceTooLongError, match="160"):
+        adapter.embed_batch([long])
+    cut = load_adapter(str(DATA / "gena_base"), device="cpu", truncation="right")
+    assert cut.embed_batch([long]).shape == (1, 16)
+
+
+def test_random_init_is_seeded_and_uses_the_official_init():
+    path = str(DATA / "gena_lastln")
+    seqs = fixture_sequences()[:6]
+    first = load_adapter(path, device="cpu", random_init=3)
+    again = load_adapter(path, device="cpu", random_init=3)
+    other = load_adapter(path, device="cpu", random_init=4)
+    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
+    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-3
+    assert first.key.revision == "random-init:3"
+    assert dict(first.key.options)["config"].startswith("sha256:")
+    network = first.network
+    out = network.encoder.layer[1].output.dense.weight.detach()
+    assert abs(float(out.std()) - 0.02) < 0.004  # no 1/sqrt(2 n_layers) in practice
+    assert torch.all(network.encoder.last_layer_ln.weight == 1)
+    pad = network.embeddings.word_embeddings.weight[network.arch.pad_token_id]
+    assert torch.count_nonzero(pad) == 0
+
+
+def test_bfloat16_is_close_to_float32(adapters):
+    seqs = fixture_sequences()
+    fp32 = adapters["gena_lastln"].embed_batch(seqs)
+    bf16 = load_adapter(str(DATA / "gena_lastln"), device="cpu", dtype="bfloat16")
+    got = bf16.embed_batch(seqs)
+    assert got.dtype == np.float32
+    assert bf16.key.dtype == "bfloat16"
+    cos = (
+        (fp32 * got).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(got, axis=1)
+    )
+    assert cos.min() > 0.99
+
+
+def test_key_records_family(adapters):
+    key = adapters["gena_base"].key
+    assert (key.adapter, key.adapter_version, key.rc_mode) == ("gena", "1", "none")
+
+
+class TestGenaContract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, adapters):
+        return adapters["gena_base"]
+
+
+@pytest.fixture(scope="module")
+def rc_average_adapter():
+    return load_adapter(str(DATA / "gena_lastln"), device="cpu", rc_mode="average")
+
+
+class TestGenaRCAverageContract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, rc_average_adapter):
+        return rc_average_adapter
+
+    def test_is_rc_invariant(self, adapter):
+        seqs = ["ACGTTGCANNAGTCCATG", "GATTACA", "A"]
+        fwd = adapter.embed_batch(seqs)
+        rev = adapter.embed_batch([reverse_complement(s) for s in seqs])
+        np.testing.assert_allclose(fwd, rev, atol=1e-5, rtol=0)

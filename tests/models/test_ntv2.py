@@ -1,0 +1,397 @@
+"""NT-v2 adapter: equality with the official hub code, tokenizer, recognition, loading.
+
+The fixtures in tests/data/ntv2/ were computed by the hub's modeling_esm.py (sha256
+checked against the hub's) run with trust_remote_code in transformers 4.38.2 (see
+scripts/make_ntv2_fixtures.py): tiny models with every weight moved off its init, in
+the hub layout without the code files, and the pooled vectors of 25 sequences.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
+
+from embedcache.errors import (
+    AdapterOptionError,
+    CheckpointError,
+    SequenceTooLongError,
+    UnknownModelError,
+)
+from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.models import load_adapter, recognise_family
+from embedcache.models import ntv2 as ntv2_family
+from embedcache.models._ntv2_model import NTv2Network, arch_from_config
+from tests.models.adapter_contract import AdapterContract
+
+DATA = Path(__file__).parents[1] / "data" / "ntv2"
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = ("ntv2", "ntv2_3mer_bias")
+PUBLISHED = sorted((DATA / "published").glob("*.config.json"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs
+    dominate their run time."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def fixture_sequences() -> list[str]:
+    return [normalise_sequence(s) for s in (DATA / "sequences.txt").read_text().split()]
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, np.ndarray]:
+    with np.load(DATA / "expected.npz") as data:
+        return {name: data[name] for name in data.files}
+
+
+@pytest.fixture(scope="module")
+def adapters():
+    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
+
+
+def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
+    folder = tmp_path / variant
+    shutil.copytree(DATA / variant, folder)
+    return folder
+
+
+def edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matches_official_code(adapters, expected, variant):
+    raw = (DATA / "sequences.txt").read_text().split()
+    assert any(r != r.upper() for r in raw)  # lower case reaches us upper-cased
+    got = adapters[variant].embed_batch(fixture_sequences())
+    np.testing.assert_allclose(got, expected[f"{variant}_none"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rc_average_matches_official_code(expected, variant):
+    adapter = load_adapter(str(DATA / variant), device="cpu", rc_mode="average")
+    assert adapter.key.rc_mode == "average"
+    got = adapter.embed_batch(fixture_sequences())
+    np.testing.assert_allclose(got, expected[f"{variant}_average"], atol=1e-4, rtol=0)
+    pair = got[-3:-1]  # the fixture's exact reverse-complement pair
+    np.testing.assert_allclose(pair[0], pair[1], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_layers_and_poolings_match_official_hidden_states(expected, variant):
+    seqs = fixture_sequences()
+    layered = load_adapter(str(DATA / variant), device="cpu", layers=(0, 1, -1))
+    got = layered.embed_layers(seqs)
+    for row, name in enumerate(("layer0", "layer1", "none")):
+        want = expected[f"{variant}_{name}"]
+        np.testing.assert_allclose(got[row], want, atol=1e-4, rtol=0)
+    assert [k.layer for k in layered.keys] == [0, 1, -1]
+    last = load_adapter(
+        str(DATA / variant), device="cpu", layers=(layered.network.n_layers,)
+    )
+    np.testing.assert_allclose(
+        last.embed_batch(seqs), expected[f"{variant}_none"], atol=1e-4, rtol=0
+    )
+    include = load_adapter(str(DATA / variant), device="cpu", special_tokens="include")
+    np.testing.assert_allclose(
+        include.embed_batch(seqs), expected[f"{variant}_include"], atol=1e-4, rtol=0
+    )
+    cls = load_adapter(str(DATA / variant), device="cpu", pooling="cls")
+    np.testing.assert_allclose(
+        cls.embed_batch(seqs), expected[f"{variant}_cls"], atol=1e-4, rtol=0
+    )
+
+
+def test_fixture_vectors_are_not_degenerate(expected):
+    for name, vectors in expected.items():
+        assert np.isfinite(vectors).all(), name
+        assert np.abs(vectors[0] - vectors[-4]).max() > 0.05, name
+    assert np.abs(expected["ntv2_none"] - expected["ntv2_average"]).max() > 0.01
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_token_ids_equal_the_official_tokenizer(adapters, variant):
+    official = json.loads((DATA / "tokens.json").read_text())[variant]
+    ours = adapters[variant].tokenizer.encode_many(fixture_sequences())
+    assert [list(e.ids) for e in ours] == official
+    for e in ours:  # <cls> first and special, nothing else special
+        assert e.special == (True, *([False] * (len(e) - 1)))
+
+
+def documented_6mers(seq: str, vocab: dict[str, int]) -> list[int]:
+    """NT's documented rule, written out: split at N; 6-mers from the left; leftover
+    bases and N one token each; <cls> first."""
+    ids = [vocab["<cls>"]]
+    for part in re.split(r"(N)", seq):
+        if part == "N":
+            ids.append(vocab["N"])
+            continue
+        full = len(part) - len(part) % 6
+        ids += [vocab[part[i : i + 6]] for i in range(0, full, 6)]
+        ids += [vocab[base] for base in part[full:]]
+    return ids
+
+
+@functools.cache
+def published_vocab_tokenizer() -> tuple[ntv2_family.NTTokenizer, dict[str, int]]:
+    tokens = (DATA / "ntv2" / "vocab.txt").read_text().split("\n")
+    tokenizer = ntv2_family.load_tokenizer(DATA / "ntv2", where="test")
+    return ntv2_family.NTTokenizer(tokenizer), {t: i for i, t in enumerate(tokens)}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(alphabet="ACGTN", min_size=1, max_size=80))
+def test_tokenizer_follows_the_documented_6mer_rule(seq):
+    tokenizer, vocab = published_vocab_tokenizer()
+    assert list(tokenizer.encode(seq).ids) == documented_6mers(seq, vocab)
+
+
+def test_token_counts_of_benchmark_lengths(adapters):
+    adapter = adapters["ntv2"]
+    # 251 bp: 41 six-mers, 5 single bases, <cls>; 500 bp: 83 six-mers, 2 singles, <cls>
+    assert adapter.n_tokens("ACGT" * 62 + "ACG") == 47
+    assert adapter.n_tokens("ACGTA" * 100) == 86
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batched_equals_one_by_one(adapters, variant):
+    seqs = fixture_sequences()
+    adapter = adapters[variant]
+    batch = adapter.embed_batch(seqs)
+    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
+    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
+
+
+def test_cli_embed_subprocess_equals_official_code(expected, tmp_path):
+    folder = DATA / "ntv2"
+    assert not list(folder.glob("*.py"))  # no remote code to run, even by accident
+    (tmp_path / "in.txt").write_text((DATA / "sequences.txt").read_text())
+    out = tmp_path / "out.npy"
+    args = ["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt")]
+    args += [
+        "--store",
+        str(tmp_path / "store"),
+        "--output",
+        str(out),
+        "--device",
+        "cpu",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedcache.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "computed=24 cached=1"
+    np.testing.assert_allclose(np.load(out), expected["ntv2_none"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name.split(".")[0])
+def test_published_config_is_recognised_and_builds_the_published_shapes(path):
+    config = json.loads(path.read_text())
+    assert "model_type" not in config  # the hub file names none
+    assert recognise_family(config, path.parent).FAMILY == "ntv2"
+    counts = json.loads((DATA / "meta.json").read_text())["published_param_counts"]
+    arch = arch_from_config(config, where=path.name)
+    with torch.device("meta"):
+        network = NTv2Network(arch)
+    n_params = sum(p.numel() for p in network.parameters())
+    # the official EsmForMaskedLM built from this config, minus what we leave out
+    assert n_params == counts[path.name]["encoder_kept"]
+    layer = network.encoder.layer[0]
+    assert layer.intermediate.dense.weight.shape == (2 * 2048, 512)
+    assert layer.output.dense.weight.shape == (512, 2048)
+    assert layer.intermediate.dense.bias is None  # add_bias_fnn: false
+    assert (arch.hidden_size, arch.n_heads, arch.vocab_size) == (512, 16, 4107)
+
+
+def test_50m_published_total_is_the_hub_figure():
+    counts = json.loads((DATA / "meta.json").read_text())["published_param_counts"]
+    # the hub lists nucleotide-transformer-v2-50m-multi-species as 55.9M parameters
+    total = counts["nucleotide-transformer-v2-50m-multi-species.config.json"]["total"]
+    assert round(total / 1e6, 1) == 55.9
+
+
+def test_native_esm_and_other_configs_are_not_ntv2(tmp_path):
+    config = json.loads(PUBLISHED[0].read_text())
+    assert ntv2_family.recognise(config, tmp_path)
+    assert not ntv2_family.recognise({**config, "model_type": "bert"}, tmp_path)
+    no_field = {k: v for k, v in config.items() if k != "add_bias_fnn"}
+    assert not ntv2_family.recognise(no_field, tmp_path)
+    other_code = {**config, "auto_map": {"AutoModel": "segment_nt.SegmentNT"}}
+    assert not ntv2_family.recognise(other_code, tmp_path)
+    with pytest.raises(UnknownModelError, match="trust-remote-code"):
+        recognise_family(other_code, tmp_path)
+
+
+def test_renamed_or_missing_tensor_is_refused(tmp_path):
+    folder = copy_model(tmp_path)
+    state = load_file(folder / "model.safetensors")
+    name = "esm.encoder.layer.0.intermediate.dense.weight"
+    state["esm.encoder.layer.0.intermediate.gate.weight"] = state.pop(name)
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(
+        CheckpointError, match=r"missing 1 tensors .*intermediate\.dense"
+    ):
+        load_adapter(str(folder), device="cpu")
+    del state["esm.encoder.layer.0.intermediate.gate.weight"]
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match="missing"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_bias_the_config_does_not_have_is_refused(tmp_path):
+    folder = copy_model(tmp_path)  # saved with add_bias_fnn: true
+    edit_config(folder, add_bias_fnn=False)
+    with pytest.raises(CheckpointError, match=r"unexpected tensors .*dense\.bias"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_other_rotary_frequencies_are_refused(tmp_path):
+    folder = copy_model(tmp_path)
+    state = load_file(folder / "model.safetensors")
+    name = "esm.encoder.layer.1.attention.self.rotary_embeddings.inv_freq"
+    state[name] = state[name] * 2
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match="rotary frequencies"):
+        load_adapter(str(folder), device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("position_embedding_type", "absolute"),
+        ("token_dropout", True),
+        ("emb_layer_norm_before", True),
+        ("num_attention_heads", 3),
+    ],
+)
+def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
+    folder = copy_model(tmp_path)
+    edit_config(folder, **{field: value})
+    with pytest.raises(
+        CheckpointError, match=field if field != "num_attention_heads" else "head"
+    ):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_missing_vocab_is_a_clear_error(tmp_path):
+    folder = copy_model(tmp_path)
+    (folder / "vocab.txt").unlink()
+    with pytest.raises(CheckpointError, match=r"no vocab\.txt"):
+        load_adapter(str(folder), device="cpu")
+
+
+def test_options_that_do_not_apply_are_refused():
+    path = str(DATA / "ntv2")
+    with pytest.raises(AdapterOptionError, match="kmer-split"):
+        load_adapter(path, device="cpu", kmer_split=3)
+    with pytest.raises(AdapterOptionError, match="family-option"):
+        load_adapter(path, device="cpu", family_options=(("x", "1"),))
+    with pytest.raises(AdapterOptionError, match="causal"):
+        load_adapter(path, device="cpu", pooling="last")
+    with pytest.raises(AdapterOptionError, match="layer 9"):
+        load_adapter(path, device="cpu", layers=(9,))
+
+
+def test_context_is_the_tokenizers_2048_tokens():
+    adapter = load_adapter(str(DATA / "ntv2"), device="cpu")
+    assert adapter.key.max_length == 2048
+    long = "ACGTAC" * 2047 + "A"  # 2047 six-mers + 1 base + <cls> = 2049 tokens
+    with pytest.raises(SequenceTooLongError, match="2048"):
+        adapter.embed_batch([long])
+    cut = load_adapter(str(DATA / "ntv2"), device="cpu", truncation="right")
+    np.testing.assert_allclose(
+        cut.embed_batch([long])[0], cut.embed_batch([long[:-1]])[0], atol=1e-5
+    )
+
+
+def test_key_records_family_and_revision(adapters):
+    key = adapters["ntv2"].key
+    assert (key.adapter, key.adapter_version) == ("ntv2", "1")
+    assert key.revision.startswith("sha256:")
+    assert key.rc_mode == "none"
+
+
+def test_random_init_is_seeded_and_uses_the_official_init():
+    path = str(DATA / "ntv2")
+    seqs = fixture_sequences()[:6]
+    first = load_adapter(path, device="cpu", random_init=3)
+    again = load_adapter(path, device="cpu", random_init=3)
+    other = load_adapter(path, device="cpu", random_init=4)
+    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
+    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-3
+    assert first.key.revision == "random-init:3"
+    assert dict(first.key.options)["config"].startswith("sha256:")
+    network = first.network
+    emb = network.embeddings.word_embeddings.weight
+    assert torch.count_nonzero(emb[network.arch.pad_token_id]) == 0
+    assert abs(float(emb.detach().std()) - 0.02) < 0.002  # initializer_range
+    ln = network.encoder.layer[0].LayerNorm
+    assert torch.all(ln.weight == 1)
+    assert torch.all(ln.bias == 0)
+    assert torch.all(network.encoder.layer[0].attention.self.query.bias == 0)
+    trained = load_adapter(path, device="cpu")
+    assert np.abs(trained.embed_batch(seqs) - first.embed_batch(seqs)).max() > 1e-3
+
+
+def test_bfloat16_is_close_to_float32(adapters):
+    seqs = fixture_sequences()
+    fp32 = adapters["ntv2_3mer_bias"].embed_batch(seqs)
+    bf16_adapter = load_adapter(
+        str(DATA / "ntv2_3mer_bias"), device="cpu", dtype="bfloat16"
+    )
+    bf16 = bf16_adapter.embed_batch(seqs)
+    assert bf16.dtype == np.float32
+    assert bf16_adapter.key.dtype == "bfloat16"
+    cos = (
+        (fp32 * bf16).sum(1)
+        / np.linalg.norm(fp32, axis=1)
+        / np.linalg.norm(bf16, axis=1)
+    )
+    assert cos.min() > 0.99
+    assert not np.array_equal(fp32, bf16)
+
+
+class TestNTv2Contract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, adapters):
+        return adapters["ntv2"]
+
+
+@pytest.fixture(scope="module")
+def rc_average_adapter():
+    return load_adapter(str(DATA / "ntv2_3mer_bias"), device="cpu", rc_mode="average")
+
+
+class TestNTv2RCAverageContract(AdapterContract):
+    @pytest.fixture
+    def adapter(self, rc_average_adapter):
+        return rc_average_adapter
+
+    def test_is_rc_invariant(self, adapter):
+        seqs = ["ACGTTGCANNAGTCCATG", "GATTACA", "A"]
+        fwd = adapter.embed_batch(seqs)
+        rev = adapter.embed_batch([reverse_complement(s) for s in seqs])
+        np.testing.assert_allclose(fwd, rev, atol=1e-5, rtol=0)
