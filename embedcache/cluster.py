@@ -35,16 +35,17 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from tqdm.auto import tqdm
 
 from embedcache.embed import (
+    BatchRule,
     EmbedPlan,
     EmbedResult,
     UnitResult,
     WorkUnit,
     adapter_keys,
+    batch_rule,
     gather_vectors,
     plan_batches,
     plan_embedding,
     record_alias,
-    resolve_token_budget,
     run_unit,
     unit_of_batches,
 )
@@ -216,16 +217,13 @@ class UnitQueue:
         cls,
         plan: EmbedPlan,
         *,
-        token_budget: int,
-        equal_lengths: bool = False,
+        rule: BatchRule,
         unit_tokens: int | None = None,
     ) -> UnitQueue:
         if unit_tokens is not None and unit_tokens < 1:
             msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
             raise ValueError(msg)
-        batches = plan_batches(
-            plan.missing_tokens, token_budget=token_budget, equal_lengths=equal_lengths
-        )
+        batches = plan_batches(plan.missing_tokens, rule)
         return cls(plan, batches, [], unit_tokens)
 
     @classmethod
@@ -444,19 +442,16 @@ def embed_on_cluster(
     key, dim, alias = adapter.key, adapter.dim, getattr(adapter, "alias", None)
     plan = plan_embedding(adapter, seqs, client_store, names=names)
     if plan.missing_hashes:
-        budget = resolve_token_budget(adapter, token_budget)
-        if budget > MAX_UNIT_TOKENS:
+        rule = batch_rule(adapter, token_budget)
+        if rule.token_budget > MAX_UNIT_TOKENS:
             # a batch never spans units: a budget beyond any unit is a k-mer floor's,
             # whose vectors do not depend on the batch, so cut it down. Any other
             # budget is kept, so the batches (and the floats) are the in-process
             # engine's; a unit holds at least one whole batch
-            budget = unit_tokens or MIN_UNIT_TOKENS
-        queue = UnitQueue.from_plan(
-            plan,
-            token_budget=budget,
-            equal_lengths=adapter.needs_equal_lengths,
-            unit_tokens=unit_tokens,
-        )
+            rule = dataclasses.replace(
+                rule, token_budget=unit_tokens or MIN_UNIT_TOKENS
+            )
+        queue = UnitQueue.from_plan(plan, rule=rule, unit_tokens=unit_tokens)
         del adapter  # the workers hold the model from here on
         run_units(
             client,

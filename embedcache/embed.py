@@ -37,12 +37,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Padded tokens (longest item x batch size) per forward pass. Measured with
-# benchmarks/embed_bench.py on an NT-v2-50M-shaped encoder in bf16 (251/500 bp):
-# batches of ~1-1.5k tokens ran at ~60% of the one-thread bf16 matmul peak, 2k at
-# ~50%, 5.5k at ~40% (activations fall out of cache); fewer tokens per batch pay
-# per-call overhead. Adapters may prefer another budget (``preferred_token_budget``).
+# Padded tokens (longest item x batch size) per forward pass when an adapter names no
+# budget of its own (``preferred_token_budget``). Measured with benchmarks/embed_bench.py
+# on an NT-v2-50M-shaped encoder in bf16 (251/500 bp): batches of ~1-1.5k tokens ran at
+# ~60% of the one-thread bf16 matmul peak; fewer tokens per batch pay per-call overhead.
 DEFAULT_TOKEN_BUDGET = 1536
+# Attention score elements (sequences x score maps x longest^2) per forward pass and
+# layer: 2^27 is 256 MiB in bf16. Scores grow with the square of the length while the
+# rest of a forward pass grows linearly, so long sequences batch fewer at a time (one
+# sequence always runs, however long).
+ATTENTION_SCORE_BUDGET = 2**27
 
 
 @dataclass(frozen=True)
@@ -54,16 +58,50 @@ class EmbedResult:
     n_cached: int
 
 
-def plan_batches(
-    n_tokens: Sequence[int], *, token_budget: int, equal_lengths: bool = False
-) -> list[list[int]]:
-    """Group indices into batches by length: sorted by token count, each batch as large
-    as ``max_len * count <= token_budget`` allows (at least one item), and, with
-    ``equal_lengths``, only items of the same token count together.
+@dataclass(frozen=True)
+class BatchRule:
+    """Which sequences share a forward pass.
+
+    A batch of ``count`` sequences whose longest has ``longest`` tokens fits when its
+    padded tokens (``count * longest``) stay within ``token_budget`` and its attention
+    scores (``count * attention_maps * longest**2``) within ``score_budget``; with
+    ``equal_lengths`` only sequences of one token count go together.
     """
-    if token_budget < 1:
-        msg = f"token budget must be positive, got {token_budget}"
-        raise ValueError(msg)
+
+    token_budget: int
+    equal_lengths: bool = False
+    attention_maps: int = 0  # score matrices a sequence adds; 0: no attention
+    score_budget: int = ATTENTION_SCORE_BUDGET
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1:
+            msg = f"token budget must be positive, got {self.token_budget}"
+            raise ValueError(msg)
+
+    def fits(self, count: int, longest: int) -> bool:
+        """Whether ``count`` sequences of at most ``longest`` tokens make one batch."""
+        if count * longest > self.token_budget:
+            return False
+        scores = count * self.attention_maps * longest * longest
+        return scores <= self.score_budget
+
+
+def batch_rule(adapter: Adapter, token_budget: int | None = None) -> BatchRule:
+    """The adapter's batching: the given token budget, else its preferred one, else the
+    default; its attention score maps per sequence; equal lengths if it needs them."""
+    if token_budget is None:
+        token_budget = getattr(adapter, "preferred_token_budget", DEFAULT_TOKEN_BUDGET)
+    return BatchRule(
+        token_budget=int(token_budget),
+        equal_lengths=bool(adapter.needs_equal_lengths),
+        attention_maps=int(getattr(adapter, "attention_maps", 0)),
+    )
+
+
+def plan_batches(n_tokens: Sequence[int], rule: BatchRule) -> list[list[int]]:
+    """Group indices into batches by length: sorted by token count, each batch as large
+    as ``rule`` allows (at least one item).
+    """
     order = sorted(range(len(n_tokens)), key=lambda i: (n_tokens[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
@@ -71,8 +109,8 @@ def plan_batches(
         length = n_tokens[index]
         if current:
             # sorted ascending: this item is the longest in the batch so far
-            too_big = length * (len(current) + 1) > token_budget
-            new_length = equal_lengths and length != n_tokens[current[0]]
+            too_big = not rule.fits(len(current) + 1, length)
+            new_length = rule.equal_lengths and length != n_tokens[current[0]]
             if too_big or new_length:
                 batches.append(current)
                 current = []
@@ -233,8 +271,7 @@ def plan_embedding(
 def cut_units(
     plan: EmbedPlan,
     *,
-    token_budget: int,
-    equal_lengths: bool = False,
+    rule: BatchRule,
     unit_tokens: int,
 ) -> list[WorkUnit]:
     """Cut a plan's missing sequences into work units of about ``unit_tokens`` tokens.
@@ -242,15 +279,13 @@ def cut_units(
     The batches are exactly those of :func:`plan_batches` over all missing sequences
     (so vectors do not depend on how they are grouped into units); consecutive
     batches join a unit until it holds ``unit_tokens`` sequence tokens. With
-    ``unit_tokens`` at most ``token_budget`` every batch is its own unit.
+    ``unit_tokens`` of 1 every batch is its own unit.
     """
     if unit_tokens < 1:
         msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
         raise ValueError(msg)
     tokens = plan.missing_tokens
-    batches = plan_batches(
-        tokens, token_budget=token_budget, equal_lengths=equal_lengths
-    )
+    batches = plan_batches(tokens, rule)
     units: list[WorkUnit] = []
     current: list[list[int]] = []
     size = 0
@@ -360,7 +395,7 @@ def embed_sequences(
     token_budget
         Upper bound on padded tokens (longest item x batch size) per forward pass;
         None takes the adapter's ``preferred_token_budget`` if it has one, else
-        :data:`DEFAULT_TOKEN_BUDGET`.
+        :data:`DEFAULT_TOKEN_BUDGET` (see :func:`batch_rule`).
 
     Raises
     ------
@@ -369,14 +404,13 @@ def embed_sequences(
     SequenceTooLongError
         A sequence exceeds the model's maximum and the key names no truncation policy.
     """
-    token_budget = resolve_token_budget(adapter, token_budget)
+    rule = batch_rule(adapter, token_budget)
     plan = plan_embedding(adapter, seqs, store, names=names)
     if plan.missing_hashes:
         # one batch a unit: each batch is committed as soon as it is computed
         units = cut_units(
             plan,
-            token_budget=token_budget,
-            equal_lengths=adapter.needs_equal_lengths,
+            rule=rule,
             unit_tokens=1,
         )
         _run_units(adapter, store, units, progress=progress)
@@ -385,13 +419,6 @@ def embed_sequences(
     return EmbedResult(
         vectors=vectors, n_computed=plan.n_computed, n_cached=plan.n_cached
     )
-
-
-def resolve_token_budget(adapter: Adapter, token_budget: int | None) -> int:
-    """The padded tokens per forward pass: the given one, the adapter's, or the default."""
-    if token_budget is None:
-        token_budget = getattr(adapter, "preferred_token_budget", DEFAULT_TOKEN_BUDGET)
-    return int(token_budget)
 
 
 def _check_lengths(
@@ -496,12 +523,15 @@ def gather_vectors(
 
 
 __all__ = [
+    "ATTENTION_SCORE_BUDGET",
     "DEFAULT_TOKEN_BUDGET",
+    "BatchRule",
     "EmbedPlan",
     "EmbedResult",
     "UnitResult",
     "WorkUnit",
     "adapter_keys",
+    "batch_rule",
     "cut_units",
     "embed_outputs",
     "embed_sequences",
@@ -509,7 +539,6 @@ __all__ = [
     "plan_batches",
     "plan_embedding",
     "record_alias",
-    "resolve_token_budget",
     "run_unit",
     "unit_of_batches",
 ]

@@ -33,6 +33,7 @@ from embedcache.cluster import (
     run_units,
 )
 from embedcache.embed import (
+    BatchRule,
     cut_units,
     embed_sequences,
     plan_embedding,
@@ -150,8 +151,8 @@ def test_units_are_the_in_process_batches_regrouped(tiny_bert_dir, tmp_path):
         "".join(rng.choice(list("ACGT"), size=rng.integers(5, 40))) for _ in range(80)
     ]
     plan = plan_embedding(adapter, seqs, EmbeddingStore(tmp_path / "s"))
-    one_each = cut_units(plan, token_budget=200, unit_tokens=1)
-    grouped = cut_units(plan, token_budget=200, unit_tokens=500)
+    one_each = cut_units(plan, rule=BatchRule(200), unit_tokens=1)
+    grouped = cut_units(plan, rule=BatchRule(200), unit_tokens=500)
     assert len(grouped) < len(one_each)
     batches = [[u.hashes[i] for i in b] for u in one_each for b in u.batches]
     regrouped = [[u.hashes[i] for i in b] for u in grouped for b in u.batches]
@@ -159,7 +160,7 @@ def test_units_are_the_in_process_batches_regrouped(tiny_bert_dir, tmp_path):
     assert sorted(h for u in grouped for h in u.hashes) == sorted(plan.missing_hashes)
     assert all(u.n_tokens >= 500 for u in grouped[:-1])
     # the cluster's queue: the same batches, longest sequences first, cut on demand
-    queue = UnitQueue.from_plan(plan, token_budget=200, unit_tokens=500)
+    queue = UnitQueue.from_plan(plan, rule=BatchRule(200), unit_tokens=500)
     handed = []
     while queue:
         handed.append(queue.next_unit(tokens_per_s=None, n_workers=2))
@@ -277,7 +278,7 @@ def test_worker_that_cannot_open_the_store_says_it_must_be_shared(client, tmp_pa
     spec = resolve_spec("kmer-2")
     adapter = spec.load()
     plan = plan_embedding(adapter, ["ACGT", "GATTACA"], EmbeddingStore(tmp_path / "s"))
-    units = cut_units(plan, token_budget=100, unit_tokens=100)
+    units = cut_units(plan, rule=BatchRule(100), unit_tokens=100)
     missing = StoreRef(str(tmp_path / "not-mounted-here"))
     with pytest.raises(
         StoreError, match="reachable at the same location by every worker"

@@ -272,6 +272,7 @@ def load(
         # ALiBi has no position table: the official code takes any length
         max_tokens=None,
         options=tuple(key_options),
+        attention_heads=arch.n_heads,
     )
     return EncoderAdapter(
         tokenizer=tokenizer,

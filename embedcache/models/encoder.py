@@ -95,6 +95,9 @@ class EncoderTraits:
     options: tuple[tuple[str, str], ...] = ()  # recorded in the key
     # padded tokens per forward pass that keep this family's matmuls busy
     token_budget: int = DEFAULT_TOKEN_BUDGET
+    # attention score maps per sequence and layer (query heads); 0: no attention.
+    # Bounds the batch of long sequences (see embedcache.embed.BatchRule)
+    attention_heads: int = 0
 
 
 def config_digest(config: Mapping[str, object]) -> str:
@@ -195,6 +198,9 @@ class EncoderAdapter:
         self.dim = int(network.hidden_size)
         self.max_tokens = traits.max_tokens
         self.preferred_token_budget = traits.token_budget
+        # both strands of a sequence run in one batch under RC averaging
+        strands = 2 if self.rc_mode == "average" else 1
+        self.attention_maps = traits.attention_heads * strands
         self.alias = alias
         self.keys = tuple(
             ModelKey(

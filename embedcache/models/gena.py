@@ -241,6 +241,7 @@ def load(
         has_cls=True,
         max_tokens=arch.max_positions,
         options=tuple(key_options),
+        attention_heads=arch.n_heads,
     )
     return EncoderAdapter(
         tokenizer=GenaTokenizer(tokenizer, pad_id=arch.pad_token_id),

@@ -361,6 +361,7 @@ def load(
         has_cls=False,
         max_tokens=int(limit) if isinstance(limit, int) else None,
         options=tuple(key_options),
+        attention_heads=int(config.get("num_attention_heads") or 0),
     )
     return EncoderAdapter(
         tokenizer=KmerTokenizer(remainder=remainder),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError, UnknownModelError
 from embedcache.models.encoder import (
+    DEFAULT_TOKEN_BUDGET,
     Encoded,
     EncoderAdapter,
     EncoderTraits,
@@ -38,6 +39,19 @@ ADAPTER_VERSION = "1"
 _NO_LIMIT = 10**8
 # models whose learned positions start after the padding index (RoBERTa heritage)
 _OFFSET_POSITIONS = frozenset({"esm", "roberta", "xlm-roberta", "camembert"})
+
+
+def token_budget(hidden_size: int) -> int:
+    """Padded tokens per forward pass for a generic encoder: about 2^22 activation
+    values (8,192 tokens at width 512, 4,096 at 1,024), in multiples of 512, never
+    below the engine's default nor above 16,384.
+
+    Wide layers keep the matmuls busy with fewer rows; one-token-per-base models of
+    width 512 ran ~15% faster at 8,192 than at the 1,536 tuned on 6-mer tokens
+    (benchmarks/embed_bench.py), while 32,768 fell out of cache.
+    """
+    tokens = (2**22 // max(hidden_size, 1)) // 512 * 512
+    return min(max(tokens, DEFAULT_TOKEN_BUDGET), 16_384)
 
 
 def recognise(config: dict[str, Any], folder: Path) -> bool:
@@ -187,6 +201,8 @@ def load(
         or tokenizer.bos_token_id is not None,
         max_tokens=limit,
         options=tuple(key_options),
+        token_budget=token_budget(int(network.hidden_size)),
+        attention_heads=int(getattr(config, "num_attention_heads", 0) or 0),
     )
     return EncoderAdapter(
         tokenizer=HFTokenizer(tokenizer, kmer=options.kmer_split),

@@ -240,6 +240,7 @@ def load(
         max_tokens=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
         options=tuple(key_options),
         token_budget=TOKEN_BUDGET,
+        attention_heads=arch.n_heads,
     )
     return EncoderAdapter(
         tokenizer=NTTokenizer(tokenizer),

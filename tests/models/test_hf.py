@@ -26,7 +26,7 @@ from embedcache.models import (
     recognise_family,
     resolve_device,
 )
-from embedcache.models.hf import kmer_split
+from embedcache.models.hf import kmer_split, token_budget
 from tests.models.adapter_contract import AdapterContract
 
 SEQS = ["ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCAACGTAGCATCGA"]
@@ -258,6 +258,23 @@ def _rc_adapter(path):
 def test_rc_average_is_recorded(tiny_esm_dir):
     assert _rc_adapter(tiny_esm_dir).key.rc_mode == "average"
     assert load_adapter(str(tiny_esm_dir), device="cpu").key.rc_mode == "none"
+
+
+def test_batching_follows_the_width_and_the_heads(tiny_esm_dir):
+    heads = read_config(tiny_esm_dir)["num_attention_heads"]
+    one = load_adapter(str(tiny_esm_dir), device="cpu")
+    assert one.attention_maps == heads
+    # both strands share the forward pass: twice the score maps a sequence
+    assert _rc_adapter(tiny_esm_dir).attention_maps == 2 * heads
+    assert one.preferred_token_budget == token_budget(one.dim)
+    assert [token_budget(w) for w in (64, 512, 768, 1024, 2560, 8192)] == [
+        16_384,
+        8192,
+        5120,
+        4096,
+        1536,
+        1536,
+    ]
 
 
 def test_unknown_model_names_say_what_a_name_looks_like(tmp_path):
