@@ -236,11 +236,16 @@ def _load_checked(
 ) -> torch.nn.Module:
     from transformers import AutoModel
 
-    # transformers logs its own load report (heads left out, a pooler skipped); the
-    # strict check below decides and names what matters, so keep the console quiet
-    report = logging.getLogger("transformers.modeling_utils")
-    level = report.level
-    report.setLevel(logging.ERROR)
+    # transformers logs its own load report (heads left out, a pooler skipped) and,
+    # once that report is quiet, a tensor-parallel plan check that means nothing on
+    # one device; the strict check below decides and names what matters
+    quiet = [
+        logging.getLogger(f"transformers.{name}")
+        for name in ("modeling_utils", "distributed.tensor_parallel")
+    ]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.ERROR)
     try:
         model, info = _without_pooler(
             lambda *a, **k: AutoModel.from_pretrained(
@@ -250,7 +255,8 @@ def _load_checked(
             remote=remote,
         )
     finally:
-        report.setLevel(level)
+        for log, level in zip(quiet, levels, strict=True):
+            log.setLevel(level)
     return _check_loaded(model, info, where=where)
 
 
