@@ -30,6 +30,10 @@ Each round runs, per shape and interleaved:
 * with ``--sweep``, forward passes of real 500 and 251 bp batches at several token
   budgets, in process: the measurement behind each family's batch size.
 
+With ``--long``, first: six 20 kb random sequences at a 65,536-token budget, with and
+without the attention score cap (``embedcache.embed.BatchRule``), each in its own
+process: batch sizes, time and peak memory.
+
 FLOPs of a sequence of t tokens: 2 x (parameters outside embedding tables) x t, plus
 the attention matmuls (QK^T and AV: 4 x layers x hidden x t^2, counted in full for
 causal models too). Shares are printed both with attention and without it (a lower
@@ -38,7 +42,7 @@ bound). Sequences: real test sequences from ../shared/data/genomic-benchmarks (5
 each run gets (about 200k model tokens: a minute or two a run).
 
 Run: ``.venv/bin/python benchmarks/embed_bench.py [--shapes a,b] [--rounds 2]
-[--tokens 200000] [--n-naive 32] [--sweep]``. The machine is shared: the load average
+[--tokens 200000] [--n-naive 32] [--sweep] [--long]``. The machine is shared: the load average
 is printed, every figure is kept per round, and the summary takes each shape's best
 round (its share against the larger of the peaks measured beside it).
 """
@@ -416,6 +420,51 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
         )
 
 
+def long_child(folder: str, options: dict, capped: bool, queue: object) -> None:
+    """In a fresh process: six 20 kb sequences at a 65,536-token budget, with or
+    without the attention score cap; (batch sizes, seconds, peak RSS MiB) to ``queue``."""
+    import resource
+
+    from embedcache.embed import BatchRule
+
+    adapter = load_adapter(folder, device="cpu", dtype="bfloat16", **options)
+    rng = np.random.default_rng(0)
+    seqs = ["".join(rng.choice(list("ACGT"), size=20_000)) for _ in range(6)]
+    rule = batch_rule(adapter, 65_536)
+    if not capped:
+        rule = BatchRule(
+            65_536, attention_maps=rule.attention_maps, score_budget=10**18
+        )
+    batches = plan_batches(adapter.n_tokens_many(seqs), rule)
+    start = time.perf_counter()
+    for batch in batches:
+        adapter.embed_batch([seqs[i] for i in batch])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    queue.put(([len(b) for b in batches], time.perf_counter() - start, peak))
+
+
+def long_sequences(name: str, folder: Path) -> None:
+    """What the attention score cap buys on long inputs: memory and time, each run in
+    its own process so peak RSS is its own."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for capped in (True, False):
+        queue = context.Queue()
+        options = adapter_options(SHAPES[name])
+        child = context.Process(
+            target=long_child, args=(str(folder), options, capped, queue)
+        )
+        child.start()
+        sizes, seconds, peak = queue.get()
+        child.join()
+        label = "score cap" if capped else "no cap   "
+        print(
+            f"  {name} long inputs, {label}: batches of {sizes}, {seconds:.1f} s, "
+            f"peak RSS {peak:,} MiB"
+        )
+
+
 # --- the harness ----------------------------------------------------------------------
 
 
@@ -486,6 +535,11 @@ def main() -> None:
     parser.add_argument("--n-naive", type=int, default=32)
     parser.add_argument("--sweep", action="store_true", help="token budgets in process")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="20 kb inputs with and without the score cap",
+    )
     args = parser.parse_args()
     names = args.shapes.split(",")
     unknown = [n for n in names if n not in SHAPES]
@@ -515,14 +569,18 @@ def main() -> None:
                 f"{probe.attention_maps} score maps a sequence"
             )
             del probe
+        if args.long:
+            for name in names:
+                long_sequences(name, root / name)
         results = []
         for rnd in range(1, args.rounds + 1):
             for name in names:
                 result = measure(name, root / name, inputs[name], args, rnd)
                 print_result(result)
                 results.append(result)
-        print("\nbest round per shape (end to end, attention counted):")
-        for name in names:
+        if results:
+            print("\nbest round per shape (end to end, attention counted):")
+        for name in names if results else ():
             best = max(
                 (r for r in results if r.shape == name),
                 key=lambda r: r.work.shares(r.run.wall, r.peak)[0],

@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 FAMILY = "ntv2"
 ADAPTER_VERSION = "1"
 # padded tokens per forward pass: in bf16, 4,096 beat the engine's default 1,536 in
-# 12 of 13 rounds of benchmarks/embed_bench.py --family ntv2-50m (251/500 bp, 2
+# 12 of 13 rounds of benchmarks/embed_bench.py (ntv2-50m shape, 251/500 bp, 2
 # threads, load average 2-14; 3% slower in the other), by up to 2.6x under load
 TOKEN_BUDGET = 4096
 # tensors of the published checkpoints the embedding never uses
