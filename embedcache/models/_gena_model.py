@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.config_fields import positive_int, require_published
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -56,11 +57,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
     """
 
     def integer(name: str, default: int | None = None) -> int:
-        value = config.get(name, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            msg = f"{where}: {name} must be a positive integer, got {value!r}"
-            raise CheckpointError(msg)
-        return value
+        return positive_int(config, name, where=where, default=default)
 
     pre_ln = bool(config.get("pre_layer_norm", False))
     checks = {
@@ -76,13 +73,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
         ),
         "is_decoder": (False, bool(config.get("is_decoder"))),
     }
-    for name, (wanted, got) in checks.items():
-        if got != wanted:
-            msg = (
-                f"{where}: {name} is {got!r}; the GENA-LM adapter implements the "
-                f"published BERT models ({name} {wanted!r}) only"
-            )
-            raise CheckpointError(msg)
+    require_published(checks, where=where, what="GENA-LM")
     arch = GenaArch(
         vocab_size=integer("vocab_size"),
         hidden_size=integer("hidden_size"),

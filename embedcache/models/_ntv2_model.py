@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.config_fields import positive_int, require_published
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -62,12 +63,8 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
         feature NT-v2 does not use (absolute positions, token dropout, ...).
     """
 
-    def integer(name: str) -> int:
-        value = config.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            msg = f"{where}: {name} must be a positive integer, got {value!r}"
-            raise CheckpointError(msg)
-        return value
+    def integer(name: str, default: int | None = None) -> int:
+        return positive_int(config, name, where=where, default=default)
 
     unsupported = {
         "position_embedding_type": ("rotary", config.get("position_embedding_type")),
@@ -76,13 +73,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
         "is_folding_model": (False, bool(config.get("is_folding_model"))),
         "is_decoder": (False, bool(config.get("is_decoder"))),
     }
-    for name, (wanted, got) in unsupported.items():
-        if got != wanted:
-            msg = (
-                f"{where}: {name} is {got!r}; the NT-v2 adapter implements the published "
-                f"NT-v2 architecture ({name} {wanted!r}) only"
-            )
-            raise CheckpointError(msg)
+    require_published(unsupported, where=where, what="NT-v2")
     arch = NTv2Arch(
         vocab_size=integer("vocab_size"),
         hidden_size=integer("hidden_size"),

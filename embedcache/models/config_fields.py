@@ -1,0 +1,35 @@
+"""Reading a published config.json: typed fields, and refusing variants we do not run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from embedcache.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def positive_int(
+    config: Mapping[str, Any], name: str, *, where: str, default: int | None = None
+) -> int:
+    """``config[name]`` (or ``default``) as a positive integer; bools do not count."""
+    value = config.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        msg = f"{where}: {name} must be a positive integer, got {value!r}"
+        raise CheckpointError(msg)
+    return value
+
+
+def require_published(
+    checks: Mapping[str, tuple[object, object]], *, where: str, what: str
+) -> None:
+    """Refuse a config whose fields (name -> (published value, its value)) differ:
+    ``what`` names the architecture the module implements."""
+    for name, (wanted, got) in checks.items():
+        if got != wanted:
+            msg = (
+                f"{where}: {name} is {got!r}; the {what} adapter implements the "
+                f"published {what} architecture ({name} {wanted!r}) only"
+            )
+            raise CheckpointError(msg)
