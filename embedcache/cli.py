@@ -901,6 +901,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         # the hub client logs every retry; our own error says what failed and what to do
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    if getattr(args, "no_progress", False) or not sys.stderr.isatty():
+        # read by huggingface_hub and transformers at import: no download or
+        # weight-loading bars either (an explicit setting of the user's wins)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         with _kernel_cache_env():
             return int(args.func(args) or 0)

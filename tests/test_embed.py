@@ -316,6 +316,23 @@ def test_cli_embed_subprocess_rerun_is_cached(
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), first)
 
 
+def test_cli_on_a_pipe_prints_no_bars_or_transformers_warnings(tiny_bert_dir, tmp_path):
+    # the suite turns bars off for itself; a user's environment does not
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")
+    }
+    (tmp_path / "in.txt").write_text("ACGTACGT\n")
+    args = ["embed", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "in.txt")]
+    args += ["--store", str(tmp_path / "s"), "--output", str(tmp_path / "o.npy")]
+    done = run_cli(args, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Loading weights" not in done.stderr
+    assert "not sharded" not in done.stderr
+    assert last_line(done.stdout) == "computed=1 cached=0"
+
+
 def test_renamed_copy_of_a_local_model_hits_the_cache(
     real_store, tiny_bert_dir, tmp_path, capsys
 ):
