@@ -370,14 +370,14 @@ def _add_embed_commands(sub: argparse._SubParsersAction) -> None:
         )
         p.add_argument(
             "--token-budget",
-            type=int,
+            type=_positive_int,
             default=None,
             help="padded tokens per forward pass",
         )
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument(
             "--threads",
-            type=int,
+            type=_positive_int,
             default=None,
             help="torch CPU threads (default: torch's, one per core; on a busy "
             "shared machine 1 can be faster); with --cluster local:N, threads per worker",
@@ -520,7 +520,7 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--unit-tokens",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="with --cluster: sequence tokens per work unit (default: sized to a "
@@ -839,6 +839,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         f"demo report: {args.output_dir / version / 'index.html'} (demo-v1 is not comparable to the leaderboard)"
     )
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be a positive whole number, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -485,3 +485,16 @@ def test_kill_9_during_embeddings_then_rerun_gives_identical_vectors(
     )
     assert found.all()
     np.testing.assert_array_equal(stored, clean.vectors)
+
+
+@pytest.mark.parametrize("option", ["--token-budget", "--threads", "--unit-tokens"])
+def test_cli_sizes_must_be_positive(option, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("ACGT\n")
+    args = ["embed", "--model", "kmer-4", "--input", str(tmp_path / "in.txt")]
+    args += ["--store", str(tmp_path / "s"), "--output", str(tmp_path / "o.npy")]
+    with pytest.raises(SystemExit) as stopped:
+        main([*args, option, "0"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: must be a positive whole number, got '0'" in err
+    assert not (tmp_path / "s").exists()
