@@ -727,7 +727,9 @@ def _add_report_commands(sub: argparse._SubParsersAction) -> None:
         help="model ids to rank (default: every non-floor model in the store)",
     )
     p.add_argument("--output-dir", type=Path, default=Path("reports"))
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument(
+        "--n-boot", type=_positive_int, default=1000, help="bootstrap resamples"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.set_defaults(func=_cmd_report)
 
