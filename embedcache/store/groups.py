@@ -67,23 +67,33 @@ def open_root(backend: Backend, *, create: bool) -> bool:
         if not create:
             msg = f"no embedcache store at {backend.location} (no zarr.json there)"
             raise StoreError(msg)
-        folders, files = backend.list_dir("")
-        names = [*folders, *(f.path.rpartition("/")[2] for f in files)]
-        if any(not n.startswith(".") for n in names):
-            msg = (
-                f"{backend.location} is not empty and is not an embedcache store (no "
-                "zarr.json); choose a new or empty folder or prefix for the store"
-            )
-            raise StoreError(msg)
-        attrs = {
-            "kind": STORE_KIND,
-            "schema_version": SCHEMA_VERSION,
-            "embedcache_version": embedcache_version(),
-        }
-        backend.create(META, group_doc(attrs))
-        doc = backend.read(META)
+        doc = _create_root(backend)
     group_attrs(doc, backend.describe(META), kind=STORE_KIND)
     return writable
+
+
+def _create_root(backend: Backend) -> bytes:
+    """Write the root group into an empty location; the root's document."""
+    folders, files = backend.list_dir("")
+    names = [*folders, *(f.path.rpartition("/")[2] for f in files)]
+    if any(not n.startswith(".") for n in names):
+        # another writer may have created the store since we looked for zarr.json
+        doc = backend.read_or_none(META)
+        if doc is not None:
+            return doc
+        msg = (
+            f"{backend.location} is not empty and is not an embedcache store (no "
+            "zarr.json); choose a new or empty folder or prefix for the store"
+        )
+        raise StoreError(msg)
+    attrs = {
+        "kind": STORE_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "embedcache_version": embedcache_version(),
+    }
+    # put-if-absent: of two writers creating the store at once, one document wins
+    backend.create(META, group_doc(attrs))
+    return backend.read(META)
 
 
 def list_keys(backend: Backend) -> list[ModelKey]:

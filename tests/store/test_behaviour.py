@@ -193,6 +193,26 @@ def test_foreign_location_is_not_adopted(handle):
         handle.open(create=False)
 
 
+def test_a_store_another_writer_creates_while_we_look_is_adopted(handle, monkeypatch):
+    from embedcache.store.backend import Backend
+
+    assert handle.open().put(KEY_A, hashes_of(3), vectors_of(3)) == 3
+    # we looked for zarr.json a moment before the other writer wrote it and its keys
+    real = Backend.read_or_none
+    looked: list[str] = []
+
+    def stale_once(self, path):
+        if path == "zarr.json" and not looked:
+            looked.append(path)
+            return None
+        return real(self, path)
+
+    monkeypatch.setattr(Backend, "read_or_none", stale_once)
+    store = handle.open()
+    assert looked
+    np.testing.assert_array_equal(store.get(KEY_A, hashes_of(3))[0], vectors_of(3))
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 60), dim=st.integers(1, 20), data=st.data())
 def test_put_then_get_returns_the_same_vectors_in_any_order(n, dim, data):
