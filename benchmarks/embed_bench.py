@@ -340,10 +340,11 @@ class Work:
         )
         params = sum(p.numel() for p in network.parameters()) - tables
         per_t2 = 4 * network.n_layers * adapter.dim if adapter.attention_maps else 0
+        strands = 2 if adapter.rc_mode == "average" else 1  # both run
         return cls(
             tokens=sum(counts),
-            weight_flops=2.0 * params * sum(counts),
-            attention_flops=float(per_t2 * sum(t * t for t in counts)),
+            weight_flops=2.0 * params * sum(counts) * strands,
+            attention_flops=float(per_t2 * sum(t * t for t in counts) * strands),
         )
 
     def shares(self, seconds: float, peak: float) -> tuple[float, float]:
