@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.embed_bench import build_model, load_sequences
+from benchmarks.shapes import build_model, load_sequences
 from embedcache.cluster import (
     MIN_UNIT_TOKENS,
     TARGET_UNIT_SECONDS,

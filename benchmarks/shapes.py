@@ -1,0 +1,245 @@
+"""Model shapes for the benchmarks: folders in a published layout with random weights,
+the ``embedcache embed`` options that load them, and the test sequences they run on."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "genomic-benchmarks"
+FIXTURES = REPO / "tests" / "data"
+
+
+# --- sequences ------------------------------------------------------------------------
+
+
+def load_sequences(
+    n: int, seed: int = 0, *, data: Path = DATA
+) -> tuple[list[str], str]:
+    """``n`` test sequences, half from each published test set here, shuffled."""
+    rng = np.random.default_rng(seed)
+    files = sorted(data.glob("*/test.tsv")) if data.exists() else []
+    if files:
+        import polars as pl
+
+        per_file = -(-n // len(files))
+        seqs: list[str] = []
+        for path in files:
+            frame = pl.read_csv(path, separator="\t")
+            rows = rng.choice(
+                frame.height, size=min(per_file, frame.height), replace=False
+            )
+            seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
+        rng.shuffle(seqs)  # the naive loop must not profit from sorted input
+        seqs = seqs[:n]
+        names = ", ".join(p.parent.name for p in files)
+        return seqs, f"{len(seqs)} real test sequences from {names}"
+    lengths = rng.choice([251, 500], size=n)
+    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
+    return seqs, f"{n} random sequences (251/500 bp; shared data absent)"
+
+
+# --- shapes ---------------------------------------------------------------------------
+
+
+def _save_fast_tokenizer(
+    path: Path, vocab: dict[str, int], split: str, template: str, **special: str
+) -> None:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=special["unk_token"]))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(split), behavior="isolated")
+    used = [t for t in vocab if t.startswith(("[", "<")) and t in template]
+    tok.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[(t, vocab[t]) for t in used]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, model_max_length=1024, **special
+    ).save_pretrained(path)
+
+
+def build_bert_char(path: Path) -> None:
+    """512-wide 8-layer BERT, one token per base, random weights."""
+    from transformers import BertConfig, BertModel
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate([*specials, *"ACGTN"])}
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        max_position_embeddings=1024,
+    )
+    torch.manual_seed(0)
+    BertModel(config, add_pooling_layer=False).eval().save_pretrained(path)
+    _save_fast_tokenizer(
+        path,
+        vocab,
+        ".",
+        "[CLS] $A [SEP]",
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+def build_model(path: Path) -> None:
+    """A stock ``EsmModel`` shaped like NT-v2 50m (GELU feed-forward, not gated) with
+    NT's 6-mer rule; random weights. Also dask_bench.py's model."""
+    from transformers import EsmConfig, EsmModel
+
+    specials = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
+    kmers = ["".join(k) for k in itertools.product("ACGT", repeat=6)]
+    vocab = {t: i for i, t in enumerate([*specials, *kmers, *"ACGTN"])}
+    config = EsmConfig(
+        vocab_size=len(vocab),
+        hidden_size=512,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        intermediate_size=2048,
+        max_position_embeddings=2050,
+        position_embedding_type="rotary",
+        pad_token_id=vocab["<pad>"],
+        mask_token_id=vocab["<mask>"],
+        token_dropout=False,
+        emb_layer_norm_before=False,
+        layer_norm_eps=1e-12,
+    )
+    torch.manual_seed(0)
+    EsmModel(config, add_pooling_layer=False).eval().save_pretrained(path)
+    _save_fast_tokenizer(
+        path,
+        vocab,
+        "[ACGT]{6}|.",
+        "<cls> $A",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        cls_token="<cls>",
+        eos_token="<eos>",
+    )
+
+
+def build_ntv2_50m(path: Path) -> None:
+    """NT-v2 50m's published config and vocabulary (weights: the family's init)."""
+    fixtures = FIXTURES / "ntv2"
+    name = "nucleotide-transformer-v2-50m-multi-species.config.json"
+    shutil.copy(fixtures / "published" / name, path / "config.json")
+    for file in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(fixtures / "ntv2" / file, path / file)
+
+
+def build_dnabert2(path: Path) -> None:
+    """DNABERT-2-117M's published config.json and BPE tokenizer."""
+    fixtures = FIXTURES / "dnabert2"
+    config = fixtures / "published" / "dnabert2_117m_config.json"
+    shutil.copy(config, path / "config.json")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(fixtures / "dnabert2" / name, path / name)
+
+
+def build_gena_base(path: Path) -> None:
+    """GENA-LM base-t2t's published config and a 32k BPE trained on 4,000 real
+    sequences, dressed as the published one (which the repository does not hold)."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+
+    printout = (
+        FIXTURES / "gena" / "published" / "gena-lm-bert-base-t2t.config-printout.json"
+    )
+    config = json.loads(printout.read_text())
+    config.pop("_name_or_path")
+    config["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Strip(), normalizers.Replace(Regex("N{10,}"), "-")]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Split("-", behavior="isolated")
+    trainer = trainers.BpeTrainer(
+        vocab_size=config["vocab_size"],
+        special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"],
+        initial_alphabet=list("ACGTN"),
+        show_progress=False,
+    )
+    corpus, _ = load_sequences(4000, seed=1)
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+
+
+def build_generator(path: Path) -> None:
+    """GENERator-1.2b's published width (2048, FFN 5632, 32 heads, 4 KV heads) at 4
+    of its 26 blocks."""
+    config = {
+        "architectures": ["GENERatorForCausalLM"],
+        "auto_map": {"AutoModelForCausalLM": "modeling_generator.GENERatorForCausalLM"},
+        "model_type": "llama",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "initializer_range": 0.02,
+        "max_position_embeddings": 16384,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 4128,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model folder to write and the ``embedcache embed`` options that load it."""
+
+    about: str
+    build: Callable[[Path], None]
+    options: tuple[str, ...] = ()
+
+
+RANDOM_INIT = ("--random-init", "0")
+SHAPES = {
+    "bert-char-512x8": Shape("BERT 512 x 8 layers, one token per base", build_bert_char),
+    "ntv2-50m": Shape("NT-v2 50m (published config, 6-mers)", build_ntv2_50m, RANDOM_INIT),
+    "dnabert2-117m": Shape("DNABERT-2-117M (published config, BPE)", build_dnabert2, RANDOM_INIT),
+    "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),
+    "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
+    "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
+}  # fmt: skip
+
+
+def adapter_options(shape: Shape) -> dict[str, object]:
+    """The shape's CLI options as :func:`load_adapter` keywords."""
+    pairs = dict(zip(shape.options[::2], shape.options[1::2], strict=True))
+    return {"random_init": int(pairs["--random-init"])} if pairs else {}
