@@ -46,9 +46,10 @@ def token_budget(hidden_size: int) -> int:
     values (8,192 tokens at width 512, 4,096 at 1,024), in multiples of 512, never
     below the engine's default nor above 16,384.
 
-    Wide layers keep the matmuls busy with fewer rows; one-token-per-base models of
-    width 512 ran ~15% faster at 8,192 than at the 1,536 tuned on 6-mer tokens
-    (benchmarks/embed_bench.py), while 32,768 fell out of cache.
+    Wide layers keep the matmuls busy with fewer rows. For a one-token-per-base BERT
+    of width 512 (benchmarks/embed_bench.py --sweep), 8,192 beat the 1,536 tuned on
+    6-mer tokens by up to 13% at 253 tokens a sequence and was within noise at 502;
+    an end-to-end run took 56.5 s against 65.1 s; 32,768 was never the fastest.
     """
     tokens = (2**22 // max(hidden_size, 1)) // 512 * 512
     return min(max(tokens, DEFAULT_TOKEN_BUDGET), 16_384)
