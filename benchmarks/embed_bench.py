@@ -267,6 +267,8 @@ def measure(
         seqs_file.write_text("\n".join(seqs) + "\n")
         before = matmul_peak(torch.bfloat16)
         run = run_cli(folder, shape, seqs_file, Path(tmp))
+        if run.computed != len(set(seqs)):  # a fresh store computes every sequence
+            sys.exit(f"{name}: computed={run.computed}, expected {len(set(seqs))}")
         after = matmul_peak(torch.bfloat16)
         engine_vectors = np.load(Path(tmp) / "out.npy")[: args.n_naive]
     fp32 = load_adapter(str(folder), device="cpu", **options)
