@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.bert_init import bert_init
 from embedcache.models.config_fields import positive_int, require_published
 
 if TYPE_CHECKING:
@@ -220,19 +221,7 @@ def init_weights(network: GenaNetwork, *, seed: int) -> None:
     the padding embedding 0, LayerNorm weight 1 and bias 0. (The official code's
     smaller std for output projections tests an attribute that only their parent
     modules carry, so it never applies.)"""
-    generator = torch.Generator().manual_seed(seed)
-    std = network.arch.initializer_range
-    with torch.no_grad():
-        for module in network.modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
-                module.weight.normal_(0.0, std, generator=generator)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                module.bias.zero_()
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-            if isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
+    bert_init(network, std=network.arch.initializer_range, seed=seed)
 
 
 __all__ = ["GenaArch", "GenaNetwork", "arch_from_config", "init_weights"]

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.bert_init import bert_init
 from embedcache.models.config_fields import positive_int, require_published
 
 if TYPE_CHECKING:
@@ -243,19 +244,7 @@ def init_weights(network: NTv2Network, *, seed: int) -> None:
     """The official ``_init_weights`` (BERT's), drawn from a generator seeded with ``seed``:
     linear weights and embeddings ~ N(0, initializer_range), biases 0, the padding
     embedding 0, LayerNorm weight 1 and bias 0."""
-    generator = torch.Generator().manual_seed(seed)
-    std = network.arch.initializer_range
-    with torch.no_grad():
-        for module in network.modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
-                module.weight.normal_(0.0, std, generator=generator)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                module.bias.zero_()
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-            if isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
+    bert_init(network, std=network.arch.initializer_range, seed=seed)
 
 
 __all__ = [
