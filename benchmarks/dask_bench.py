@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.shapes import build_model, load_sequences
-from embedcache.cluster import (
+from embedcache.engine.cluster import (
     MIN_UNIT_TOKENS,
     TARGET_UNIT_SECONDS,
     embed_on_cluster,
@@ -48,7 +48,7 @@ from embedcache.cluster import (
     run_units,
     store_ref,
 )
-from embedcache.embed import WorkUnit, embed_sequences
+from embedcache.engine.embed import WorkUnit, embed_sequences
 from embedcache.models import load_adapter
 from embedcache.specs import ModelKey
 from embedcache.store import AUTO_MERGE, EmbeddingStore

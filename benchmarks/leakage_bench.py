@@ -25,15 +25,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from embedcache.clusters import near_duplicate_clusters
-from embedcache.hashing import reverse_complement
-from embedcache.leakage import audit_sequences, kmer_set_matrix
-from embedcache.probe import ProbeConfig, fit_probe
-from embedcache.stats import (
+from embedcache.analysis.clusters import near_duplicate_clusters
+from embedcache.analysis.leakage import audit_sequences, kmer_set_matrix
+from embedcache.analysis.probe import ProbeConfig, fit_probe
+from embedcache.analysis.stats import (
     bootstrap_scores,
     cluster_bootstrap_scores,
     subset_gap,
 )
+from embedcache.hashing import reverse_complement
 
 DATASETS = {
     "human_enhancers_cohn": 6_948,

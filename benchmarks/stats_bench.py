@@ -18,9 +18,9 @@ import time
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 
-from embedcache.leakage import audit_sequences
-from embedcache.probe import fit_probe, majority_label
-from embedcache.stats import (
+from embedcache.analysis.leakage import audit_sequences
+from embedcache.analysis.probe import fit_probe, majority_label
+from embedcache.analysis.stats import (
     bootstrap_scores,
     paired_differences,
     percentile_ci,

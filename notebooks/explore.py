@@ -25,10 +25,11 @@ data_dir = None
 split = "test"
 
 # %%
-from embedcache import leaderboard, report
+from embedcache.analysis import evaluation as leaderboard
+from embedcache.data.subsets import draw_version
+from embedcache.data.versions import load_version
+from embedcache.report import tables as report
 from embedcache.store import EmbeddingStore
-from embedcache.subsets import draw_version
-from embedcache.versions import load_version
 
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)

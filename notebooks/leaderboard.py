@@ -14,7 +14,7 @@
 # %% tags=["parameters"]
 # Genomic Benchmarks probe leaderboard: frozen, mean-pooled embeddings probed with a
 # logistic head (PROTOCOL.md). Rendered by `make report VERSION=...`; never hand-edited.
-# The page's layout (sections, order, contents) lives in embedcache/sections.py.
+# The page's layout (sections, order, contents) lives in embedcache/report/sections.py.
 version = "demo-v1"
 store = "store"
 models = []  # empty: every non-floor model in the store
@@ -26,13 +26,14 @@ results_csv = None  # set by `embedcache report`: where to write results.csv
 # %%
 from pathlib import Path
 
-from embedcache import leaderboard, sections
-from embedcache.analyses import run_analyses
-from embedcache.curves import write_curves
-from embedcache.leakage import audit_table
+from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.curves import write_curves
+from embedcache.analysis.leakage import audit_table
+from embedcache.analysis.suite import run_analyses
+from embedcache.data.subsets import draw_version
+from embedcache.data.versions import load_version
+from embedcache.report import sections
 from embedcache.store import EmbeddingStore
-from embedcache.subsets import draw_version
-from embedcache.versions import load_version
 
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)

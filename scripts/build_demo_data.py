@@ -5,7 +5,7 @@ Usage: .venv/bin/python scripts/build_demo_data.py [--shared-data ../shared/data
 Draws 1,200 sequences per dataset (stratified by label, largest-remainder quotas,
 seed-hash rank with the protocol's seed, over ids of the rows of `test.tsv`) from the two
 datasets whose sequences are available offline, and writes them as zstd parquet in the
-hub layout embedcache reads: embedcache/demo_data/<dataset>/data/demo-00000-of-00001.parquet.
+hub layout embedcache reads: embedcache/data/demo/<dataset>/data/demo-00000-of-00001.parquet.
 `--check` rebuilds in memory and fails unless the bundled files are byte-identical.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
-from embedcache.data import DEMO_DATA_DIR, file_sha256, validate_rows
-from embedcache.subsets import draw_stratified
+from embedcache.data.datasets import DEMO_DATA_DIR, file_sha256, validate_rows
+from embedcache.data.subsets import draw_stratified
 
 DATASETS = ("human_enhancers_cohn", "human_nontata_promoters")
 N_PER_DATASET = 1200

@@ -1,4 +1,4 @@
-"""Build the Caduceus equality fixtures in tests/data/caduceus/ with the official code.
+"""Build the Caduceus equality fixtures in tests/fixtures/caduceus/ with the official code.
 
 The official Caduceus code needs ``mamba_ssm`` (CUDA kernels). This script runs it on
 CPU by giving it a stand-in ``mamba_ssm`` built, in a temporary directory, from
@@ -16,10 +16,10 @@ transformers 4.x)::
     git clone https://github.com/kuleshov-group/caduceus /tmp/caduceus
     git clone https://github.com/state-spaces/mamba /tmp/mamba
     /tmp/cadref-venv/bin/python scripts/make_caduceus_fixtures.py \\
-        --caduceus-git /tmp/caduceus --mamba-git /tmp/mamba --out tests/data/caduceus
+        --caduceus-git /tmp/caduceus --mamba-git /tmp/mamba --out tests/fixtures/caduceus
 
 Both ``--*-git`` arguments are git directories (a bare mirror works); the revisions
-used are written to ``tests/data/caduceus/meta.json``.
+used are written to ``tests/fixtures/caduceus/meta.json``.
 
 What it writes, per model (``ph``, ``ps`` with fused add+norm, ``ps_unfused``):
 ``<name>/config.json`` + ``<name>/model.safetensors`` (``save_pretrained`` of a

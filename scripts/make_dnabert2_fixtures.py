@@ -1,4 +1,4 @@
-"""Build the DNABERT-2 / DNABERT-S equality fixtures in tests/data/dnabert2/ with the official code.
+"""Build the DNABERT-2 / DNABERT-S equality fixtures in tests/fixtures/dnabert2/ with the official code.
 
 The official code is the hub's remote code (``bert_layers.py``, ``bert_padding.py``,
 ``configuration_bert.py``), read from public git copies and checked by sha256 before it
@@ -26,7 +26,7 @@ name; later versions break its config class)::
     # git directories (bare mirrors work) of the two public copies:
     /tmp/dnabert2-ref/venv/bin/python scripts/make_dnabert2_fixtures.py \\
         --dnabert2-git <ashal-ali/CS224N_DNABERT2> --dnaberts-git <MAGICS-LAB/DNABERT_S> \\
-        --out tests/data/dnabert2
+        --out tests/fixtures/dnabert2
 
 What it writes:
 

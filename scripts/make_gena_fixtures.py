@@ -1,4 +1,4 @@
-"""Build the GENA-LM equality fixtures in tests/data/gena/ with the official code.
+"""Build the GENA-LM equality fixtures in tests/fixtures/gena/ with the official code.
 
 The official code is ``src/gena_lm/modeling_bert.py`` of AIRI-Institute/GENA_LM on
 GitHub (the hub repositories AIRI-Institute/gena-lm-bert-{base,large}-t2t ship the
@@ -14,7 +14,7 @@ and loaded with ``trust_remote_code=True``, in a scratch environment (transforme
     HF_HOME=/tmp/ntv2gena-hfhome /tmp/ntv2gena-ref/bin/python scripts/make_gena_fixtures.py \\
         --official /tmp/gena-official --official-commit 4a884630dd72fac47775a256f9c85452b63d28e3 \\
         --published-tokenizer GENA_LM/data/tokenizers/t2t_1000h_multi_32k/tokenizer.json \\
-        --out tests/data/gena
+        --out tests/fixtures/gena
 
 The published tokenizer (32,000 BPE tokens, 1.4 MB) is too large to commit, so each
 fixture carries a small BPE trained here on random DNA with everything else of the
@@ -51,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences, reverse_complement
 
-PUBLISHED = Path("tests/data/gena/published/gena-lm-bert-base-t2t.config-printout.json")
+PUBLISHED = Path(
+    "tests/fixtures/gena/published/gena-lm-bert-base-t2t.config-printout.json"
+)
 # the published tokenizer lists "-" (what a run of 10+ N becomes) as a special added
 # token too, at id 5
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"]
@@ -315,7 +317,7 @@ def main() -> int:
         "published_tokenizer_sha256": hashlib.sha256(
             args.published_tokenizer.read_bytes()
         ).hexdigest(),
-        "published_config": "tests/data/gena/published/gena-lm-bert-base-t2t.config-printout.json",
+        "published_config": "tests/fixtures/gena/published/gena-lm-bert-base-t2t.config-printout.json",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "loaded_with": "AutoModel.from_pretrained(dir, trust_remote_code=True) -> BertForMaskedLM",

@@ -1,4 +1,4 @@
-"""Make tests/data/generator/: GENERator's published small files and a tiny official-layout model.
+"""Make tests/fixtures/generator/: GENERator's published small files and a tiny official-layout model.
 
 Run once, in a scratch environment holding the transformers version the published
 config names (4.44.0) and a copy of the repository tokenizer, never in the project:
@@ -6,7 +6,7 @@ config names (4.44.0) and a copy of the repository tokenizer, never in the proje
     python3 -m venv /tmp/generator-ref/venv
     /tmp/generator-ref/venv/bin/pip install torch==2.13.0 transformers==4.44.0 safetensors
     /tmp/generator-ref/venv/bin/python scripts/make_generator_fixtures.py \
-        --official-tokenizer /tmp/generator-ref/copy_a --out tests/data/generator
+        --official-tokenizer /tmp/generator-ref/copy_a --out tests/fixtures/generator
 
 ``--official-tokenizer`` is a folder holding a ``tokenizer.py`` with the repository's
 ``DNAKmerTokenizer``; it is imported from there and never copied into the project.

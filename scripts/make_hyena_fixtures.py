@@ -1,4 +1,4 @@
-"""Build the HyenaDNA equality fixtures in tests/data/hyena/ with the official hub code.
+"""Build the HyenaDNA equality fixtures in tests/fixtures/hyena/ with the official hub code.
 
 The official code is the remote code of the ``LongSafari/hyenadna-*-seqlen-hf``
 repositories: ``modeling_hyena.py``, ``configuration_hyena.py`` and
@@ -14,7 +14,7 @@ transformers < 4.40)::
     python3 -m venv /tmp/hyena-venv
     /tmp/hyena-venv/bin/pip install torch==2.13.0 transformers==4.35.2 'numpy<2' safetensors
     /tmp/hyena-venv/bin/python scripts/make_hyena_fixtures.py \\
-        --hub-code /tmp/hyena-ref/hub-exact --out tests/data/hyena
+        --hub-code /tmp/hyena-ref/hub-exact --out tests/fixtures/hyena
 
 What it writes, per model (``tiny``: the published configs' options at a small
 width; ``alt``: the options the published configs do not use, so both code paths are
@@ -63,7 +63,7 @@ HUB_SHA256 = {
         "d424da2f794958b0360e033bbf5edc9ee4e3e3126e883093621348f07761e408",
     ),
 }
-# where the copies used for tests/data/hyena came from (no hub access here)
+# where the copies used for tests/fixtures/hyena came from (no hub access here)
 COPIES = {
     "modeling_hyena.py": (
         "shubhamtkr/checkpoint-62500@22f96459d32d1b300fc75b225c53495e7a96ec2b:"

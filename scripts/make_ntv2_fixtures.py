@@ -1,4 +1,4 @@
-"""Build the NT-v2 equality fixtures in tests/data/ntv2/ with the official hub code.
+"""Build the NT-v2 equality fixtures in tests/fixtures/ntv2/ with the official hub code.
 
 The official code is the hub's ``modeling_esm.py`` + ``esm_config.py`` of
 InstaDeepAI/nucleotide-transformer-v2-*-multi-species. They are not committed; pass a
@@ -19,7 +19,7 @@ the fixtures were made with 4.38.2)::
     python3 -m venv /tmp/ntv2gena-ref
     /tmp/ntv2gena-ref/bin/pip install torch==2.13.0 transformers==4.38.2 safetensors numpy
     HF_HOME=/tmp/ntv2gena-hfhome /tmp/ntv2gena-ref/bin/python scripts/make_ntv2_fixtures.py \\
-        --official /path/to/dir/with/modeling_esm.py --out tests/data/ntv2
+        --official /path/to/dir/with/modeling_esm.py --out tests/fixtures/ntv2
 
 What it writes, per model: ``<name>/`` in the hub layout (``config.json`` with the
 published 50m config's fields, ``auto_map`` included and no ``model_type``;
@@ -58,7 +58,7 @@ HUB_SHA256 = {
     "special_tokens_map.json": "d6dc30bf018166daab248b0abf7efda6fd1b1e0a2d1bee5b31b23db2ebdaee77",
 }
 PUBLISHED = Path(
-    "tests/data/ntv2/published/nucleotide-transformer-v2-50m-multi-species.config.json"
+    "tests/fixtures/ntv2/published/nucleotide-transformer-v2-50m-multi-species.config.json"
 )
 SPECIALS = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
 TOKENIZER_CONFIG = {

@@ -1,14 +1,14 @@
-"""Build small :class:`~embedcache.leaderboard.Evaluation` objects by hand for tests."""
+"""Build small :class:`~embedcache.analysis.evaluation.Evaluation` objects by hand for tests."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
-from embedcache.leaderboard import Evaluation, ModelEntry, results_frame
-from embedcache.probe import ProbeConfig
+from embedcache.analysis.evaluation import Evaluation, ModelEntry, results_frame
+from embedcache.analysis.probe import ProbeConfig
+from embedcache.analysis.stats import MEAN, bootstrap_scores
 from embedcache.specs import ModelKey
-from embedcache.stats import MEAN, bootstrap_scores
 
 
 def model_key(model_id: str, adapter: str = "hf-encoder") -> ModelKey:

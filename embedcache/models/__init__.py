@@ -50,9 +50,9 @@ FAMILY_MODULES: tuple[str, ...] = (
 # the model id of every local directory: its content digest (the revision) is its
 # identity, its folder name only a display alias kept beside the key
 LOCAL_MODEL_ID = "local"
-# Architectures shipped as a config without weights (embedcache/model_configs/): only
+# Architectures shipped as a config without weights (embedcache/models/architectures/): only
 # a random-init twin can be built from them; the name is the key's model id.
-ARCHITECTURES_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+ARCHITECTURES_DIR = Path(__file__).resolve().parent / "architectures"
 BUILTIN_ARCHITECTURES: tuple[str, ...] = ("caduceus-tiny",)
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")

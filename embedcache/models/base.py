@@ -12,6 +12,13 @@ if TYPE_CHECKING:
     from embedcache.specs import ModelKey
 
 
+# Padded tokens (longest item x batch size) per forward pass when an adapter names no
+# budget of its own (``preferred_token_budget``). Measured with benchmarks/embed_bench.py
+# on an NT-v2-50M-shaped encoder in bf16 (251/500 bp): batches of ~1-1.5k tokens ran at
+# ~60% of the one-thread bf16 matmul peak; fewer tokens per batch pay per-call overhead.
+DEFAULT_TOKEN_BUDGET = 1536
+
+
 @runtime_checkable
 class Adapter(Protocol):
     """Turns normalised (upper-case) DNA sequences into pooled float32 vectors.

@@ -36,7 +36,6 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import reverse_complement
-from embedcache.jitcache import CompileNotice
 from embedcache.models import resolve_device
 from embedcache.models._caduceus_init import random_weights
 from embedcache.models._caduceus_model import (
@@ -48,6 +47,7 @@ from embedcache.models._caduceus_model import (
     weights_from_state_dict,
 )
 from embedcache.models.encoder import config_digest
+from embedcache.models.jitcache import CompileNotice
 from embedcache.models.options import (
     EmbedOptions,
     non_default,

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from embedcache.embed import DEFAULT_TOKEN_BUDGET
 from embedcache.errors import (
     AdapterOptionError,
     InvalidSequenceError,
     SequenceTooLongError,
 )
 from embedcache.hashing import reverse_complement
+from embedcache.models.base import DEFAULT_TOKEN_BUDGET
 from embedcache.models.options import LAST_LAYER, EmbedOptions
 from embedcache.specs import ModelKey
 
@@ -96,7 +96,7 @@ class EncoderTraits:
     # padded tokens per forward pass that keep this family's matmuls busy
     token_budget: int = DEFAULT_TOKEN_BUDGET
     # attention score maps per sequence and layer (query heads); 0: no attention.
-    # Bounds the batch of long sequences (see embedcache.embed.BatchRule)
+    # Bounds the batch of long sequences (see embedcache.engine.embed.BatchRule)
     attention_heads: int = 0
 
 

@@ -1,6 +1,6 @@
 """Caduceus adapter: equality with the official code, RC laws, loading edge cases.
 
-The fixtures in tests/data/caduceus/ were computed by the official Caduceus code (see
+The fixtures in tests/fixtures/caduceus/ were computed by the official Caduceus code (see
 scripts/make_caduceus_fixtures.py): tiny random ph / ps models with every weight moved
 off its init, and the pooled vectors of sequences with N and lower case.
 """
@@ -36,7 +36,7 @@ from embedcache.models.caduceus import (
 )
 from tests.models.adapter_contract import AdapterContract
 
-FIXTURES = Path(__file__).parents[1] / "data" / "caduceus"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 VARIANTS = ("ph", "ps", "ps_unfused")
 TIED_NAME = "caduceus.backbone.layers.0.mixer.mamba_{}.in_proj.weight"
 

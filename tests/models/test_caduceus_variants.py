@@ -17,7 +17,7 @@ from embedcache.models._caduceus_model import BASE_IDS, arch_from_config
 from embedcache.models.caduceus import tokenize
 from embedcache.models.encoder import config_digest
 
-FIXTURES = Path(__file__).parents[1] / "data" / "caduceus"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 SEQS = ["ACGTTGCAAGGCTTAGCNAC", "GGGCCCAATTACGATCGATC", "TTTTACGA"]
 
 

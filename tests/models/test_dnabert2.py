@@ -1,6 +1,6 @@
 """DNABERT-2 / DNABERT-S: equality with the official code, recognition, strict loading.
 
-The fixtures in tests/data/dnabert2/ were computed by the official hub code (see
+The fixtures in tests/fixtures/dnabert2/ were computed by the official hub code (see
 scripts/make_dnabert2_fixtures.py): a tiny DNABERT-2 over the real 4,096-token BPE with
 6 heads (the ALiBi rule for a head count that is not a power of 2), a tiny DNABERT-S in
 its own layout (BertModel weights with a pooler), every weight moved off its init.
@@ -29,7 +29,7 @@ from embedcache.models._dnabert2_model import (
 )
 from tests.models.adapter_contract import AdapterContract
 
-FIXTURES = Path(__file__).parents[1] / "data" / "dnabert2"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "dnabert2"
 MODELS = ("dnabert2", "dnabert_s")
 PUBLISHED = {
     "dnabert2_117m_config.json": "2024-02 on: no model_type, no architectures",

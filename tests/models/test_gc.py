@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from embedcache.analysis.evaluation import _is_floor_key
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
 from embedcache.hashing import reverse_complement
-from embedcache.leaderboard import _is_floor_key
 from embedcache.models import load_adapter
 from embedcache.models.gc import GCAdapter, gc_fraction
 from tests.models.adapter_contract import AdapterContract

@@ -1,6 +1,6 @@
 """GENA-LM adapter: equality with the official code, recognition vs the native BERT path.
 
-The fixtures in tests/data/gena/ were computed by AIRI-Institute/GENA_LM's
+The fixtures in tests/fixtures/gena/ were computed by AIRI-Institute/GENA_LM's
 src/gena_lm/modeling_bert.py run with trust_remote_code in transformers 4.38.2 (see
 scripts/make_gena_fixtures.py): tiny pre-LN models with every weight moved off its init,
 in the hub layout (``model_type: bert``, ``pytorch_model.bin``) without the code file,
@@ -34,7 +34,7 @@ from embedcache.models._gena_model import GenaNetwork, arch_from_config
 from embedcache.models.options import EmbedOptions
 from tests.models.adapter_contract import AdapterContract
 
-DATA = Path(__file__).parents[1] / "data" / "gena"
+DATA = Path(__file__).parents[1] / "fixtures" / "gena"
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = ("gena_base", "gena_lastln")
 PUBLISHED = sorted((DATA / "published").glob("*.json"))

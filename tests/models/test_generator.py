@@ -1,6 +1,6 @@
 """GENERator adapter: tokenizer, equality with transformers' Llama, loading, options.
 
-tests/data/generator/ (see scripts/make_generator_fixtures.py): the published small
+tests/fixtures/generator/ (see scripts/make_generator_fixtures.py): the published small
 files of GenerTeam/GENERator-eukaryote-{1.2b,3b}-base, rebuilt byte for byte against
 publicly recorded sha256 digests; a tiny Llama in the published layout; pooled vectors
 computed by transformers 4.44 on a public copy of the repository tokenizer's ids.
@@ -34,7 +34,7 @@ from embedcache.models import generator as gen
 from embedcache.models import load_adapter, read_config, recognise_family
 from tests.models.adapter_contract import AdapterContract
 
-FIXTURES = Path(__file__).parents[1] / "data" / "generator"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "generator"
 TINY = FIXTURES / "tiny"
 PUBLISHED = FIXTURES / "published"
 REPO = Path(__file__).parents[2]

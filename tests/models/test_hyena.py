@@ -1,6 +1,6 @@
 """HyenaDNA adapter: equality with the official code, padding, loading, options.
 
-The fixtures in tests/data/hyena/ were computed by the official hub code
+The fixtures in tests/fixtures/hyena/ were computed by the official hub code
 (``modeling_hyena.py`` of LongSafari/hyenadna-*-seqlen-hf, sha256-checked; see
 scripts/make_hyena_fixtures.py and meta.json): tiny random models in the published
 layout with every parameter and stored buffer (z, t, deltas) moved off its init, and
@@ -38,7 +38,7 @@ from embedcache.models._hyena_model import (
 from embedcache.models.hyena import HyenaTokenizer, is_hyena_config
 from tests.models.adapter_contract import AdapterContract
 
-FIXTURES = Path(__file__).parents[1] / "data" / "hyena"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hyena"
 VARIANTS = ("tiny", "alt")
 # (load_adapter options, expected.npz key suffix)
 CASES = {

@@ -1,6 +1,6 @@
 """NT-v2 adapter: equality with the official hub code, tokenizer, recognition, loading.
 
-The fixtures in tests/data/ntv2/ were computed by the hub's modeling_esm.py (sha256
+The fixtures in tests/fixtures/ntv2/ were computed by the hub's modeling_esm.py (sha256
 checked against the hub's) run with trust_remote_code in transformers 4.38.2 (see
 scripts/make_ntv2_fixtures.py): tiny models with every weight moved off its init, in
 the hub layout without the code files, and the pooled vectors of 25 sequences.
@@ -35,7 +35,7 @@ from embedcache.models import ntv2 as ntv2_family
 from embedcache.models._ntv2_model import NTv2Network, arch_from_config
 from tests.models.adapter_contract import AdapterContract
 
-DATA = Path(__file__).parents[1] / "data" / "ntv2"
+DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = ("ntv2", "ntv2_3mer_bias")
 PUBLISHED = sorted((DATA / "published").glob("*.config.json"))

@@ -1,4 +1,4 @@
-"""A schema-1 store (tests/data/store-schema1, written by embedcache 0.1) is refused
+"""A schema-1 store (tests/fixtures/store-schema1, written by embedcache 0.1) is refused
 clearly, then migrated in place and read without recomputing anything."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from embedcache.cli import main
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import EmbeddingStore, migrate, migrate_store
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = DATA / "store-schema1"
 sys.path.insert(0, str(DATA))
 from make_store_schema1 import KEY_A, KEY_B, expected

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.suite import run_analyses
+from embedcache.data.subsets import draw_version
+from embedcache.data.versions import load_version
+from embedcache.report import analysis_tables as report_analyses
+from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
+    path.write_text(TINY_VERSION)
+    subset = draw_version(load_version(path))
+    store = DictStore()
+    _fill(store, subset.items)
+    evaluation = leaderboard.evaluate(subset, store, n_boot=100, seed=1)
+    analyses = run_analyses(subset, store, evaluation, curve_sizes=(10, 80))
+    return evaluation, analyses
+
+
+def test_results_gain_clean_and_cluster_rows_with_the_same_columns(done):
+    evaluation, analyses = done
+    results = analyses.results(evaluation)
+    assert results.columns == list(leaderboard.RESULT_COLUMNS)
+    per_metric = dict(results.group_by("metric").len().iter_rows())
+    n_rows = len(evaluation.entries) * 3  # 2 datasets + mean
+    assert per_metric == {
+        "accuracy": n_rows,
+        "macro_f1": n_rows,
+        "accuracy_clean": n_rows,
+        "accuracy_cluster_ci": n_rows,
+    }
+    # the cluster rows repeat the board's accuracy, with n = number of clusters
+    acc = results.filter(pl.col("metric") == "accuracy").sort("model", "dataset")
+    clu = results.filter(pl.col("metric") == "accuracy_cluster_ci").sort(
+        "model", "dataset"
+    )
+    assert acc["value"].to_list() == clu["value"].to_list()
+    counts = analyses.clustered.n_clusters
+    assert set(clu["n"].to_list()) == set(counts.values())
+    clean = results.filter(pl.col("metric") == "accuracy_clean")
+    assert set(clean["n"].to_list()) == set(analyses.clean.n_clean.values())
+    assert set(analyses.seconds) >= {"leakage audit", "label-efficiency curves"}
+
+
+def test_every_table_and_figure_renders(done):
+    evaluation, analyses = done
+    tables = [
+        report_analyses.clean_table(evaluation, analyses),
+        report_analyses.clean_dataset_table(evaluation, analyses),
+        report_analyses.leakage_audit_table(analyses),
+        report_analyses.full_train_table(analyses),
+        report_analyses.cluster_table(evaluation, analyses),
+        report_analyses.cluster_paired_table(evaluation, analyses),
+        report_analyses.curves_table(evaluation, analyses),
+        report_analyses.timings_table(analyses),
+        report_analyses.pretraining_table(evaluation, analyses),
+        report_analyses.layers_table(evaluation, analyses),
+    ]
+    for table in tables:
+        html = table.to_html()
+        assert "<table" in html
+    assert "not comparable to the leaderboard" in tables[0].caption
+    assert "contained (reported only)" in tables[2].to_html()
+    assert "not available here" in tables[3].to_html()  # the demo data has no train
+    assert "n_train=80" in tables[6].to_html()
+    assert "no random-init twin" in tables[8].to_html()
+    assert "no model with several stored layers" in tables[9].to_html()
+    png = report_analyses.curves_figure(evaluation, analyses).to_png()
+    assert png.startswith(b"\x89PNG")
