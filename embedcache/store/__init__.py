@@ -12,6 +12,7 @@ modules, one job each:
 - ``index``: sequence hashes and the per-key hash index
 - ``verify``: full checks; ``maintenance``: compaction and garbage collection
 - ``migrate``: convert a schema-1 store in place
+- ``options``: a URL's backend options from its cloud's environment variables
 - ``embedding_store``: :class:`EmbeddingStore`, the public API
 """
 
@@ -22,6 +23,7 @@ from embedcache.store.embedding_store import EmbeddingStore, KeyInfo
 from embedcache.store.layout import SCHEMA_VERSION
 from embedcache.store.maintenance import AUTO_MERGE, GARBAGE_GRACE_S
 from embedcache.store.migrate import migrate_store
+from embedcache.store.options import storage_options
 from embedcache.store.verify import Fault
 
 __all__ = [
@@ -34,4 +36,5 @@ __all__ = [
     "is_url",
     "migrate_store",
     "open_object_store",
+    "storage_options",
 ]

@@ -1,0 +1,281 @@
+"""The one embedding call every front end makes: these sequences, this model, this store.
+
+:func:`embed_into_store` resolves the model and its options, opens the store when
+given a location, and runs the missing sequences in this process or on a Dask
+cluster. :func:`embed_file` and :func:`embed_version` read their sequences first
+(a sequence file; a version's drawn items) and then make that call. The command
+line calls these and only prints; a server or a notebook calls the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embedcache.errors import AdapterOptionError, ClusterError
+from embedcache.models.options import LAST_LAYER, EmbedOptions, parse_layers
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from distributed import Client
+
+    from embedcache.data.subsets import Subset
+    from embedcache.data.versions import VersionSpec
+    from embedcache.engine.plan import EmbedResult
+    from embedcache.store import EmbeddingStore
+
+logger = logging.getLogger(__name__)
+
+
+def wants_cluster(cluster: str | Client | None) -> bool:
+    """Whether ``cluster`` sends the work to Dask: a client, or a spec other than
+    None, ``""`` or ``"none"`` (see :func:`~embedcache.engine.dask_setup.parse_cluster`).
+    """
+    if isinstance(cluster, str):
+        return bool(cluster) and cluster.strip().lower() != "none"
+    return cluster is not None
+
+
+def embed_options(
+    model: str,
+    options: EmbedOptions | Mapping[str, Any] | None = None,
+    *,
+    revision: str | None = None,
+) -> EmbedOptions:
+    """The options record from a record or its fields, as a front end gives them.
+
+    Among the fields, ``layers`` may be a spec (``"all"``, ``"2,6,12"``) and
+    ``layer`` one layer, as ``--layers`` and ``--layer`` give them; ``all`` reads
+    ``model``'s layer count (:func:`~embedcache.models.options.parse_layers`).
+
+    Raises
+    ------
+    AdapterOptionError
+        A field is unknown or invalid, or the layers do not parse.
+    """
+    if isinstance(options, EmbedOptions):
+        return options
+    fields = dict(options or {})
+    layers = fields.pop("layers", None)
+    layer = int(fields.pop("layer", LAST_LAYER))
+    if layers is None or isinstance(layers, str):
+        layers = parse_layers(layers, layer=layer, model=model, revision=revision)
+    elif layer != LAST_LAYER:
+        msg = "give --layer or --layers, not both"
+        raise AdapterOptionError(msg)
+    try:
+        return EmbedOptions(layers=tuple(layers), **fields)
+    except TypeError as err:
+        msg = f"{model}: {err}"
+        raise AdapterOptionError(msg) from err
+
+
+def embed_into_store(
+    model: str,
+    seqs: Sequence[str],
+    store: EmbeddingStore | str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    options: EmbedOptions | Mapping[str, Any] | None = None,
+    names: Sequence[str] | None = None,
+    token_budget: int | None = None,
+    cluster: str | Client | None = None,
+    unit_tokens: int | None = None,
+    threads: int | None = None,
+    store_options: Mapping[str, str] | None = None,
+    progress: bool = False,
+) -> EmbedResult:
+    """Embed ``seqs`` with ``model`` into ``store``; compute only what it lacks.
+
+    Parameters
+    ----------
+    model
+        Built-in name, local model directory or hub id.
+    store
+        An open store, or its location (a folder or an s3://, gs://, az:// URL),
+        opened (created if absent) with ``store_options``.
+    options
+        :class:`EmbedOptions` or its fields (see :func:`embed_options`).
+    names
+        Item names for error messages, one per sequence.
+    token_budget
+        Padded tokens per forward pass (None: the model's preferred budget).
+    cluster
+        None or ``"none"``: in this process. ``"local:N"`` starts N Dask worker
+        processes for this call, ``"tcp://HOST:PORT"`` uses a running scheduler, and
+        a ``distributed.Client`` is used as it is.
+    unit_tokens
+        On a cluster, sequence tokens per work unit (None: sized to the rate).
+    threads
+        Torch CPU threads in this process; with ``local:N``, threads per worker.
+    progress
+        Show a progress bar.
+
+    Returns
+    -------
+    EmbedResult
+        Vectors in input order, what was computed and found, the keys filled.
+
+    Raises
+    ------
+    InvalidSequenceError, SequenceTooLongError
+        Found before anything runs; the store is unchanged.
+    AdapterOptionError, UnknownModelError
+        The model or an option is wrong.
+    ClusterError
+        The cluster cannot be reached, ``threads`` is given for a running cluster,
+        or a unit failed on it.
+    """
+    opts = embed_options(model, options, revision=revision)
+    if wants_cluster(cluster):
+        return _embed_on_dask(
+            model,
+            seqs,
+            store,
+            cluster=cluster,
+            revision=revision,
+            options=opts,
+            names=names,
+            token_budget=token_budget,
+            unit_tokens=unit_tokens,
+            threads=threads,
+            store_options=store_options,
+            progress=progress,
+        )
+    from embedcache.engine.local import embed_sequences
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    adapter = load_adapter(model, revision=revision, **opts.to_dict())
+    if not isinstance(store, EmbeddingStore):
+        store = EmbeddingStore(store, options=store_options)
+    return embed_sequences(
+        adapter,
+        seqs,
+        store,
+        names=names,
+        token_budget=token_budget,
+        progress=progress,
+    )
+
+
+def _embed_on_dask(
+    model: str,
+    seqs: Sequence[str],
+    store: EmbeddingStore | str | os.PathLike[str],
+    *,
+    cluster: str | Client,
+    threads: int | None,
+    **kwargs: Any,  # noqa: ANN401 - embed_on_cluster's options
+) -> EmbedResult:
+    from embedcache.engine.cluster import embed_on_cluster
+    from embedcache.engine.dask_setup import open_cluster
+
+    if not isinstance(cluster, str):
+        if threads is not None:
+            msg = (
+                "threads do not apply to a running cluster: its workers' threads are "
+                "set where they are started (dask worker --nthreads)"
+            )
+            raise ClusterError(msg)
+        return embed_on_cluster(cluster, model, seqs, store, **kwargs)
+    with open_cluster(cluster, threads_per_worker=threads) as client:
+        return embed_on_cluster(client, model, seqs, store, **kwargs)
+
+
+def embed_file(
+    path: Path | str,
+    model: str,
+    store: EmbeddingStore | str | os.PathLike[str],
+    *,
+    output: Path | str | None = None,
+    **kwargs: Any,  # noqa: ANN401 - embed_into_store's options
+) -> EmbedResult:
+    """Embed every sequence of a file (one a line, FASTA, or a TSV with ``seq``).
+
+    Items are named as the file names them (``line 3``, a FASTA header) in error
+    messages. With ``output``, the vectors are written there as a float32 (n, d)
+    ``.npy`` in input order, atomically. Other options are those of
+    :func:`embed_into_store`.
+
+    Raises
+    ------
+    InputFileError
+        The file cannot be read or holds no sequence.
+    """
+    from embedcache.data.seqfile import read_sequences
+
+    records = read_sequences(Path(path))
+    result = embed_into_store(model, records.seqs, store, names=records.names, **kwargs)
+    if output is not None:
+        write_npy(output, np.asarray(result.vectors, dtype=np.float32))
+    return result
+
+
+def embed_version(
+    version: VersionSpec | str | os.PathLike[str],
+    model: str,
+    store: EmbeddingStore | str | os.PathLike[str],
+    *,
+    data_dir: Path | None = None,
+    **kwargs: Any,  # noqa: ANN401 - embed_into_store's options
+) -> tuple[Subset, EmbedResult]:
+    """Draw a version (a shipped name, a ``.toml`` or a spec) and embed all its items.
+
+    Train and test items alike, named by item id in error messages. Other options
+    are those of :func:`embed_into_store`.
+
+    Returns
+    -------
+    tuple
+        The drawn subset and the result, rows in the subset's item order.
+    """
+    from embedcache.data.subsets import draw_version
+    from embedcache.data.versions import VersionSpec, load_version
+
+    spec = version if isinstance(version, VersionSpec) else load_version(version)
+    subset = draw_version(spec, data_dir=data_dir)
+    items = subset.items
+    result = embed_into_store(
+        model,
+        items["seq"].to_list(),
+        store,
+        names=items["item_id"].to_list(),
+        **kwargs,
+    )
+    return subset, result
+
+
+def write_npy(path: Path | str, array: np.ndarray) -> Path:
+    """Write ``array`` as ``.npy`` atomically: a reader sees the old file or the new."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            np.save(fh, array)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+__all__ = [
+    "embed_file",
+    "embed_into_store",
+    "embed_options",
+    "embed_version",
+    "wants_cluster",
+    "write_npy",
+]

@@ -1,0 +1,90 @@
+"""Batch: which sequences share a forward pass (sorted by length, within budgets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from embedcache.models.base import DEFAULT_TOKEN_BUDGET
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from embedcache.models.base import Adapter
+
+# Attention score elements (sequences x score maps x longest^2) per forward pass and
+# layer: 2^27 is 256 MiB in bf16. Scores grow with the square of the length while the
+# rest of a forward pass grows linearly, so long sequences batch fewer at a time (one
+# sequence always runs, however long).
+ATTENTION_SCORE_BUDGET = 2**27
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    """Which sequences share a forward pass.
+
+    A batch of ``count`` sequences whose longest has ``longest`` tokens fits when its
+    padded tokens (``count * longest``) stay within ``token_budget`` and its attention
+    scores (``count * attention_maps * longest**2``) within ``score_budget``; with
+    ``equal_lengths`` only sequences of one token count go together.
+    """
+
+    token_budget: int
+    equal_lengths: bool = False
+    attention_maps: int = 0  # score matrices a sequence adds; 0: no attention
+    score_budget: int = ATTENTION_SCORE_BUDGET
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1:
+            msg = f"token budget must be positive, got {self.token_budget}"
+            raise ValueError(msg)
+
+    def fits(self, count: int, longest: int) -> bool:
+        """Whether ``count`` sequences of at most ``longest`` tokens make one batch."""
+        if count * longest > self.token_budget:
+            return False
+        scores = count * self.attention_maps * longest * longest
+        return scores <= self.score_budget
+
+
+def batch_rule(adapter: Adapter, token_budget: int | None = None) -> BatchRule:
+    """The adapter's batching: the given token budget, else its preferred one, else the
+    default; its attention score maps per sequence; equal lengths if it needs them."""
+    if token_budget is None:
+        token_budget = getattr(adapter, "preferred_token_budget", DEFAULT_TOKEN_BUDGET)
+    return BatchRule(
+        token_budget=int(token_budget),
+        equal_lengths=bool(adapter.needs_equal_lengths),
+        attention_maps=int(getattr(adapter, "attention_maps", 0)),
+    )
+
+
+def plan_batches(n_tokens: Sequence[int], rule: BatchRule) -> list[list[int]]:
+    """Group indices into batches by length: sorted by token count, each batch as large
+    as ``rule`` allows (at least one item).
+    """
+    order = sorted(range(len(n_tokens)), key=lambda i: (n_tokens[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        length = n_tokens[index]
+        if current:
+            # sorted ascending: this item is the longest in the batch so far
+            too_big = not rule.fits(len(current) + 1, length)
+            new_length = rule.equal_lengths and length != n_tokens[current[0]]
+            if too_big or new_length:
+                batches.append(current)
+                current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+__all__ = [
+    "ATTENTION_SCORE_BUDGET",
+    "DEFAULT_TOKEN_BUDGET",
+    "BatchRule",
+    "batch_rule",
+    "plan_batches",
+]

@@ -1,0 +1,144 @@
+"""Forward and commit: a work unit through the adapter into the store, and back out.
+
+Both execution paths run units through :func:`run_unit` (in this process, or on a
+Dask worker), then record a local model's alias and read the vectors back from the
+store in input order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from embedcache.engine.plan import UnitResult, adapter_keys
+from embedcache.errors import (
+    DimensionMismatchError,
+    InvalidSequenceError,
+    MissingEmbeddingsError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from embedcache.engine.plan import EmbedPlan, WorkUnit
+    from embedcache.models.base import Adapter
+    from embedcache.specs import ModelKey
+    from embedcache.store import EmbeddingStore
+
+
+def embed_outputs(adapter: Adapter, seqs: Sequence[str]) -> np.ndarray:
+    """Float32 (len(keys), len(seqs), dim): one batch through the adapter, checked."""
+    keys = adapter_keys(adapter)
+    many = getattr(adapter, "embed_layers", None)
+    outputs = np.asarray(
+        many(seqs) if many is not None else adapter.embed_batch(seqs)[None],
+        dtype=np.float32,
+    )
+    if outputs.shape != (len(keys), len(seqs), adapter.dim):
+        msg = (
+            f"{adapter.key.short()} returned vectors of shape {outputs.shape} for a batch "
+            f"of {len(seqs)}; expected ({len(keys)}, {len(seqs)}, {adapter.dim})"
+        )
+        raise DimensionMismatchError(msg)
+    return outputs
+
+
+def run_unit(
+    adapter: Adapter,
+    store: EmbeddingStore,
+    unit: WorkUnit,
+    *,
+    skip_stored: bool = False,
+) -> UnitResult:
+    """Embed one unit batch by batch and commit it to the store, once per key.
+
+    With ``skip_stored``, batches whose every sequence the store already holds under
+    every key are skipped (a rerun of a unit whose first run was committed by a
+    worker that died before reporting). A batch is never split, so its vectors are
+    those an uninterrupted run computes.
+
+    Raises
+    ------
+    InvalidSequenceError
+        The model produced a non-finite vector for a sequence; nothing of the unit
+        is stored.
+    """
+    start = time.perf_counter()
+    keys = adapter_keys(adapter)
+    batches = list(unit.batches)
+    if skip_stored and batches:
+        stored = np.ones(unit.n_seqs, dtype=bool)
+        for output_key in keys:
+            stored &= np.asarray(store.contains(output_key, unit.hashes), dtype=bool)
+        batches = [b for b in batches if not all(stored[i] for i in b)]
+    rows = [i for batch in batches for i in batch]
+    if not rows:
+        return UnitResult(unit.index, unit.n_seqs, 0, 0, time.perf_counter() - start)
+    # adapters that run torch have imported it; the k-mer floors never pay its import
+    torch = sys.modules.get("torch")
+    no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
+    parts = []
+    with no_grad:
+        for batch in batches:
+            parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
+    outputs = np.concatenate(parts, axis=1)
+    hashes = [unit.hashes[i] for i in rows]
+    for output_key, vectors in zip(keys, outputs, strict=True):
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            seq = unit.seqs[rows[int(np.flatnonzero(~finite)[0])]]
+            msg = f"{output_key.short()} produced a non-finite vector for sequence {seq[:40]!r}..."
+            raise InvalidSequenceError(msg)
+    # a local model's folder name, recorded beside its content-digest key
+    alias = getattr(adapter, "alias", None)
+    named = {"alias": alias} if alias else {}
+    for output_key, vectors in zip(keys, outputs, strict=True):
+        store.put(output_key, hashes, vectors, **named)
+    n_tokens = sum(unit.tokens[i] for i in rows)
+    return UnitResult(
+        unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start
+    )
+
+
+def record_alias(store: EmbeddingStore, plan: EmbedPlan, alias: str | None) -> None:
+    """Record a local model's folder name beside each of its keys, also when every
+    vector was cached (a renamed copy hits the cache; the new name is still shown).
+
+    Re-putting one stored vector with the alias is a no-op once the key lists it.
+    """
+    if not alias or not plan.unique:
+        return
+    first = [plan.unique[0]]
+    for key in plan.keys:
+        vector, found = store.get(key, first)
+        if found.all():
+            store.put(key, first, vector, alias=alias)
+
+
+def gather_vectors(
+    store: EmbeddingStore, plan: EmbedPlan, key: ModelKey, dim: int
+) -> np.ndarray:
+    """The plan's vectors under ``key`` from the store, one row per input, float32.
+
+    Raises
+    ------
+    MissingEmbeddingsError
+        A planned vector is not in the store (it was not computed).
+    """
+    unique, hashes = plan.unique, plan.hashes
+    if not unique:
+        return np.zeros((0, dim), dtype=np.float32)
+    stored, found = store.get(key, unique)
+    if not np.all(found):
+        n_missing = int((~np.asarray(found)).sum())
+        msg = f"{n_missing} of {len(unique)} vectors are still missing from the store after embedding"
+        raise MissingEmbeddingsError(msg)
+    row_of = {digest: row for row, digest in enumerate(unique)}
+    return np.asarray(stored, dtype=np.float32)[[row_of[h] for h in hashes]]
+
+
+__all__ = ["embed_outputs", "gather_vectors", "record_alias", "run_unit"]

@@ -1,0 +1,113 @@
+"""The in-process path: plan, batch, forward and commit one batch at a time here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from tqdm.auto import tqdm
+
+from embedcache.engine.batching import batch_rule
+from embedcache.engine.forward import gather_vectors, record_alias, run_unit
+from embedcache.engine.plan import EmbedResult, cut_units, plan_embedding
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from embedcache.engine.plan import WorkUnit
+    from embedcache.models.base import Adapter
+    from embedcache.store import EmbeddingStore
+
+logger = logging.getLogger(__name__)
+
+
+def embed_sequences(
+    adapter: Adapter,
+    seqs: Sequence[str],
+    store: EmbeddingStore,
+    *,
+    names: Sequence[str] | None = None,
+    token_budget: int | None = None,
+    progress: bool = False,
+) -> EmbedResult:
+    """Return one vector per sequence, computing and storing only what the store lacks.
+
+    Every sequence is validated and length-checked before anything is computed, so a
+    bad item leaves the store unchanged. Missing vectors are computed in length-sorted
+    batches and committed to the store batch by batch: an interrupted run loses at
+    most one batch and a rerun picks up the rest.
+
+    Parameters
+    ----------
+    names
+        Item names for error messages (e.g. ``"line 3"`` or an item id), one per sequence.
+    token_budget
+        Upper bound on padded tokens (longest item x batch size) per forward pass;
+        None takes the adapter's ``preferred_token_budget`` if it has one, else
+        :data:`DEFAULT_TOKEN_BUDGET` (see :func:`batch_rule`).
+
+    Raises
+    ------
+    InvalidSequenceError
+        A sequence is empty or holds a character other than A/C/G/T/N.
+    SequenceTooLongError
+        A sequence exceeds the model's maximum and the key names no truncation policy.
+    """
+    rule = batch_rule(adapter, token_budget)
+    plan = plan_embedding(adapter, seqs, store, names=names)
+    if plan.missing_hashes:
+        # one batch a unit: each batch is committed as soon as it is computed
+        units = cut_units(
+            plan,
+            rule=rule,
+            unit_tokens=1,
+        )
+        _run_units(adapter, store, units, progress=progress)
+    record_alias(store, plan, getattr(adapter, "alias", None))
+    vectors = gather_vectors(store, plan, adapter.key, adapter.dim)
+    return EmbedResult(
+        vectors=vectors,
+        n_computed=plan.n_computed,
+        n_cached=plan.n_cached,
+        keys=plan.keys,
+    )
+
+
+def _run_units(
+    adapter: Adapter,
+    store: EmbeddingStore,
+    units: Sequence[WorkUnit],
+    *,
+    progress: bool,
+) -> None:
+    total_tokens = 0
+    n_seqs = sum(unit.n_seqs for unit in units)
+    start = time.perf_counter()
+    with tqdm(
+        total=n_seqs,
+        desc=f"embed {adapter.key.model_id}",
+        unit="seq",
+        disable=not progress,
+    ) as bar:
+        for number, unit in enumerate(units, start=1):
+            result = run_unit(adapter, store, unit)
+            total_tokens += result.n_tokens
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            bar.update(unit.n_seqs)
+            bar.set_postfix_str(f"{total_tokens / elapsed:,.0f} tok/s", refresh=False)
+            logger.debug(
+                "stored batch %d/%d (%d sequences)", number, len(units), unit.n_seqs
+            )
+    elapsed = time.perf_counter() - start
+    logger.info(
+        "computed %d sequences (%d tokens) in %.1f s: %.1f seq/s, %.0f tokens/s",
+        n_seqs,
+        total_tokens,
+        elapsed,
+        n_seqs / max(elapsed, 1e-9),
+        total_tokens / max(elapsed, 1e-9),
+    )
+
+
+__all__ = ["embed_sequences"]
