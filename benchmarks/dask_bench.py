@@ -38,17 +38,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.shapes import build_model, load_sequences
-from embedcache.engine.cluster import (
+from embedcache.engine.cluster import embed_on_cluster, run_units
+from embedcache.engine.dask_setup import open_cluster
+from embedcache.engine.local import embed_sequences
+from embedcache.engine.plan import WorkUnit
+from embedcache.engine.unit_queue import (
     MIN_UNIT_TOKENS,
     TARGET_UNIT_SECONDS,
-    embed_on_cluster,
     next_unit_tokens,
-    open_cluster,
-    resolve_spec,
-    run_units,
-    store_ref,
 )
-from embedcache.engine.embed import WorkUnit, embed_sequences
+from embedcache.engine.worker import resolve_spec, store_ref
 from embedcache.models import load_adapter
 from embedcache.specs import ModelKey
 from embedcache.store import AUTO_MERGE, EmbeddingStore

@@ -31,7 +31,7 @@ Each round runs, per shape and interleaved:
   budgets, in process: the measurement behind each family's batch size.
 
 With ``--long``, first: six 20 kb random sequences at a 65,536-token budget, with and
-without the attention score cap (``embedcache.engine.embed.BatchRule``), each in its own
+without the attention score cap (``embedcache.engine.batching.BatchRule``), each in its own
 process: batch sizes, time and peak memory.
 
 FLOPs of a sequence of t tokens: 2 x (parameters outside embedding tables) x t, plus
@@ -68,7 +68,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.shapes import SHAPES, Shape, adapter_options, load_sequences
-from embedcache.engine.embed import batch_rule, plan_batches
+from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def long_child(folder: str, options: dict, capped: bool, queue: object) -> None:
     without the attention score cap; (batch sizes, seconds, peak RSS MiB) to ``queue``."""
     import resource
 
-    from embedcache.engine.embed import BatchRule
+    from embedcache.engine.batching import BatchRule
 
     adapter = load_adapter(folder, device="cpu", dtype="bfloat16", **options)
     rng = np.random.default_rng(0)

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from embedcache.engine.embed import embed_sequences
+from embedcache.engine.local import embed_sequences
 from embedcache.models import _hyena_numba, load_adapter
 from embedcache.models.hyena import SEP_ID, tokenize
 

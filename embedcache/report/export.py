@@ -29,9 +29,13 @@ from embedcache.analysis.evaluation import key_aliases, load_vectors, match_keys
 from embedcache.errors import AmbiguousModelError, ExportError, MissingEmbeddingsError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from embedcache.analysis.evaluation import VectorStore
     from embedcache.data.subsets import Subset
+    from embedcache.data.versions import VersionSpec
     from embedcache.specs import ModelKey
+    from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +192,46 @@ def write_export(export: Export, path: Path | str) -> Path:
         path,
     )
     return path
+
+
+def export_version(
+    version: VersionSpec | str | os.PathLike[str],
+    model: str,
+    store: EmbeddingStore | str | os.PathLike[str],
+    output: Path | str,
+    *,
+    data_dir: Path | None = None,
+    store_options: Mapping[str, str] | None = None,
+) -> tuple[Subset, Export]:
+    """Draw a version and write every item with ``model``'s stored vector to ``output``.
+
+    The format is checked before the draw, which can take a while; a store given by
+    location must exist (it is opened with ``store_options``).
+
+    Returns
+    -------
+    tuple
+        The drawn subset and what was written.
+
+    Raises
+    ------
+    ExportError
+        ``output`` is neither ``.parquet`` nor ``.npz``.
+    MissingEmbeddingsError, AmbiguousModelError
+        As :func:`export_frame`.
+    """
+    from embedcache.data.subsets import draw_version
+    from embedcache.data.versions import VersionSpec, load_version
+    from embedcache.store import EmbeddingStore
+
+    check_format(output)
+    spec = version if isinstance(version, VersionSpec) else load_version(version)
+    if not isinstance(store, EmbeddingStore):
+        store = EmbeddingStore(store, options=store_options, create=False)
+    subset = draw_version(spec, data_dir=data_dir)
+    export = export_frame(subset, store, model)
+    write_export(export, output)
+    return subset, export
 
 
 def read_metadata(path: Path | str) -> dict[str, Any]:

@@ -195,3 +195,31 @@ def render_report(
         title=f"{name}: Genomic Benchmarks probe leaderboard",
     )
     return paths
+
+
+def summarize_report(version: str | Path, paths: ReportPaths) -> str:
+    """What ``embedcache report`` prints: each model's mean accuracy with its 95% CI
+    and n, best first, from the written ``results.csv``, then where the files are."""
+    import polars as pl
+
+    from embedcache.data.versions import load_version
+
+    spec = load_version(version)
+    results = pl.read_csv(paths.results)
+    means = results.filter(
+        (pl.col("dataset") == "mean") & (pl.col("metric") == "accuracy")
+    ).sort("value", descending=True)
+    label = "" if spec.comparable else " (not comparable to the leaderboard)"
+    lines = [f"{spec.name}{label}: mean accuracy [95% CI], n"]
+    for row in means.iter_rows(named=True):
+        floor = " (floor)" if row["is_floor"] else ""
+        lines.append(
+            f"  {row['model']:<40} {row['value']:.3f} "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] n={row['n']}{floor}"
+        )
+    lines += [
+        f"notebook: {paths.notebook}",
+        f"results:  {paths.results}",
+        f"report:   {paths.html}",
+    ]
+    return "\n".join(lines)

@@ -88,15 +88,14 @@ def test_last_layer_numbers_equal_the_board(planted):
 
 
 def test_layers_flag_parses_all_and_lists():
-    import argparse
-
-    from embedcache.cli import _layers
     from embedcache.errors import AdapterOptionError
+    from embedcache.models.options import parse_layers
 
     def args(layers, layer=-1, model="caduceus-tiny"):
-        return argparse.Namespace(
-            layers=layers, layer=layer, model=model, revision=None
-        )
+        return {"spec": layers, "layer": layer, "model": model, "revision": None}
+
+    def _layers(given):
+        return parse_layers(given.pop("spec"), **given)
 
     assert _layers(args(None, layer=3)) == (3,)
     assert _layers(args("2,6,12")) == (2, 6, 12)

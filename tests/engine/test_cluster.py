@@ -20,26 +20,20 @@ distributed = pytest.importorskip("distributed")
 from embedcache.cli import main
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
-from embedcache.engine.cluster import (
+from embedcache.engine.batching import BatchRule
+from embedcache.engine.cluster import embed_on_cluster, run_units
+from embedcache.engine.dask_setup import open_cluster, parse_cluster
+from embedcache.engine.local import embed_sequences
+from embedcache.engine.plan import cut_units, plan_embedding
+from embedcache.engine.unit_queue import (
     FLOOR_UNIT_SECONDS,
     MAX_UNIT_TOKENS,
     MIN_UNIT_TOKENS,
     TARGET_UNIT_SECONDS,
-    StoreRef,
     UnitQueue,
-    embed_on_cluster,
     next_unit_tokens,
-    open_cluster,
-    parse_cluster,
-    resolve_spec,
-    run_units,
 )
-from embedcache.engine.embed import (
-    BatchRule,
-    cut_units,
-    embed_sequences,
-    plan_embedding,
-)
+from embedcache.engine.worker import StoreRef, resolve_spec
 from embedcache.errors import (
     ClusterError,
     DeviceUnavailableError,
@@ -50,6 +44,7 @@ from embedcache.hashing import sequence_key
 from embedcache.models import load_adapter
 from embedcache.store import EmbeddingStore
 from tests.conftest import save_tiny_bert
+from tests.engine.helpers import write_small_version
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,18 +85,7 @@ def demo_items():
 @pytest.fixture(scope="module")
 def small_version(tmp_path_factory):
     """demo-v1's datasets drawn smaller (20 train + 30 test each): a tiny BERT's share."""
-    path = tmp_path_factory.mktemp("versions") / "small-demo.toml"
-    entry = (
-        '\n[[datasets]]\nname = "{name}"\nsource = "demo"\ntest_split = "demo"\n'
-        'train_split = "demo"\nn_test = 30\nn_train = 20\n'
-    )
-    text = 'name = "small-demo"\nseed = 20261006\ncomparable = false\n'
-    text += "".join(
-        entry.format(name=n)
-        for n in ("human_enhancers_cohn", "human_nontata_promoters")
-    )
-    path.write_text(text)
-    return path
+    return write_small_version(tmp_path_factory.mktemp("versions") / "small-demo.toml")
 
 
 def n_stored(store_path):

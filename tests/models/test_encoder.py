@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from embedcache.engine.embed import embed_sequences
+from embedcache.engine.local import embed_sequences
 from embedcache.errors import AdapterOptionError, SequenceTooLongError
 from embedcache.hashing import reverse_complement, sequence_key
 from embedcache.models.encoder import (

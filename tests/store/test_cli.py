@@ -126,17 +126,37 @@ def test_two_embed_processes_on_one_s3_store_lose_nothing(
     assert main(["store", "verify", "--store", url]) == 0
 
 
+def test_store_options_come_from_the_given_environment():
+    from embedcache.store.options import storage_options
+
+    environ = {
+        "AWS_REGION": "eu-west-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AZURE_STORAGE_ACCOUNT_NAME": "acct",
+        "AWS_PROFILE": "unused",  # not a store option
+    }
+    assert storage_options("s3://bucket/prefix", environ) == {
+        "aws_region": "eu-west-1",
+        "aws_allow_http": "true",
+    }
+    assert storage_options("az://container/p", environ) == {
+        "azure_storage_account_name": "acct"
+    }
+    assert storage_options("store", environ) == {}
+    assert storage_options("memory://", environ) == {}
+
+
 def test_only_the_cli_reads_the_environment(monkeypatch):
-    from embedcache.cli import storage_options
+    from embedcache.cli.common import store_options
 
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "acct")
     monkeypatch.setenv("AWS_PROFILE", "unused")  # not a store option
-    assert storage_options("s3://bucket/prefix") == {
+    assert store_options("s3://bucket/prefix") == {
         "aws_region": "eu-west-1",
         "aws_allow_http": "true",
     }
-    assert storage_options("az://container/p") == {"azure_storage_account_name": "acct"}
-    assert storage_options("store") == {}
-    assert storage_options("memory://") == {}
+    assert store_options("az://container/p") == {"azure_storage_account_name": "acct"}
+    assert store_options("store") == {}
+    assert store_options("memory://") == {}

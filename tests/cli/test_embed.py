@@ -1,3 +1,5 @@
+"""`embedcache embed` and `embedcache embeddings`: real models, stores and processes."""
+
 from __future__ import annotations
 
 import os
@@ -9,203 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from embedcache.cli import main
-from embedcache.engine.embed import (
-    BatchRule,
-    EmbedResult,
-    embed_sequences,
-    plan_batches,
-)
-from embedcache.errors import InvalidSequenceError, SequenceTooLongError
+from embedcache.engine.local import embed_sequences
 from embedcache.hashing import sequence_key
 from embedcache.models import load_adapter
+from tests.engine.helpers import MemoryStore, random_seqs, write_small_version
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class MemoryStore:
-    """The store's lookup/put contract in memory, counting puts (one per committed batch)."""
-
-    def __init__(self):
-        self.data = {}
-        self.puts = []
-        self.aliases = {}
-
-    def contains(self, key, hashes):
-        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
-
-    def get(self, key, hashes):
-        found = self.contains(key, hashes)
-        dim = next((v.shape[0] for (k, _), v in self.data.items() if k == key), 0)
-        out = np.full((len(hashes), dim), np.nan, dtype=np.float32)
-        for row, digest in enumerate(hashes):
-            if found[row]:
-                out[row] = self.data[key, digest]
-        return out, found
-
-    def put(self, key, hashes, vectors, alias=None):
-        # as the real store: a call commits only new rows or a new alias
-        fresh = [(h, v) for h, v in zip(hashes, vectors, strict=True)]
-        fresh = [(h, v) for h, v in fresh if (key, h) not in self.data]
-        known = self.aliases.setdefault(key, set())
-        if not fresh and (alias is None or alias in known):
-            return 0
-        self.puts.append(len(hashes))
-        known.update({alias} - {None})
-        for digest, vector in fresh:
-            self.data[key, digest] = np.array(vector, dtype=np.float32)
-        return len({h for h, _ in fresh})
-
-
-def random_seqs(n, *, seed=0, low=5, high=40):
-    rng = np.random.default_rng(seed)
-    return [
-        "".join(rng.choice(list("ACGT"), size=rng.integers(low, high)))
-        for _ in range(n)
-    ]
-
-
-@pytest.fixture
-def bert(tiny_bert_dir):
-    return load_adapter(str(tiny_bert_dir), device="cpu")
-
-
-# --- batching plan ------------------------------------------------------------------
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    lengths=st.lists(st.integers(1, 50), max_size=60),
-    budget=st.integers(1, 300),
-    equal=st.booleans(),
-    maps=st.integers(0, 4),
-    scores=st.integers(1, 20_000),
-)
-def test_plan_batches_covers_each_item_once_within_budget(
-    lengths, budget, equal, maps, scores
-):
-    rule = BatchRule(budget, equal, attention_maps=maps, score_budget=scores)
-    batches = plan_batches(lengths, rule)
-    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
-    for batch in batches:
-        longest = max(lengths[i] for i in batch)
-        assert len(batch) == 1 or longest * len(batch) <= budget
-        assert len(batch) == 1 or len(batch) * maps * longest**2 <= scores
-        if equal:
-            assert len({lengths[i] for i in batch}) == 1
-
-
-def test_plan_batches_groups_by_length():
-    lengths = [10, 3, 10, 3, 7]
-    assert plan_batches(lengths, BatchRule(20)) == [[1, 3], [4, 0], [2]]
-    assert plan_batches(lengths, BatchRule(100, equal_lengths=True)) == [
-        [1, 3],
-        [4],
-        [0, 2],
-    ]
-    assert plan_batches(lengths, BatchRule(100)) == [[1, 3, 4, 0, 2]]
-
-
-def test_attention_scores_shrink_batches_of_long_sequences():
-    # the same token budget: short sequences fill it, long ones stop at the score
-    # budget (3 x 2 maps x 10^2 = 600), and one sequence runs whatever its length
-    rule = BatchRule(1000, attention_maps=2, score_budget=600)
-    assert [len(b) for b in plan_batches([5] * 30, rule)] == [12, 12, 6]
-    assert [len(b) for b in plan_batches([10] * 7, rule)] == [3, 3, 1]
-    assert plan_batches([100, 100], rule) == [[0], [1]]
-
-
-def test_a_budget_below_one_token_is_refused():
-    with pytest.raises(ValueError, match="token budget must be positive"):
-        BatchRule(0)
-
-
-# --- engine -------------------------------------------------------------------------
-
-
-def test_engine_matches_adapter_in_input_order(bert):
-    seqs = random_seqs(20)
-    store = MemoryStore()
-    result = embed_sequences(bert, seqs, store, token_budget=200)
-    assert isinstance(result, EmbedResult)
-    assert result.vectors.dtype == np.float32
-    assert result.vectors.shape == (20, bert.dim)
-    alone = np.concatenate([bert.embed_batch([seq]) for seq in seqs])
-    np.testing.assert_allclose(result.vectors, alone, atol=1e-5, rtol=0)
-    assert (result.n_computed, result.n_cached) == (20, 0)
-
-
-def test_batched_equals_unbatched(bert):
-    seqs = random_seqs(30, seed=1)
-    one_by_one, batched = MemoryStore(), MemoryStore()
-    a = embed_sequences(bert, seqs, one_by_one, token_budget=1)
-    b = embed_sequences(bert, seqs, batched, token_budget=10_000)
-    assert len(one_by_one.puts) == 30  # one commit per batch
-    assert batched.puts == [30]
-    np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-5, rtol=0)
-
-
-def test_only_missing_are_computed_and_duplicates_once(bert):
-    store = MemoryStore()
-    first = random_seqs(10, seed=2)
-    embed_sequences(bert, first, store)
-    more = [*first[:4], "ACGTACGT", "acgtacgt", first[0]]
-    result = embed_sequences(bert, more, store)
-    # ACGTACGT and acgtacgt are one sequence (case is normalised): computed once
-    assert (result.n_computed, result.n_cached) == (1, 6)
-    assert store.puts[-1] == 1
-    np.testing.assert_array_equal(result.vectors[4], result.vectors[5])
-    again = embed_sequences(bert, more, store)
-    assert (again.n_computed, again.n_cached) == (0, 7)
-    np.testing.assert_array_equal(again.vectors, result.vectors)
-
-
-def test_too_long_item_is_named_and_store_unchanged(bert):
-    store = MemoryStore()
-    seqs = ["ACGT", "A" * 100, "GGCC"]
-    with pytest.raises(
-        SequenceTooLongError, match=r"item-b: a 100 bp sequence is 102 tokens"
-    ):
-        embed_sequences(bert, seqs, store, names=["item-a", "item-b", "item-c"])
-    assert store.data == {}
-    assert store.puts == []
-
-
-def test_bad_character_is_named_and_store_unchanged(bert):
-    store = MemoryStore()
-    with pytest.raises(
-        InvalidSequenceError, match=r"sequence #1 \(0-based\): invalid character 'Z'"
-    ):
-        embed_sequences(bert, ["ACGT", "ACZT"], store)
-    assert store.puts == []
-
-
-def test_truncation_policy_lets_long_items_through(tiny_bert_dir):
-    adapter = load_adapter(str(tiny_bert_dir), device="cpu", truncation="right")
-    result = embed_sequences(adapter, ["A" * 100, "ACGT"], MemoryStore())
-    assert result.n_computed == 2
-
-
-def test_kmer_engine_and_empty_input():
-    adapter = load_adapter("kmer-2")
-    store = MemoryStore()
-    result = embed_sequences(adapter, ["ACGT", "NNNN", "ACGT"], store)
-    assert (result.n_computed, result.n_cached) == (2, 1)
-    assert result.vectors[1].sum() == 0
-    empty = embed_sequences(adapter, [], store)
-    assert empty.vectors.shape == (0, 16)
-
-
-def test_store_is_keyed_by_sequence_hash(bert):
-    store = MemoryStore()
-    embed_sequences(bert, ["acgt"], store)
-    assert (bert.key, sequence_key("ACGT")) in store.data
-
-
-# --- CLI ----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -420,23 +233,7 @@ def test_kill_9_during_embed_then_rerun_gives_identical_arrays(
 @pytest.fixture
 def small_version(tmp_path):
     """demo-v1's datasets, drawn smaller: 20 train + 30 test items per dataset."""
-    path = tmp_path / "small-demo.toml"
-    entry = """
-[[datasets]]
-name = "{name}"
-source = "demo"
-test_split = "demo"
-train_split = "demo"
-n_test = 30
-n_train = 20
-"""
-    text = 'name = "small-demo"\nseed = 20261006\ncomparable = false\n'
-    text += "".join(
-        entry.format(name=n)
-        for n in ("human_enhancers_cohn", "human_nontata_promoters")
-    )
-    path.write_text(text)
-    return path
+    return write_small_version(tmp_path / "small-demo.toml")
 
 
 def test_embeddings_command_prints_counts_and_reruns_cached(

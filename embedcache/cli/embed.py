@@ -1,0 +1,279 @@
+"""`embedcache embed` (any sequences -> OUT.npy) and `embeddings` (a version's items).
+
+Both print `computed=<N> cached=<M>` as their last stdout line: N distinct
+sequences run through the model, M every other input row (already stored, or a
+repeat of a sequence computed in the same run), so N + M = number of inputs. Each
+handler is one call of :mod:`embedcache.engine.api`, which reads the input, loads
+the model, opens the store and picks in-process or Dask.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from embedcache.cli.common import (
+    add_store_argument,
+    default_cluster,
+    default_data_dir,
+    default_store,
+    positive_int,
+    store_options,
+)
+from embedcache.models.options import POOLINGS
+
+_COUNTS_NOTE = (
+    "The last line printed is `computed=<N> cached=<M>`: N distinct sequences ran "
+    "through the model, M counts every other input row (already in the store, or a "
+    "repeat of a sequence computed in this run); N + M is the number of inputs."
+)
+
+
+def add_embed_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "embed",
+        help="embed sequences from a file into OUT.npy, caching in the store",
+        description=_COUNTS_NOTE,
+    )
+    _add_model_options(p)
+    p.add_argument(
+        "--input",
+        type=Path,
+        required=True,
+        help="TSV with a 'seq' column, FASTA, or one sequence a line",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="float32 (n, d) .npy, rows in input order",
+    )
+    p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser(
+        "embeddings",
+        help="embed every item (train and test) of a leaderboard version",
+        description=_COUNTS_NOTE,
+    )
+    _add_model_options(p)
+    p.add_argument(
+        "--version",
+        required=True,
+        help="version name (e.g. atlas-full-v1) or a .toml file",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+    p.set_defaults(func=_cmd_embeddings)
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        required=True,
+        help="kmer-1..kmer-6, gc, a local HF directory, or a hub id",
+    )
+    add_store_argument(p)
+    p.add_argument(
+        "--revision", default=None, help="hub revision; resolved to a commit sha"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="compute dtype",
+    )
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N"
+    )
+    p.add_argument(
+        "--rc",
+        choices=("none", "average"),
+        default=None,
+        help="reverse-complement mode (default: the family's)",
+    )
+    p.add_argument(
+        "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
+    )
+    p.add_argument(
+        "--layers",
+        default=None,
+        metavar="all|L1,L2,...",
+        help="a layer sweep from one forward pass, each layer under its own key: "
+        "'all' (the last, -1, then 0 = embeddings and every block before the "
+        "last) or a comma list such as 2,6,12 (the first listed goes to --output)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=POOLINGS,
+        default="mean",
+        help="mean over the sequence's tokens (the protocol's), cls (the "
+        "classification token, where the family has one) or last (the last "
+        "token, causal families)",
+    )
+    p.add_argument(
+        "--random-init",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="the architecture with seeded random weights (a pretraining control)",
+    )
+    p.add_argument(
+        "--family-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an option only the model's family understands (repeatable)",
+    )
+    p.add_argument(
+        "--include-special-tokens",
+        action="store_true",
+        help="pool [CLS]/[SEP]-style tokens too",
+    )
+    p.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut over-long sequences on the right (recorded in the key)",
+    )
+    p.add_argument(
+        "--kmer-split",
+        type=int,
+        default=None,
+        metavar="K",
+        help="DNABERT-style overlapping K-mer input",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the model repository's own code",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=positive_int,
+        default=None,
+        help="padded tokens per forward pass",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch CPU threads (default: torch's, one per core; on a busy "
+        "shared machine 1 can be faster); with --cluster local:N, threads per worker",
+    )
+    p.add_argument(
+        "--cluster",
+        default=default_cluster(),
+        metavar="SPEC",
+        help="run on Dask: local:N starts N worker processes for this run, "
+        "tcp://HOST:PORT uses a running scheduler (default: $EMBEDCACHE_CLUSTER; "
+        "unset or 'none': in this process). The store must be reachable by every worker",
+    )
+    p.add_argument(
+        "--unit-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with --cluster: sequence tokens per work unit (default: sized to a "
+        "few seconds of a worker's measured rate, 4k-1M tokens)",
+    )
+
+
+def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from embedcache.errors import AdapterOptionError
+
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            msg = f"--family-option {pair!r} is not NAME=VALUE"
+            raise AdapterOptionError(msg)
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def _embed_options(args: argparse.Namespace) -> dict[str, object]:
+    """The EmbedOptions fields the embedding commands set; ``layers`` as given."""
+    return {
+        "dtype": args.dtype,
+        "device": args.device,
+        "rc_mode": args.rc,
+        "layers": args.layers,
+        "layer": args.layer,
+        "pooling": args.pooling,
+        "special_tokens": "include" if args.include_special_tokens else "exclude",
+        "truncation": "right" if args.truncate else "error",
+        "kmer_split": args.kmer_split,
+        "random_init": args.random_init,
+        "family_options": _family_options(args.family_option),
+        "trust_remote_code": args.trust_remote_code,
+    }
+
+
+def _engine_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """What both commands pass to the engine besides the model and the sequences."""
+    from embedcache.engine.api import wants_cluster
+
+    if wants_cluster(args.cluster) and not getattr(args, "verbose", False):
+        # Dask logs every worker and connection (its import sets its level to INFO);
+        # embedcache's own lines say what runs where
+        import distributed  # noqa: F401
+
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    location = args.store or default_store()
+    return {
+        "store": location,
+        "store_options": store_options(location),
+        "revision": args.revision,
+        "options": _embed_options(args),
+        "token_budget": args.token_budget,
+        "cluster": args.cluster,
+        "unit_tokens": args.unit_tokens,
+        "threads": args.threads,
+        "progress": not args.no_progress and sys.stderr.isatty(),
+    }
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from embedcache.engine.api import embed_file
+
+    if args.output.suffix != ".npy":
+        print(
+            f"embedcache: error: --output {args.output} must end in .npy",
+            file=sys.stderr,
+        )
+        return 2
+    result = embed_file(
+        args.input, args.model, output=args.output, **_engine_arguments(args)
+    )
+    print(
+        f"wrote {result.vectors.shape[0]} x {result.vectors.shape[1]} float32 to {args.output}"
+    )
+    layers = [key.layer for key in result.keys]
+    if len(layers) > 1:
+        print(f"{args.output} holds layer {layers[0]}; layers {layers} are stored")
+    print(f"computed={result.n_computed} cached={result.n_cached}")
+    return 0
+
+
+def _cmd_embeddings(args: argparse.Namespace) -> int:
+    from embedcache.engine.api import embed_version
+
+    subset, result = embed_version(
+        args.version,
+        args.model,
+        data_dir=args.data_dir or default_data_dir(),
+        **_engine_arguments(args),
+    )
+    print(
+        f"{subset.version.name} (subset {subset.subset_id}): {subset.items.height} "
+        f"items embedded with {args.model}"
+    )
+    print(f"computed={result.n_computed} cached={result.n_cached}")
+    return 0

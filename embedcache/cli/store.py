@@ -1,0 +1,129 @@
+"""`embedcache store ls|info|verify|compact|migrate`: inspect and maintain a store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from embedcache.cli.common import (
+    add_store_argument,
+    default_store,
+    open_store,
+    store_options,
+)
+
+if TYPE_CHECKING:
+    from embedcache.store import EmbeddingStore, KeyInfo
+
+
+def add_store_commands(sub: argparse._SubParsersAction) -> None:
+    store = sub.add_parser(
+        "store", help="inspect, verify, compact and migrate an embedding store"
+    )
+    actions = store.add_subparsers(dest="store_command", required=True)
+    helps = {
+        "ls": "list model keys with counts, sizes and aliases",
+        "info": "show each key's full JSON, counts, aliases and leftovers",
+        "verify": "check every committed object's size and sha256; non-zero exit on a fault",
+        "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
+        "migrate": "convert a store written by embedcache 0.1 (schema 1) in place",
+    }
+    handlers = {
+        "ls": _cmd_store_ls,
+        "info": _cmd_store_info,
+        "verify": _cmd_store_verify,
+        "compact": _cmd_store_compact,
+        "migrate": _cmd_store_migrate,
+    }
+    for name, text in helps.items():
+        p = actions.add_parser(name, help=text)
+        add_store_argument(p)
+        if name in {"info", "compact"}:
+            p.add_argument(
+                "--key", default=None, help="only keys whose digest starts so"
+            )
+        p.set_defaults(func=handlers[name])
+
+
+def _selected_keys(store: EmbeddingStore, prefix: str | None) -> list[KeyInfo]:
+    infos = store.keys()
+    chosen = [i for i in infos if prefix is None or i.digest.startswith(prefix)]
+    if prefix is not None and not chosen:
+        from embedcache.errors import StoreError
+
+        msg = f"no key in {store.root} has a digest starting with {prefix!r}; see `store ls`"
+        raise StoreError(msg)
+    return chosen
+
+
+def _cmd_store_ls(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    infos = store.keys()
+    print(
+        f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'shards':>6}  {'MB':>8}  model"
+    )
+    for i in infos:
+        aliases = f"  aka {', '.join(i.aliases)}" if i.aliases else ""
+        print(
+            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_shards:>6}  "
+            f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}{aliases}"
+        )
+    print(f"{len(infos)} keys in {store.root}")
+    return 0
+
+
+def _cmd_store_info(args: argparse.Namespace) -> int:
+    import json
+
+    store = open_store(args.store)
+    garbage = store.garbage()
+    for i in _selected_keys(store, args.key):
+        print(f"key {i.digest}")
+        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_shards} shard(s)")
+        print(f"  {i.nbytes:,} bytes stored")
+        print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
+        leftovers = sum(1 for g in garbage if i.digest in g)
+        print(f"  leftovers awaiting removal: {leftovers}")
+        print(f"  model key {i.key.canonical_json()}")
+        print("  " + json.dumps(i.key.to_dict(), indent=2).replace("\n", "\n  "))
+    return 0
+
+
+def _cmd_store_verify(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    faults = store.verify()
+    for fault in faults:
+        print(f"FAULT {fault.path}: {fault.problem}")
+    for path in store.garbage():
+        print(f"garbage {path} (ignored by readers; `store compact` removes it)")
+    if faults:
+        print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
+        return 1
+    print(f"ok: every committed shard in {store.root} verified")
+    return 0
+
+
+def _cmd_store_compact(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    for i in _selected_keys(store, args.key):
+        store.compact(i.key)
+        print(
+            f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_shards} shards)"
+        )
+    return 0
+
+
+def _cmd_store_migrate(args: argparse.Namespace) -> int:
+    from embedcache.store import migrate_store
+
+    location = args.store or default_store()
+    done = migrate_store(location, options=store_options(location))
+    if done.from_version == 2:
+        print(f"{location} is already schema_version 2: nothing to do")
+    else:
+        print(
+            f"migrated {location} from schema_version {done.from_version} to 2: "
+            f"{done.n_keys} keys, {done.n_shards} shards (nothing recomputed)"
+        )
+    return 0

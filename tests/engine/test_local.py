@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embedcache.engine.local import embed_sequences
+from embedcache.engine.plan import EmbedResult
+from embedcache.errors import InvalidSequenceError, SequenceTooLongError
+from embedcache.hashing import sequence_key
+from embedcache.models import load_adapter
+from tests.engine.helpers import MemoryStore, random_seqs
+
+
+@pytest.fixture
+def bert(tiny_bert_dir):
+    return load_adapter(str(tiny_bert_dir), device="cpu")
+
+
+def test_engine_matches_adapter_in_input_order(bert):
+    seqs = random_seqs(20)
+    store = MemoryStore()
+    result = embed_sequences(bert, seqs, store, token_budget=200)
+    assert isinstance(result, EmbedResult)
+    assert result.vectors.dtype == np.float32
+    assert result.vectors.shape == (20, bert.dim)
+    alone = np.concatenate([bert.embed_batch([seq]) for seq in seqs])
+    np.testing.assert_allclose(result.vectors, alone, atol=1e-5, rtol=0)
+    assert (result.n_computed, result.n_cached) == (20, 0)
+
+
+def test_batched_equals_unbatched(bert):
+    seqs = random_seqs(30, seed=1)
+    one_by_one, batched = MemoryStore(), MemoryStore()
+    a = embed_sequences(bert, seqs, one_by_one, token_budget=1)
+    b = embed_sequences(bert, seqs, batched, token_budget=10_000)
+    assert len(one_by_one.puts) == 30  # one commit per batch
+    assert batched.puts == [30]
+    np.testing.assert_allclose(a.vectors, b.vectors, atol=1e-5, rtol=0)
+
+
+def test_only_missing_are_computed_and_duplicates_once(bert):
+    store = MemoryStore()
+    first = random_seqs(10, seed=2)
+    embed_sequences(bert, first, store)
+    more = [*first[:4], "ACGTACGT", "acgtacgt", first[0]]
+    result = embed_sequences(bert, more, store)
+    # ACGTACGT and acgtacgt are one sequence (case is normalised): computed once
+    assert (result.n_computed, result.n_cached) == (1, 6)
+    assert store.puts[-1] == 1
+    np.testing.assert_array_equal(result.vectors[4], result.vectors[5])
+    again = embed_sequences(bert, more, store)
+    assert (again.n_computed, again.n_cached) == (0, 7)
+    np.testing.assert_array_equal(again.vectors, result.vectors)
+
+
+def test_too_long_item_is_named_and_store_unchanged(bert):
+    store = MemoryStore()
+    seqs = ["ACGT", "A" * 100, "GGCC"]
+    with pytest.raises(
+        SequenceTooLongError, match=r"item-b: a 100 bp sequence is 102 tokens"
+    ):
+        embed_sequences(bert, seqs, store, names=["item-a", "item-b", "item-c"])
+    assert store.data == {}
+    assert store.puts == []
+
+
+def test_bad_character_is_named_and_store_unchanged(bert):
+    store = MemoryStore()
+    with pytest.raises(
+        InvalidSequenceError, match=r"sequence #1 \(0-based\): invalid character 'Z'"
+    ):
+        embed_sequences(bert, ["ACGT", "ACZT"], store)
+    assert store.puts == []
+
+
+def test_truncation_policy_lets_long_items_through(tiny_bert_dir):
+    adapter = load_adapter(str(tiny_bert_dir), device="cpu", truncation="right")
+    result = embed_sequences(adapter, ["A" * 100, "ACGT"], MemoryStore())
+    assert result.n_computed == 2
+
+
+def test_kmer_engine_and_empty_input():
+    adapter = load_adapter("kmer-2")
+    store = MemoryStore()
+    result = embed_sequences(adapter, ["ACGT", "NNNN", "ACGT"], store)
+    assert (result.n_computed, result.n_cached) == (2, 1)
+    assert result.vectors[1].sum() == 0
+    empty = embed_sequences(adapter, [], store)
+    assert empty.vectors.shape == (0, 16)
+
+
+def test_store_is_keyed_by_sequence_hash(bert):
+    store = MemoryStore()
+    embed_sequences(bert, ["acgt"], store)
+    assert (bert.key, sequence_key("ACGT")) in store.data
