@@ -20,6 +20,7 @@ distributed = pytest.importorskip("distributed")
 from embedcache.cli import main
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
+from embedcache.engine.api import embed_into_store
 from embedcache.engine.batching import BatchRule
 from embedcache.engine.cluster import embed_on_cluster, run_units
 from embedcache.engine.dask_setup import open_cluster, parse_cluster
@@ -199,6 +200,23 @@ def test_local_cluster_equals_in_process_with_a_plain_writer_alongside(
     assert sorted(info.n_vectors for info in infos) == [100, 2400]
     again = embed_on_cluster(client, "kmer-4", kmer_seqs, shared)
     assert (again.n_computed, again.n_cached) == (0, 2400)
+
+
+def test_the_one_call_takes_a_client_or_a_local_spec(client, demo_items, tmp_path):
+    seqs = demo_items["seq"].to_list()[:300]
+    in_process = embed_into_store("kmer-2", seqs, tmp_path / "here")
+    via_client = embed_into_store("kmer-2", seqs, tmp_path / "client", cluster=client)
+    assert (via_client.n_computed, via_client.n_cached) == (300, 0)
+    assert via_client.keys == in_process.keys
+    np.testing.assert_array_equal(via_client.vectors, in_process.vectors)
+    with pytest.raises(ClusterError, match="threads do not apply to a running"):
+        embed_into_store("kmer-2", seqs, tmp_path / "client", cluster=client, threads=2)
+    # local:1 starts a worker process for this call and stops it after
+    started = embed_into_store(
+        "kmer-2", seqs, tmp_path / "local", cluster="local:1", threads=1
+    )
+    np.testing.assert_array_equal(started.vectors, in_process.vectors)
+    assert EmbeddingStore(tmp_path / "local").verify() == []
 
 
 def test_cli_on_a_running_cluster_prints_what_in_process_prints(
