@@ -1,6 +1,6 @@
 """A store's backend options for a URL, taken from its cloud's environment variables.
 
-Pure: the caller passes the environment (only the command line reads ``os.environ``).
+Pure: the caller passes the environment (only the command line reads the process's).
 """
 
 from __future__ import annotations
