@@ -26,8 +26,8 @@ from distributed import Client, as_completed
 from tqdm.auto import tqdm
 
 from embedcache.engine.batching import batch_rule
-from embedcache.engine.forward import gather_vectors, record_alias
-from embedcache.engine.plan import EmbedResult, plan_embedding
+from embedcache.engine.forward import collect_result
+from embedcache.engine.plan import plan_embedding
 from embedcache.engine.unit_queue import MAX_UNIT_TOKENS, MIN_UNIT_TOKENS, UnitQueue
 from embedcache.engine.worker import (
     PLUGIN_NAME,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from distributed import Future
 
-    from embedcache.engine.plan import UnitResult, WorkUnit
+    from embedcache.engine.plan import EmbedResult, UnitResult, WorkUnit
     from embedcache.engine.worker import AdapterSpec, StoreRef
     from embedcache.models.options import EmbedOptions
     from embedcache.specs import ModelKey
@@ -140,14 +140,7 @@ def embed_on_cluster(
             progress=progress,
             desc=f"embed {key.model_id}",
         )
-    record_alias(client_store, plan, alias)
-    vectors = gather_vectors(client_store, plan, key, dim)
-    return EmbedResult(
-        vectors=vectors,
-        n_computed=plan.n_computed,
-        n_cached=plan.n_cached,
-        keys=plan.keys,
-    )
+    return collect_result(client_store, plan, key=key, dim=dim, alias=alias)
 
 
 def run_units(

@@ -1,8 +1,8 @@
 """Forward and commit: a work unit through the adapter into the store, and back out.
 
 Both execution paths run units through :func:`run_unit` (in this process, or on a
-Dask worker), then record a local model's alias and read the vectors back from the
-store in input order.
+Dask worker), then :func:`collect_result` records a local model's alias and reads
+the vectors back from the store in input order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedcache.engine.plan import UnitResult, adapter_keys
+from embedcache.engine.plan import EmbedResult, UnitResult, adapter_keys
 from embedcache.errors import (
     DimensionMismatchError,
     InvalidSequenceError,
@@ -141,4 +141,29 @@ def gather_vectors(
     return np.asarray(stored, dtype=np.float32)[[row_of[h] for h in hashes]]
 
 
-__all__ = ["embed_outputs", "gather_vectors", "record_alias", "run_unit"]
+def collect_result(
+    store: EmbeddingStore,
+    plan: EmbedPlan,
+    *,
+    key: ModelKey,
+    dim: int,
+    alias: str | None,
+) -> EmbedResult:
+    """The call's result once every unit is committed: the alias recorded, the
+    vectors under ``key`` read back in input order, the plan's counts and keys."""
+    record_alias(store, plan, alias)
+    return EmbedResult(
+        vectors=gather_vectors(store, plan, key, dim),
+        n_computed=plan.n_computed,
+        n_cached=plan.n_cached,
+        keys=plan.keys,
+    )
+
+
+__all__ = [
+    "collect_result",
+    "embed_outputs",
+    "gather_vectors",
+    "record_alias",
+    "run_unit",
+]

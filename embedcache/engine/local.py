@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from embedcache.engine.batching import batch_rule
-from embedcache.engine.forward import gather_vectors, record_alias, run_unit
-from embedcache.engine.plan import EmbedResult, cut_units, plan_embedding
+from embedcache.engine.forward import collect_result, run_unit
+from embedcache.engine.plan import cut_units, plan_embedding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from embedcache.engine.plan import WorkUnit
+    from embedcache.engine.plan import EmbedResult, WorkUnit
     from embedcache.models.base import Adapter
     from embedcache.store import EmbeddingStore
 
@@ -64,13 +64,12 @@ def embed_sequences(
             unit_tokens=1,
         )
         _run_units(adapter, store, units, progress=progress)
-    record_alias(store, plan, getattr(adapter, "alias", None))
-    vectors = gather_vectors(store, plan, adapter.key, adapter.dim)
-    return EmbedResult(
-        vectors=vectors,
-        n_computed=plan.n_computed,
-        n_cached=plan.n_cached,
-        keys=plan.keys,
+    return collect_result(
+        store,
+        plan,
+        key=adapter.key,
+        dim=adapter.dim,
+        alias=getattr(adapter, "alias", None),
     )
 
 
