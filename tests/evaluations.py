@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from embedcache.analysis.evaluation import Evaluation, ModelEntry, results_frame
+from embedcache.analysis.bootstrap import MEAN, bootstrap_scores
+from embedcache.analysis.evaluation import Evaluation
 from embedcache.analysis.probe import ProbeConfig
-from embedcache.analysis.stats import MEAN, bootstrap_scores
+from embedcache.analysis.results import results_frame
+from embedcache.analysis.selection import ModelEntry
 from embedcache.specs import ModelKey
 
 

@@ -20,16 +20,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from embedcache.analysis.clusters import check_aligned
-from embedcache.analysis.stats import (
+from embedcache.analysis.bootstrap import (
     MEAN,
     BootstrapResult,
-    SubsetGap,
     bootstrap_scores,
     percentile_ci,
-    significance_ranks,
-    subset_gap,
 )
+from embedcache.analysis.clusters import check_aligned
+from embedcache.analysis.paired import SubsetGap, significance_ranks, subset_gap
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

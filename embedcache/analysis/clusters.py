@@ -22,6 +22,12 @@ import polars as pl
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
+from embedcache.analysis.bootstrap import (
+    MEAN,
+    BootstrapResult,
+    cluster_bootstrap_scores,
+    percentile_ci,
+)
 from embedcache.analysis.leakage import (
     THRESHOLD,
     K,
@@ -29,12 +35,6 @@ from embedcache.analysis.leakage import (
     kmer_set_matrix,
     near_pairs,
     reverse_complement_sets,
-)
-from embedcache.analysis.stats import (
-    MEAN,
-    BootstrapResult,
-    cluster_bootstrap_scores,
-    percentile_ci,
 )
 from embedcache.errors import AnalysisInputError
 from embedcache.hashing import normalise_sequence, reverse_complement

@@ -6,7 +6,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from embedcache.analysis import evaluation as leaderboard
 from embedcache.analysis.curves import (
     CURVE_COLUMNS,
     curve_probe_config,
@@ -14,6 +13,7 @@ from embedcache.analysis.curves import (
     nested_train_subsets,
     write_curves,
 )
+from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.probe import ProbeConfig
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
@@ -67,7 +67,7 @@ def tiny(tmp_path_factory):
     subset = draw_version(load_version(path))
     store = DictStore()
     _fill(store, subset.items)
-    evaluation = leaderboard.evaluate(subset, store, n_boot=200, seed=1)
+    evaluation = evaluate(subset, store, n_boot=200, seed=1)
     return subset, store, evaluation
 
 

@@ -74,11 +74,11 @@ def test_cv_chosen_layer_is_the_informative_one_never_the_test_best(planted):
 
 
 def test_last_layer_numbers_equal_the_board(planted):
-    from embedcache.analysis import evaluation as leaderboard
+    from embedcache.analysis.evaluation import evaluate
 
     subset, store = planted
     sweeps = layer_sweeps(subset, store, n_boot=100, seed=1)
-    board = leaderboard.evaluate(subset, store, n_boot=100, seed=1).results
+    board = evaluate(subset, store, n_boot=100, seed=1).results
     last = sweeps.frame.filter(pl.col("layer") == -1).sort("dataset")
     want = board.filter(
         (pl.col("metric") == "accuracy") & (pl.col("model") == "org/m")

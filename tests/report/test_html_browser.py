@@ -16,7 +16,7 @@ from benchmarks.screenshot_report import (
     order_problems,
     section_order,
 )
-from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.leakage import audit_items
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
@@ -39,7 +39,7 @@ def report_html(tmp_path_factory):
     subset = draw_version(load_version(version))
     store = DictStore()
     _fill(store, subset.items)
-    ev = leaderboard.evaluate(subset, store, n_boot=200)
+    ev = evaluate(subset, store, n_boot=200)
     context = sections.ReportContext(
         evaluation=ev,
         subset=subset,
