@@ -6,7 +6,7 @@ linked when they are near duplicates by the leakage audit's own rule (identical 
 reverse complement, or 8-mer set Jaccard >= 0.9 on either strand, N-holding k-mers
 skipped); clusters are the connected components of that graph (single linkage, so a
 chain of near duplicates is one cluster). The second interval resamples clusters
-(:func:`embedcache.analysis.stats.cluster_bootstrap_scores`); the protocol's item bootstrap
+(:func:`embedcache.analysis.bootstrap.cluster_bootstrap_scores`); the protocol's item bootstrap
 stays the headline.
 """
 

@@ -2,7 +2,8 @@
 
 A report is an ordered list of sections. Each is one function
 ``section(context: ReportContext) -> Section | None`` (``None``: nothing to show for
-this version) that builds its tables and figures with :mod:`embedcache.report.tables`.
+this version) that builds its parts with :mod:`embedcache.report.tables`,
+:mod:`~embedcache.report.figures` and :mod:`~embedcache.report.provenance`.
 :data:`SECTIONS` lists them in page order; :func:`header` writes the title, the table
 of contents (one anchor per section shown) and the summary line. To add a section,
 write such a function and insert it into :data:`SECTIONS` (or pass your own list to
