@@ -3,11 +3,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.results import RESULT_COLUMNS
 from embedcache.analysis.suite import run_analyses
-from embedcache.data.subsets import draw_version
-from embedcache.data.versions import load_version
 from embedcache.report.analysis_tables import (
     clean_dataset_table,
     clean_table,
@@ -21,17 +18,14 @@ from embedcache.report.analysis_tables import (
     pretraining_table,
     timings_table,
 )
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+from tests.evaluations import tiny_board
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
-    store = DictStore()
-    _fill(store, subset.items)
-    evaluation = evaluate(subset, store, n_boot=100, seed=1)
+    subset, store, evaluation = tiny_board(
+        tmp_path_factory.mktemp("versions"), n_boot=100, seed=1
+    )
     analyses = run_analyses(subset, store, evaluation, curve_sizes=(10, 80))
     return evaluation, analyses
 

@@ -28,7 +28,7 @@ from embedcache.report.published import (
     published_for,
 )
 from embedcache.report.tables import leaderboard_table
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+from tests.evaluations import DictStore, fill_store, tiny_board
 
 CADUCEUS_PH = "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"
 DATASETS = (
@@ -54,17 +54,14 @@ CREATED = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def tiny_context(tmp_path_factory):
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
-    store = DictStore()
-    _fill(store, subset.items)
-    evaluation = evaluate(subset, store, n_boot=200, seed=1)
+    subset, store, evaluation = tiny_board(
+        tmp_path_factory.mktemp("versions"), n_boot=200, seed=1
+    )
     return sections.ReportContext(
         evaluation=evaluation,
         subset=subset,
         leakage=audit_items(subset.items),
-        parameters={"version": str(path), "n_boot": 200},
+        parameters={"version": str(subset.version.path), "n_boot": 200},
         store_keys=store.keys(),
         created=CREATED,
     )
@@ -271,7 +268,7 @@ def fake_mirror(tmp_path_factory):
 def _atlas_context(version: str, mirror: Path) -> sections.ReportContext:
     subset = draw_version(load_version(version), data_dir=mirror)
     store = DictStore()
-    _fill(
+    fill_store(
         store,
         subset.items,
         models=[(CADUCEUS_PH, "caduceus", 8, 1.0), ("kmer-2", "kmer", 16, 0.4)],

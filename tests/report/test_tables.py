@@ -25,83 +25,7 @@ from embedcache.report.tables import (
     leakage_table,
 )
 from embedcache.specs import ModelKey
-
-TINY_VERSION = """
-name = "tiny-v1"
-description = "a tiny self-split over the bundled demo data, for tests"
-comparable = false
-seed = 7
-
-[[datasets]]
-name = "human_enhancers_cohn"
-source = "demo"
-test_split = "demo"
-train_split = "demo"
-n_test = 120
-n_train = 80
-
-[[datasets]]
-name = "human_nontata_promoters"
-source = "demo"
-test_split = "demo"
-train_split = "demo"
-n_test = 90
-n_train = 80
-"""
-
-# (model id, adapter, dim, signal): two "real" models and two k-mer floors
-MODELS = [
-    ("toy/strong", "hf-encoder", 12, 1.5),
-    ("toy/weak", "hf-encoder", 12, 0.3),
-    ("kmer-2", "kmer", 16, 0.5),
-    ("kmer-3", "kmer", 64, 1.2),
-]
-
-
-def _key(model_id, adapter):
-    return ModelKey(
-        model_id=model_id,
-        revision="sha256:" + "ab" * 8,
-        adapter=adapter,
-        adapter_version="1",
-    )
-
-
-class DictStore:
-    """In-memory stand-in with the EmbeddingStore read interface."""
-
-    def __init__(self):
-        self.data = {}
-        self.root = "memory"
-
-    def keys(self):
-        return list(self.data)
-
-    def put(self, key, hashes, vectors, alias=None):
-        self.data.setdefault(key, {}).update(zip(hashes, vectors, strict=True))
-
-    def contains(self, key, hashes):
-        table = self.data.get(key, {})
-        return np.array([h in table for h in hashes], dtype=bool)
-
-    def get(self, key, hashes):
-        table = self.data.get(key, {})
-        dim = len(next(iter(table.values()))) if table else 0
-        out = np.full((len(hashes), dim), np.nan, np.float32)
-        found = np.array([h in table for h in hashes], dtype=bool)
-        for i, h in enumerate(hashes):
-            if found[i]:
-                out[i] = table[h]
-        return out, found
-
-
-def _fill(store, items, models=MODELS, seed=0):
-    rng = np.random.default_rng(seed)
-    y = items["label"].to_numpy()
-    for model_id, adapter, dim, signal in models:
-        vectors = rng.normal(size=(items.height, dim)).astype(np.float32)
-        vectors[:, 0] += signal * (2 * y - 1)
-        store.put(_key(model_id, adapter), items["seq_sha256"].to_list(), vectors)
+from tests.evaluations import MODELS, TINY_VERSION, DictStore, fill_store, toy_key
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +43,7 @@ def tiny_subset(tiny_version):
 @pytest.fixture(scope="module")
 def evaluation(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items)
+    fill_store(store, tiny_subset.items)
     return evaluate(tiny_subset, store, n_boot=300, seed=1)
 
 
@@ -153,7 +77,7 @@ def test_results_frame_has_one_row_per_model_dataset_metric(evaluation, tiny_sub
     assert (res["ci_low"] <= res["value"]).all()
     assert (res["value"] <= res["ci_high"]).all()
     key = res.filter(pl.col("model") == "toy/strong")["model_key"][0]
-    assert key == _key("toy/strong", "hf-encoder").digest
+    assert key == toy_key("toy/strong", "hf-encoder").digest
 
 
 def test_accuracy_matches_predictions_and_mean_weighs_datasets_equally(evaluation):
@@ -239,9 +163,9 @@ def test_tables_and_figures_render(evaluation, tiny_subset):
 
 def test_missing_vectors_name_count_key_and_fix(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items)
+    fill_store(store, tiny_subset.items)
     items = tiny_subset.items
-    key = _key("toy/weak", "hf-encoder")
+    key = toy_key("toy/weak", "hf-encoder")
     for h in items["seq_sha256"][:7]:
         del store.data[key][h]
     with pytest.raises(MissingEmbeddingsError) as err:
@@ -256,7 +180,7 @@ def test_missing_vectors_name_count_key_and_fix(tiny_subset):
 
 def test_only_floors_in_store_ranks_kmers_for_demonstration(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items, models=MODELS[2:])
+    fill_store(store, tiny_subset.items, models=MODELS[2:])
     ev = evaluate(tiny_subset, store, n_boot=50)
     assert ev.fallback
     assert [e.name for e in ev.ranked] == ["kmer-2", "kmer-3"]
@@ -279,7 +203,7 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     from embedcache.cli import main
 
     store = store_mod.EmbeddingStore(tmp_path / "store")
-    _fill(store, tiny_subset.items)
+    fill_store(store, tiny_subset.items)
     out = tmp_path / "reports"
     code = main(
         [
