@@ -28,7 +28,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import files_digest
-from embedcache.models.options import EmbedOptions, non_default
+from embedcache.models.options import EmbedOptions
 
 if TYPE_CHECKING:
     from embedcache.models.base import Adapter
@@ -370,13 +370,15 @@ def layer_count(model: str, *, revision: str | None = None) -> int:
     raise UnknownModelError(msg)
 
 
+# what each built-in floor is, for messages about options that do not apply to it
+_BUILTIN_WHAT = {"kmer": "a k-mer spectrum", "gc": "the GC fraction of a sequence"}
+
+
 def _load_builtin(
     model: str, *, revision: str | None, options: EmbedOptions
 ) -> Adapter:
-    from embedcache.models.kmer import KmerAdapter
+    from embedcache.models.checkpoint import refuse_options
 
-    if model == "gc":
-        return _load_gc(revision=revision, options=options)
     if revision is not None:
         msg = (
             f"{model} is built in; its revision is the adapter version, drop --revision"
@@ -386,32 +388,21 @@ def _load_builtin(
         msg = f"{model} accepts sequences of any length: --truncate does not apply"
         raise AdapterOptionError(msg)
     names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = f"{model} is a k-mer spectrum: {', '.join(flags)} do(es) not apply"
-        raise AdapterOptionError(msg)
-    # dtype and device are ignored: counting k-mers is exact and runs in numpy
+    what = _BUILTIN_WHAT["gc" if model == "gc" else "kmer"]
+    refuse_options(
+        options,
+        (*names, "family_options"),
+        before=f"{model} is {what}: ",
+        after=" do(es) not apply",
+    )
+    # dtype and device are ignored: counting bases and k-mers is exact, in numpy
+    if model == "gc":
+        from embedcache.models.gc import GCAdapter
+
+        return GCAdapter(rc_mode=options.rc_mode or "none")
+    from embedcache.models.kmer import KmerAdapter
+
     return KmerAdapter(int(model.split("-")[1]), rc_mode=options.rc_mode or "none")
-
-
-def _load_gc(*, revision: str | None, options: EmbedOptions) -> Adapter:
-    from embedcache.models.gc import GCAdapter
-
-    if revision is not None:
-        msg = "gc is built in; its revision is the adapter version, drop --revision"
-        raise AdapterOptionError(msg)
-    if options.truncation != "error":
-        msg = "gc accepts sequences of any length: --truncate does not apply"
-        raise AdapterOptionError(msg)
-    names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = (
-            f"gc is the GC fraction of a sequence: {', '.join(flags)} do(es) not apply"
-        )
-        raise AdapterOptionError(msg)
-    # dtype and device are ignored: counting bases is exact and runs in numpy
-    return GCAdapter(rc_mode=options.rc_mode or "none")
 
 
 __all__ = [

@@ -26,7 +26,12 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.config_fields import positive_int, require_published
+from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
+from embedcache.models.config_fields import (
+    positive_int,
+    require_published,
+    require_token_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -93,9 +98,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
             "an even head dimension (rotary embeddings rotate halves)"
         )
         raise CheckpointError(msg)
-    if not 0 <= arch.pad_token_id < arch.vocab_size:
-        msg = f"{where}: pad_token_id {arch.pad_token_id} is outside the vocabulary"
-        raise CheckpointError(msg)
+    require_token_id("pad_token_id", arch.pad_token_id, arch.vocab_size, where=where)
     return arch
 
 
@@ -117,26 +120,11 @@ def _rotate(
     return (x * cos).addcmul_(torch.cat((x2, x1), dim=-1), signed_sin)
 
 
-class _SelfAttention(nn.Module):
-    def __init__(self, arch: NTv2Arch) -> None:
-        super().__init__()
-        h = arch.hidden_size
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
-
-
-class _Dense(nn.Module):
-    def __init__(self, n_in: int, n_out: int, *, bias: bool = True) -> None:
-        super().__init__()
-        self.dense = nn.Linear(n_in, n_out, bias=bias)
-
-
 class _Attention(nn.Module):
     def __init__(self, arch: NTv2Arch) -> None:
         super().__init__()
-        self.self = _SelfAttention(arch)
-        self.output = _Dense(arch.hidden_size, arch.hidden_size)
+        self.self = SelfAttention(arch.hidden_size)
+        self.output = Dense(arch.hidden_size, arch.hidden_size)
         self.LayerNorm = nn.LayerNorm(arch.hidden_size, eps=arch.layer_norm_eps)
 
 
@@ -146,8 +134,8 @@ class _Layer(nn.Module):
         h, i, bias = arch.hidden_size, arch.intermediate_size, arch.add_bias_fnn
         self.n_heads = arch.n_heads
         self.attention = _Attention(arch)
-        self.intermediate = _Dense(h, 2 * i, bias=bias)
-        self.output = _Dense(i, h, bias=bias)
+        self.intermediate = Dense(h, 2 * i, bias=bias)
+        self.output = Dense(i, h, bias=bias)
         self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
 
     def forward(
@@ -228,16 +216,13 @@ class NTv2Network(nn.Module):
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         cos, sin = self._rotary(ids.shape[1], x.device, x.dtype)
         keys = attention_mask[:, None, None, :]
-        last = self.n_layers
-        wanted = {last if layer == -1 else layer for layer in layers}
-        states: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
-        for i, block in enumerate(self.encoder.layer, start=1):
-            x = block(x, keys, cos, sin)
-            if i in wanted and i < last:
-                states[i] = x
-        if last in wanted:
-            states[last] = self.encoder.emb_layer_norm_after(x)
-        return [states[last if layer == -1 else layer] for layer in layers]
+        return run_stack(
+            x,
+            self.encoder.layer,
+            layers,
+            step=lambda block, x: block(x, keys, cos, sin),
+            final=self.encoder.emb_layer_norm_after,
+        )
 
 
 def init_weights(network: NTv2Network, *, seed: int) -> None:

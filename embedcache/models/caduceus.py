@@ -38,21 +38,19 @@ from embedcache.errors import (
 from embedcache.hashing import reverse_complement
 from embedcache.models import resolve_device
 from embedcache.models._caduceus_init import random_weights
-from embedcache.models._caduceus_model import (
-    BASE_IDS,
-    UNK_ID,
-    CaduceusBackbone,
+from embedcache.models._caduceus_model import CaduceusBackbone, complement_ids
+from embedcache.models._caduceus_weights import (
     arch_from_config,
-    complement_ids,
     weights_from_state_dict,
 )
-from embedcache.models.encoder import config_digest
-from embedcache.models.jitcache import CompileNotice
-from embedcache.models.options import (
-    EmbedOptions,
-    non_default,
-    random_init_revision,
+from embedcache.models.char_tokens import lookup, token_table
+from embedcache.models.checkpoint import (
+    compute_dtype,
+    random_init_identity,
+    refuse_options,
 )
+from embedcache.models.jitcache import CompileNotice
+from embedcache.models.options import EmbedOptions
 from embedcache.models.weights import read_state_dict
 from embedcache.specs import ModelKey
 
@@ -61,7 +59,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models._caduceus_model import CaduceusArch
+    from embedcache.models._caduceus_weights import CaduceusArch
 
 logger = logging.getLogger(__name__)
 
@@ -74,22 +72,13 @@ _TOKENS_PER_PASS = 16384
 _KERNEL_MODULE = "embedcache.models._caduceus_numba"
 
 
-def _token_table() -> np.ndarray:
-    table = np.full(256, UNK_ID, dtype=np.int64)
-    for base, token in BASE_IDS.items():
-        # the official tokenizer upper-cases before the lookup
-        table[ord(base)] = token
-        table[ord(base.lower())] = token
-    return table
-
-
-_TOKENS = _token_table()
+# the official tokenizer upper-cases before the lookup
+_TOKENS = token_table(lower=True)
 
 
 def tokenize(seq: str) -> np.ndarray:
     """Official Caduceus token ids of ``seq`` without special tokens (int64)."""
-    raw = np.frombuffer(seq.encode("latin-1", errors="replace"), dtype=np.uint8)
-    return _TOKENS[raw]
+    return lookup(_TOKENS, seq)
 
 
 def is_caduceus_config(config: dict) -> bool:
@@ -245,8 +234,6 @@ def load(
     AdapterOptionError
         An option does not apply to Caduceus.
     """
-    import torch
-
     rc_mode = options.rc_mode or "average"
     if rc_mode not in RC_MODES:
         msg = f"rc_mode {rc_mode!r} is not one of {RC_MODES} for Caduceus"
@@ -268,8 +255,8 @@ def load(
     if options.random_init is not None:
         # the architecture alone: seeded weights drawn as the family initialises them
         weights = random_weights(arch, config, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options = (("config", config_digest(config)),)
+        revision, option = random_init_identity(options.random_init, config)
+        key_options = (option,)
     else:
         weights = weights_from_state_dict(
             arch, read_state_dict(folder), config=config, where=str(folder)
@@ -279,7 +266,7 @@ def load(
         arch,
         weights,
         device=device,
-        matmul_dtype=torch.bfloat16 if options.dtype == "bfloat16" else torch.float32,
+        matmul_dtype=compute_dtype(options),
         kernels="numba" if use_numba else "torch",
     )
     max_length = config.get("max_length") or config.get("max_position_embeddings")
@@ -340,11 +327,8 @@ def _check_options(options: EmbedOptions, model_id: str) -> None:
             f"{options.pooling!r} does not apply, only mean"
         )
         raise AdapterOptionError(msg)
-    names = ("special_tokens", "kmer_split", "truncation")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = f"{model_id}: Caduceus adapters take no {', '.join(flags)}"
-        raise AdapterOptionError(msg)
+    names = ("special_tokens", "kmer_split", "truncation", "family_options")
+    refuse_options(options, names, before=f"{model_id}: Caduceus adapters take no ")
 
 
 def load_caduceus_adapter(

@@ -33,3 +33,10 @@ def require_published(
                 f"published {what} architecture ({name} {wanted!r}) only"
             )
             raise CheckpointError(msg)
+
+
+def require_token_id(name: str, token_id: int, vocab_size: int, *, where: str) -> None:
+    """Refuse a special token id (``name``) outside ``0 .. vocab_size - 1``."""
+    if not 0 <= token_id < vocab_size:
+        msg = f"{where}: {name} {token_id} is outside the vocabulary"
+        raise CheckpointError(msg)

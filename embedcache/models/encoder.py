@@ -17,8 +17,6 @@ this: no real position attends to a later padded one). The reverse-complement pa
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -32,11 +30,12 @@ from embedcache.errors import (
 )
 from embedcache.hashing import reverse_complement
 from embedcache.models.base import DEFAULT_TOKEN_BUDGET
+from embedcache.models.checkpoint import config_digest
 from embedcache.models.options import LAST_LAYER, EmbedOptions
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     import torch
 
@@ -98,12 +97,6 @@ class EncoderTraits:
     # attention score maps per sequence and layer (query heads); 0: no attention.
     # Bounds the batch of long sequences (see embedcache.engine.embed.BatchRule)
     attention_heads: int = 0
-
-
-def config_digest(config: Mapping[str, object]) -> str:
-    """sha256 of a config's canonical JSON: names a random-init twin's architecture."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -14,14 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError, UnknownModelError
+from embedcache.models.checkpoint import compute_dtype, random_init_identity
 from embedcache.models.encoder import (
     DEFAULT_TOKEN_BUDGET,
     Encoded,
     EncoderAdapter,
     EncoderTraits,
-    config_digest,
 )
-from embedcache.models.options import random_init_revision
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -189,9 +188,9 @@ def load(
     if options.kmer_split is not None:
         key_options.append(("kmer_split", str(options.kmer_split)))
     if options.random_init is not None:
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config_dict)))
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
+        revision, option = random_init_identity(options.random_init, config_dict)
+        key_options.append(option)
+    dtype = compute_dtype(options)
     network = _network_class()(model, config).to(device=device, dtype=dtype).eval()
     limit = max_tokens(config, tokenizer)
     traits = EncoderTraits(

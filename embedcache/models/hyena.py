@@ -24,27 +24,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from embedcache.errors import AdapterOptionError
-from embedcache.models._hyena_model import (
-    HyenaBackbone,
-    arch_from_config,
-    init_official,
-    prepare_state,
-)
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
-)
-from embedcache.models.options import random_init_revision
-from embedcache.models.weights import load_strict, read_state_dict
+from embedcache.models._hyena_checkpoint import arch_from_config, prepare_state
+from embedcache.models._hyena_model import HyenaBackbone, init_official
+from embedcache.models.char_tokens import BASE_IDS, UNK_ID, lookup, token_table
+from embedcache.models.checkpoint import fill_weights
+from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
+
+    import numpy as np
 
     from embedcache.models.options import EmbedOptions
 
@@ -54,20 +45,10 @@ FAMILY = "hyenadna"
 ADAPTER_VERSION = "1"
 SEP_ID = 1
 PAD_ID = 4
-UNK_ID = 6
-BASE_IDS = {"A": 7, "C": 8, "G": 9, "T": 10, "N": 11}
 # padded tokens per forward pass (the RC strand included): see benchmarks/hyena_bench.py
 TOKEN_BUDGET = 8192
-
-
-def _token_table() -> np.ndarray:
-    table = np.full(256, UNK_ID, dtype=np.int64)
-    for base, token in BASE_IDS.items():
-        table[ord(base)] = token
-    return table
-
-
-_TOKENS = _token_table()
+# the official tokenizer does not upper-case: lower case is [UNK]
+_TOKENS = token_table(lower=False)
 
 
 def tokenize(seq: str) -> np.ndarray:
@@ -76,8 +57,7 @@ def tokenize(seq: str) -> np.ndarray:
     Like the official tokenizer, this does not upper-case: lower case maps to [UNK]
     (embedcache upper-cases every sequence before it gets here).
     """
-    raw = np.frombuffer(seq.encode("latin-1", errors="replace"), dtype=np.uint8)
-    return _TOKENS[raw]
+    return lookup(_TOKENS, seq)
 
 
 class HyenaTokenizer:
@@ -142,14 +122,16 @@ def load(
     arch = arch_from_config(config, where=str(folder / "config.json"))
     with torch.device("cpu"):
         backbone = HyenaBackbone(arch)
-    key_options: list[tuple[str, str]] = []
-    if options.random_init is not None:
-        init_official(backbone, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
-    else:
-        state = prepare_state(read_state_dict(folder), arch, where=str(folder))
-        load_strict(backbone, state, where=str(folder), family=FAMILY)
+    revision, key_options = fill_weights(
+        backbone,
+        folder=folder,
+        config=config,
+        revision=revision,
+        seed=options.random_init,
+        init=lambda net, seed: init_official(net, seed=seed),
+        state=lambda state: prepare_state(state, arch, where=str(folder)),
+        family=FAMILY,
+    )
     backbone = backbone.to(device).eval()
     if options.dtype == "bfloat16":
         backbone.set_compute_dtype(torch.bfloat16)
@@ -189,6 +171,7 @@ __all__ = [
     "ADAPTER_VERSION",
     "BASE_IDS",
     "FAMILY",
+    "UNK_ID",
     "HyenaTokenizer",
     "is_hyena_config",
     "load",

@@ -27,7 +27,7 @@ from embedcache.errors import (
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter
-from embedcache.models._caduceus_model import arch_from_config
+from embedcache.models._caduceus_weights import arch_from_config
 from embedcache.models.caduceus import (
     CaduceusAdapter,
     is_caduceus_config,

@@ -29,12 +29,9 @@ from embedcache.errors import (
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter, recognise_family
-from embedcache.models._hyena_model import (
-    HyenaBackbone,
-    arch_from_config,
-    fft_size,
-    positional_features,
-)
+from embedcache.models._hyena_checkpoint import arch_from_config
+from embedcache.models._hyena_filter import fft_size, positional_features
+from embedcache.models._hyena_model import HyenaBackbone
 from embedcache.models.hyena import HyenaTokenizer, is_hyena_config
 from tests.models.adapter_contract import AdapterContract
 
