@@ -28,6 +28,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import files_digest
+from embedcache.models.checkpoint import Source
 from embedcache.models.options import EmbedOptions
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
 # Family modules, most specific first; "hf" (native transformers classes) is the
-# fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
+# fallback. Each has FAMILY, recognise(config, folder) and load(source: Source).
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
     "generator",
@@ -299,15 +300,16 @@ def load_adapter(
     config = read_config(folder)
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
     logger.debug("%s: recognised as %s", model, family.FAMILY)
-    return family.load(
-        folder,
-        config,
+    source = Source(
+        folder=folder,
+        config=config,
         model_id=model_id,
         revision=resolved,
         options=opts,
         device=resolve_device(opts.device),
         alias=alias,
     )
+    return family.load(source)
 
 
 def _resolve_source(

@@ -45,8 +45,9 @@ from embedcache.models._caduceus_weights import (
 )
 from embedcache.models.char_tokens import lookup, token_table
 from embedcache.models.checkpoint import (
+    Source,
     compute_dtype,
-    random_init_identity,
+    random_init_twin,
     refuse_options,
 )
 from embedcache.models.jitcache import CompileNotice
@@ -209,17 +210,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return is_caduceus_config(config)
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-    scan: str = "auto",
-) -> CaduceusAdapter:
+def load(source: Source, *, scan: str = "auto") -> CaduceusAdapter:
     """A Caduceus adapter from an official-layout folder (``config.json`` + weights).
 
     ``options.rc_mode`` None means ``"average"``; ``options.dtype`` ``"bfloat16"``
@@ -234,6 +225,8 @@ def load(
     AdapterOptionError
         An option does not apply to Caduceus.
     """
+    folder, config, options = source.folder, source.config, source.options
+    model_id, device = source.model_id, source.device
     rc_mode = options.rc_mode or "average"
     if rc_mode not in RC_MODES:
         msg = f"rc_mode {rc_mode!r} is not one of {RC_MODES} for Caduceus"
@@ -255,7 +248,7 @@ def load(
     if options.random_init is not None:
         # the architecture alone: seeded weights drawn as the family initialises them
         weights = random_weights(arch, config, seed=options.random_init)
-        revision, option = random_init_identity(options.random_init, config)
+        source, option = random_init_twin(source)
         key_options = (option,)
     else:
         weights = weights_from_state_dict(
@@ -273,7 +266,7 @@ def load(
     keys = tuple(
         ModelKey(
             model_id=model_id,
-            revision=revision,
+            revision=source.revision,
             adapter="caduceus",
             adapter_version=CADUCEUS_ADAPTER_VERSION,
             layer=layer,
@@ -295,7 +288,7 @@ def load(
         device,
         "numba" if use_numba else "torch",
     )
-    return CaduceusAdapter(backbone, keys=keys, alias=alias)
+    return CaduceusAdapter(backbone, keys=keys, alias=source.alias)
 
 
 def _check_layers(
@@ -366,14 +359,13 @@ def load_caduceus_adapter(
             f"model's revision is its content digest ({content}); drop the revision"
         )
         raise AdapterOptionError(msg)
-    options = EmbedOptions(rc_mode=rc_mode, dtype=dtype, device=device)
-    return load(
-        folder,
-        read_config(folder),
+    request = Source(
+        folder=folder,
+        config=read_config(folder),
         model_id=LOCAL_MODEL_ID,
         revision=content,
-        options=options,
+        options=EmbedOptions(rc_mode=rc_mode, dtype=dtype, device=device),
         device=resolve_device(device),
         alias=folder.resolve().name,
-        scan=scan,
     )
+    return load(request, scan=scan)

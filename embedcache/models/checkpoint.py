@@ -1,6 +1,7 @@
 """What every family does the same way when it loads a checkpoint folder.
 
-Reading ``tokenizer_config.json`` and an ``auto_map``, refusing options that do not
+:class:`Source` is what :func:`embedcache.models.load_adapter` hands a family's
+``load``: the folder, its config and everything the key records about it. Reading ``tokenizer_config.json`` and an ``auto_map``, refusing options that do not
 apply, the compute dtype, building a module without its own init, and filling it with
 either the checkpoint's weights (strictly) or the family's seeded random init, which
 gives a random-init twin its own revision and records the config it was built from.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import AdapterOptionError, CheckpointError
@@ -17,7 +20,6 @@ from embedcache.models.options import non_default, random_init_revision
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from pathlib import Path
 
     import torch
 
@@ -26,17 +28,52 @@ if TYPE_CHECKING:
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A resolved checkpoint and how to load it.
+
+    Parameters
+    ----------
+    folder, config
+        The hub-layout folder and its ``config.json``.
+    model_id, revision
+        What the key records: the hub id (or ``local``) and the commit sha or
+        content digest (a random-init twin's own revision, once built).
+    options, device
+        The embedding options and the resolved device.
+    alias
+        A local folder's name, shown beside the key.
+    """
+
+    folder: Path
+    config: dict[str, Any]
+    model_id: str
+    revision: str
+    options: EmbedOptions
+    device: str
+    alias: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The model's name in messages: its alias, else its model id."""
+        return str(self.alias or self.model_id)
+
+
 def config_digest(config: Mapping[str, object]) -> str:
     """sha256 of a config's canonical JSON: names a random-init twin's architecture."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def random_init_identity(
-    seed: int, config: Mapping[str, object]
-) -> tuple[str, tuple[str, str]]:
-    """A random-init twin's revision and the key option naming its architecture."""
-    return random_init_revision(seed), ("config", config_digest(config))
+def random_init_twin(source: Source) -> tuple[Source, tuple[str, str]]:
+    """``source`` with a random-init twin's revision (``options.random_init`` is its
+    seed), and the key option naming the architecture it was built from."""
+    seed = source.options.random_init
+    if seed is None:
+        msg = f"{source.where}: no --random-init seed was given"
+        raise AdapterOptionError(msg)
+    twin = replace(source, revision=random_init_revision(seed))
+    return twin, ("config", config_digest(source.config))
 
 
 def refuse_options(
@@ -128,17 +165,15 @@ def empty_module(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
 
 def fill_weights(
     network: torch.nn.Module,
+    source: Source,
     *,
-    folder: Path,
-    config: Mapping[str, object],
-    revision: str,
-    seed: int | None,
     init: Callable[[torch.nn.Module, int], None],
     state: Callable[[dict[str, torch.Tensor]], Mapping[str, torch.Tensor]],
     family: str,
-) -> tuple[str, list[tuple[str, str]]]:
-    """The family's seeded init (``seed`` given) or the checkpoint's tensors, renamed
-    by ``state`` and loaded strictly; return the key's revision and options.
+) -> tuple[Source, list[tuple[str, str]]]:
+    """The family's seeded init (``--random-init``) or the checkpoint's tensors,
+    renamed by ``state`` and loaded strictly; return the source as the key records
+    it and the key's options.
 
     Raises
     ------
@@ -147,24 +182,26 @@ def fill_weights(
     """
     from embedcache.models.weights import load_strict, read_state_dict
 
+    seed = source.options.random_init
     if seed is not None:
         init(network, seed)
-        twin, option = random_init_identity(seed, config)
+        twin, option = random_init_twin(source)
         return twin, [option]
-    tensors = state(read_state_dict(folder))
-    load_strict(network, tensors, where=str(folder), family=family)
-    return revision, []
+    tensors = state(read_state_dict(source.folder))
+    load_strict(network, tensors, where=str(source.folder), family=family)
+    return source, []
 
 
 __all__ = [
     "TOKENIZER_CONFIG",
+    "Source",
     "auto_map_targets",
     "check_tokenizer_class",
     "compute_dtype",
     "config_digest",
     "empty_module",
     "fill_weights",
-    "random_init_identity",
+    "random_init_twin",
     "read_json_object",
     "refuse_options",
 ]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from embedcache.errors import AdapterOptionError, CheckpointError
 from embedcache.models.checkpoint import (
     TOKENIZER_CONFIG,
+    Source,
     auto_map_targets,
     compute_dtype,
     fill_weights,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from embedcache.models.base import Adapter
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -159,16 +159,7 @@ def _encoder_state(state: dict[str, Any]) -> dict[str, Any]:
     return strip_prefix(state, prefix, ignore=HEADS)
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> Adapter:
+def load(source: Source) -> Adapter:
     """A DNABERT-2/DNABERT-S adapter from an official-layout folder.
 
     Raises
@@ -181,7 +172,8 @@ def load(
     """
     from embedcache.models._dnabert2_model import MosaicBertNetwork, arch_from_config
 
-    name = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    name = source.alias or source.model_id
     unknown_code = official_code_check(folder)
     if unknown_code is not None:
         if options.trust_remote_code:
@@ -192,15 +184,7 @@ def load(
                 name,
                 CODE_FILE,
             )
-            return hf.load(
-                folder,
-                config,
-                model_id=model_id,
-                revision=revision,
-                options=options,
-                device=device,
-                alias=alias,
-            )
+            return hf.load(source)
         msg = (
             f"{folder / CODE_FILE} (sha256 {unknown_code}) is none of the official "
             "DNABERT-2/DNABERT-S versions embedcache checked its MosaicBERT against; it "
@@ -221,18 +205,16 @@ def load(
     arch = arch_from_config(config, where=str(folder / "config.json"))
     tokenizer = DnabertTokenizer(folder, where=str(folder))
     network = MosaicBertNetwork(arch)
-    revision, key_options = fill_weights(
+    source, key_options = fill_weights(
         network,
-        folder=folder,
-        config=config,
-        revision=revision,
-        seed=options.random_init,
+        source,
         init=lambda net, seed: net.reset_parameters(seed=seed),
         state=_encoder_state,
         family=FAMILY,
     )
     dtype = compute_dtype(options)
-    network = network.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    network = network.to(device=source.device, dtype=dtype).eval()
+    network = network.requires_grad_(False)
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
@@ -243,16 +225,7 @@ def load(
         options=tuple(key_options),
         attention_heads=arch.n_heads,
     )
-    return EncoderAdapter(
-        tokenizer=tokenizer,
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(tokenizer, network, traits, source)
 
 
 __all__ = [

@@ -31,13 +31,15 @@ from embedcache.errors import (
 from embedcache.hashing import reverse_complement
 from embedcache.models.base import DEFAULT_TOKEN_BUDGET
 from embedcache.models.checkpoint import config_digest
-from embedcache.models.options import LAST_LAYER, EmbedOptions
+from embedcache.models.options import LAST_LAYER
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
+
+    from embedcache.models.checkpoint import Source
 
 logger = logging.getLogger(__name__)
 
@@ -151,20 +153,17 @@ class EncoderAdapter:
 
     def __init__(
         self,
-        *,
         tokenizer: SequenceTokenizer,
         network: EncoderNetwork,
         traits: EncoderTraits,
-        model_id: str,
-        revision: str,
-        options: EmbedOptions,
-        device: str,
+        source: Source,
+        *,
         default_rc_mode: str = "none",
-        alias: str | None = None,
     ) -> None:
         import torch
 
-        where = f"{alias or model_id} ({traits.family})"
+        options = source.options
+        where = f"{source.where} ({traits.family})"
         if options.pooling == "cls" and not traits.has_cls:
             msg = f"{where}: pooling 'cls' needs a classification token, which this family has not; use mean"
             raise AdapterOptionError(msg)
@@ -185,7 +184,7 @@ class EncoderAdapter:
         self.network = network
         self.traits = traits
         self.options = options
-        self.device = torch.device(device)
+        self.device = torch.device(source.device)
         self.rc_mode = options.rc_mode or default_rc_mode
         self.layers = options.layers
         self.dim = int(network.hidden_size)
@@ -194,11 +193,11 @@ class EncoderAdapter:
         # both strands of a sequence run in one batch under RC averaging
         strands = 2 if self.rc_mode == "average" else 1
         self.attention_maps = traits.attention_heads * strands
-        self.alias = alias
+        self.alias = source.alias
         self.keys = tuple(
             ModelKey(
-                model_id=model_id,
-                revision=revision,
+                model_id=source.model_id,
+                revision=source.revision,
                 adapter=traits.family,
                 adapter_version=traits.adapter_version,
                 layer=layer,

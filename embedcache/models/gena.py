@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
 from embedcache.models.checkpoint import (
+    Source,
     check_tokenizer_class,
     compute_dtype,
     empty_module,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -117,16 +117,7 @@ def encoder_state(
     return out
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A GENA-LM adapter from a hub-layout folder (config, weights, ``tokenizer.json``).
 
     Raises
@@ -142,7 +133,8 @@ def load(
         init_weights,
     )
 
-    where = str(alias or model_id)
+    folder, config, options = source.folder, source.config, source.options
+    where = source.where
     refuse_options(
         options,
         ("kmer_split", "family_options"),
@@ -164,17 +156,14 @@ def load(
         )
         raise CheckpointError(msg)
     network = empty_module(lambda: GenaNetwork(arch))
-    revision, key_options = fill_weights(
+    source, key_options = fill_weights(
         network,
-        folder=folder,
-        config=config,
-        revision=revision,
-        seed=options.random_init,
+        source,
         init=lambda net, seed: init_weights(net, seed=seed),
         state=lambda state: encoder_state(state, where=str(folder)),
         family="GENA-LM",
     )
-    network = network.to(device=device, dtype=compute_dtype(options)).eval()
+    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
@@ -185,14 +174,7 @@ def load(
         attention_heads=arch.n_heads,
     )
     return EncoderAdapter(
-        tokenizer=GenaTokenizer(tokenizer, pad_id=arch.pad_token_id),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
+        GenaTokenizer(tokenizer, pad_id=arch.pad_token_id), network, traits, source
     )
 
 

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 from embedcache.errors import AdapterOptionError, CheckpointError
 from embedcache.models.checkpoint import (
     TOKENIZER_CONFIG,
+    Source,
     compute_dtype,
-    random_init_identity,
+    random_init_twin,
     read_json_object,
 )
 from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
@@ -303,16 +304,7 @@ def _check_options(options: EmbedOptions, *, where: str) -> str:
     return remainder
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A GENERator checkpoint as an :class:`EncoderAdapter` (no repository code runs).
 
     Raises
@@ -322,7 +314,8 @@ def load(
     CheckpointError
         The vocabulary or the weights do not fit the published GENERator layout.
     """
-    where = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    where = source.alias or source.model_id
     remainder = _check_options(options, where=where)
     check_vocabulary(folder, config)
     dtype = compute_dtype(options)
@@ -335,11 +328,11 @@ def load(
         model = build_llama(
             config, folder=None, where=where, seed=options.random_init, dtype=dtype
         )
-        revision, option = random_init_identity(options.random_init, config)
+        source, option = random_init_twin(source)
         key_options.append(option)
     else:
         model = build_llama(config, folder=folder, where=f"{folder}", dtype=dtype)
-    network = _network_class()(model).to(device=device).eval()
+    network = _network_class()(model).to(device=source.device).eval()
     limit = config.get("max_position_embeddings")
     traits = EncoderTraits(
         family=FAMILY,
@@ -350,16 +343,7 @@ def load(
         options=tuple(key_options),
         attention_heads=int(config.get("num_attention_heads") or 0),
     )
-    return EncoderAdapter(
-        tokenizer=KmerTokenizer(remainder=remainder),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(KmerTokenizer(remainder=remainder), network, traits, source)
 
 
 __all__ = [

@@ -28,7 +28,7 @@ from embedcache.errors import AdapterOptionError
 from embedcache.models._hyena_checkpoint import arch_from_config, prepare_state
 from embedcache.models._hyena_model import HyenaBackbone, init_official
 from embedcache.models.char_tokens import BASE_IDS, UNK_ID, lookup, token_table
-from embedcache.models.checkpoint import fill_weights
+from embedcache.models.checkpoint import Source, fill_weights
 from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +86,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return is_hyena_config(config)
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A HyenaDNA adapter from an official-layout folder (``config.json`` + weights).
 
     ``options.rc_mode`` None means ``"none"`` (the model as published, one strand);
@@ -114,7 +104,8 @@ def load(
     """
     import torch
 
-    name = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    name = source.where
     if options.family_options:
         flags = ", ".join(f"{k}={v}" for k, v in options.family_options)
         msg = f"{name}: HyenaDNA takes no --family-option (got {flags})"
@@ -122,16 +113,14 @@ def load(
     arch = arch_from_config(config, where=str(folder / "config.json"))
     with torch.device("cpu"):
         backbone = HyenaBackbone(arch)
-    revision, key_options = fill_weights(
+    source, key_options = fill_weights(
         backbone,
-        folder=folder,
-        config=config,
-        revision=revision,
-        seed=options.random_init,
+        source,
         init=lambda net, seed: init_official(net, seed=seed),
         state=lambda state: prepare_state(state, arch, where=str(folder)),
         family=FAMILY,
     )
+    device = source.device
     backbone = backbone.to(device).eval()
     if options.dtype == "bfloat16":
         backbone.set_compute_dtype(torch.bfloat16)
@@ -154,17 +143,7 @@ def load(
         folder,
         device,
     )
-    return EncoderAdapter(
-        tokenizer=HyenaTokenizer(),
-        network=backbone,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        default_rc_mode="none",
-        alias=alias,
-    )
+    return EncoderAdapter(HyenaTokenizer(), backbone, traits, source)
 
 
 __all__ = [

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
 from embedcache.models.checkpoint import (
+    Source,
     auto_map_targets,
     check_tokenizer_class,
     compute_dtype,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -152,16 +152,7 @@ def encoder_state(
     return out
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """An NT-v2 adapter from a hub-layout folder (config, weights, ``vocab.txt``).
 
     Raises
@@ -177,7 +168,8 @@ def load(
         init_weights,
     )
 
-    where = str(alias or model_id)
+    folder, config, options = source.folder, source.config, source.options
+    where = source.where
     refuse_options(
         options,
         ("kmer_split", "family_options"),
@@ -193,19 +185,16 @@ def load(
         )
         raise CheckpointError(msg)
     network = empty_module(lambda: NTv2Network(arch))
-    revision, key_options = fill_weights(
+    source, key_options = fill_weights(
         network,
-        folder=folder,
-        config=config,
-        revision=revision,
-        seed=options.random_init,
+        source,
         init=lambda net, seed: init_weights(net, seed=seed),
         state=lambda state: encoder_state(
             state, head_dim=arch.head_dim, where=str(folder)
         ),
         family="NT-v2",
     )
-    network = network.to(device=device, dtype=compute_dtype(options)).eval()
+    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     limit = getattr(tokenizer, "model_max_length", None)
     traits = EncoderTraits(
         family=FAMILY,
@@ -217,16 +206,7 @@ def load(
         token_budget=TOKEN_BUDGET,
         attention_heads=arch.n_heads,
     )
-    return EncoderAdapter(
-        tokenizer=NTTokenizer(tokenizer),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(NTTokenizer(tokenizer), network, traits, source)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from embedcache.models._dnabert2_model import (
     alibi_slopes,
     arch_from_config,
 )
+from embedcache.models.checkpoint import Source
 from tests.models.adapter_contract import AdapterContract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dnabert2"
@@ -253,12 +254,14 @@ def test_native_bert_path_refuses_dnabert_s_weights():
     config = read_config(path)
     with pytest.raises(CheckpointError, match="wrong class"):
         hf.load(
-            path,
-            config,
-            model_id="local",
-            revision="x",
-            options=family_options(),
-            device="cpu",
+            Source(
+                folder=path,
+                config=config,
+                model_id="local",
+                revision="x",
+                options=family_options(),
+                device="cpu",
+            )
         )
 
 
@@ -331,7 +334,7 @@ def test_unofficial_code_beside_the_weights_is_refused(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="trust-remote-code"):
         load_adapter(str(path), device="cpu")
     calls = []
-    monkeypatch.setattr(hf, "load", lambda *a, **k: calls.append(a[0]) or "remote")
+    monkeypatch.setattr(hf, "load", lambda s: calls.append(s.folder) or "remote")
     assert load_adapter(str(path), device="cpu", trust_remote_code=True) == "remote"
     assert calls == [path]
 

@@ -31,6 +31,7 @@ from embedcache.models import gena as gena_family
 from embedcache.models import hf as hf_family
 from embedcache.models import load_adapter, read_config, recognise_family
 from embedcache.models._gena_model import GenaNetwork, arch_from_config
+from embedcache.models.checkpoint import Source
 from embedcache.models.options import EmbedOptions
 from tests.models.adapter_contract import AdapterContract
 
@@ -187,12 +188,14 @@ def test_native_bert_path_refuses_gena_weights():
     # what the fallback would do with it: native BertModel, strict weight check
     with pytest.raises(CheckpointError, match=r"pre_attention_ln|missing"):
         hf_family.load(
-            folder,
-            config,
-            model_id="local",
-            revision="sha256:0",
-            options=EmbedOptions(device="cpu"),
-            device="cpu",
+            Source(
+                folder=folder,
+                config=config,
+                model_id="local",
+                revision="sha256:0",
+                options=EmbedOptions(device="cpu"),
+                device="cpu",
+            )
         )
 
 
