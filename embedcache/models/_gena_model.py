@@ -26,6 +26,8 @@ from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
 from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
 from embedcache.models.config_fields import (
+    BertSizes,
+    bert_sizes,
     positive_int,
     require_published,
     require_token_id,
@@ -36,14 +38,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class GenaArch:
+class GenaArch(BertSizes):
     """The architecture numbers of a GENA-LM BERT ``config.json``."""
 
-    vocab_size: int
-    hidden_size: int
-    n_layers: int
-    n_heads: int
-    intermediate_size: int
     max_positions: int
     type_vocab_size: int
     last_layer_norm: bool
@@ -81,11 +78,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
     }
     require_published(checks, where=where, what="GENA-LM")
     arch = GenaArch(
-        vocab_size=integer("vocab_size"),
-        hidden_size=integer("hidden_size"),
-        n_layers=integer("num_hidden_layers"),
-        n_heads=integer("num_attention_heads"),
-        intermediate_size=integer("intermediate_size"),
+        **bert_sizes(config, where=where),
         max_positions=integer("max_position_embeddings"),
         type_vocab_size=integer("type_vocab_size", 2),
         # the official default: a final LayerNorm whenever the blocks are pre-LN

@@ -130,18 +130,6 @@ class ImplicitFilter(nn.Module):
         return super()._apply(fn, *args, **kwargs)
 
 
-class Projection(nn.Linear):
-    """A linear layer computing in its weight's dtype; returns that dtype.
-
-    The bias stays float32 (the CPU kernels add it in float32 after the matmul).
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight
-        b = None if self.bias is None else self.bias.to(w.dtype)
-        return F.linear(x.to(w.dtype), w, b)
-
-
 def fft_size(length: int) -> int:
     """The smallest 2^a 3^b >= 2 * length - 1: a linear (not circular) convolution.
 

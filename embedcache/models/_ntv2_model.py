@@ -28,7 +28,8 @@ from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
 from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
 from embedcache.models.config_fields import (
-    positive_int,
+    BertSizes,
+    bert_sizes,
     require_published,
     require_token_id,
 )
@@ -40,14 +41,9 @@ ROTARY_BASE = 10000.0
 
 
 @dataclass(frozen=True, slots=True)
-class NTv2Arch:
+class NTv2Arch(BertSizes):
     """The architecture numbers of an NT-v2 ``config.json``."""
 
-    vocab_size: int
-    hidden_size: int
-    n_layers: int
-    n_heads: int
-    intermediate_size: int
     add_bias_fnn: bool
     layer_norm_eps: float
     pad_token_id: int
@@ -69,9 +65,6 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
         feature NT-v2 does not use (absolute positions, token dropout, ...).
     """
 
-    def integer(name: str, default: int | None = None) -> int:
-        return positive_int(config, name, where=where, default=default)
-
     unsupported = {
         "position_embedding_type": ("rotary", config.get("position_embedding_type")),
         "emb_layer_norm_before": (False, bool(config.get("emb_layer_norm_before"))),
@@ -81,11 +74,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
     }
     require_published(unsupported, where=where, what="NT-v2")
     arch = NTv2Arch(
-        vocab_size=integer("vocab_size"),
-        hidden_size=integer("hidden_size"),
-        n_layers=integer("num_hidden_layers"),
-        n_heads=integer("num_attention_heads"),
-        intermediate_size=integer("intermediate_size"),
+        **bert_sizes(config, where=where),
         # the official EsmConfig's default: biases unless the config says otherwise
         add_bias_fnn=bool(config.get("add_bias_fnn", True)),
         layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
