@@ -7,9 +7,23 @@ A name is one of
 - a hub id ``owner/name``, resolved with ``huggingface_hub`` to a commit sha.
 
 A checkpoint's family is recognised from its ``config.json`` in one place,
-:func:`recognise_family`: each family module under ``embedcache/models/`` says whether
-a config is its own (``recognise``) and builds the adapter (``load``). No repository
-code ever runs unless the checkpoint is none of these families and the user opts in.
+:func:`recognise_family`, over :data:`FAMILY_MODULES` (the one family dispatch): each
+family module says whether a config is its own (``recognise``) and builds the adapter
+from a :class:`~embedcache.models.checkpoint.Source` (``load``). No repository code
+ever runs unless the checkpoint is none of these families and the user opts in.
+
+What the package holds: one module per family (``gena``, ``ntv2``, ``dnabert2``,
+``generator``, ``hyena``, ``caduceus``, ``hf``) and its network (``_<family>_*``); what
+families share, once (``checkpoint``: the source, options, random-init twins;
+``weights``; ``config_fields``; ``encoder``: the token-based adapter;
+``tokenizer_json``; ``char_tokens``; ``bert_modules``; ``bert_init``); the built-in
+floors (``kmer``, ``gc``); the options record (``options``), the catalogue
+(``catalogue``, ``catalogue.toml``) and the numba kernel cache (``jitcache``).
+
+What it may import: the bottom floor only (``embedcache.errors``, ``hashing``,
+``specs``), never ``data``, ``store``, ``engine``, ``analysis``, ``report`` or ``cli``.
+Heavy libraries (torch, transformers) are imported inside functions or in the
+``_<family>_*`` network modules, which load only when a family does.
 """
 
 from __future__ import annotations

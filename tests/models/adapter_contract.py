@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter
@@ -83,6 +84,40 @@ def embed_cli(tmp_path: Path, model: Path, seqs: list[str], *args: str):
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
     assert run.returncode == 0, run.stderr
     return run.stdout.strip().splitlines()[-1], np.load(out)
+
+
+def expected_fixture(folder: Path):
+    """A module-scoped ``expected`` fixture: the official vectors of ``folder``."""
+
+    @pytest.fixture(scope="module")
+    def expected() -> dict[str, np.ndarray]:
+        return read_expected(folder)
+
+    return expected
+
+
+def variant_fixtures(folder: Path, variants: tuple[str, ...]):
+    """Module fixtures ``adapters`` (variant -> adapter with the defaults, loaded
+    once) and ``variant`` (parametrised over ``variants``)."""
+
+    @pytest.fixture(scope="module")
+    def adapters():
+        return {v: load_adapter(str(folder / v), device="cpu") for v in variants}
+
+    @pytest.fixture(params=variants)
+    def variant(request) -> str:
+        return request.param
+
+    return adapters, variant
+
+
+def edit_config(folder: Path, *, drop=(), **changes) -> None:
+    """Change (or ``drop``) fields of ``folder/config.json`` in place."""
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    for key in drop:
+        config.pop(key)
+    (folder / "config.json").write_text(json.dumps(config))
 
 
 # --- contracts ----------------------------------------------------------------------

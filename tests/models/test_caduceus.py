@@ -34,7 +34,7 @@ from embedcache.models.caduceus import (
     load_caduceus_adapter,
     tokenize,
 )
-from tests.models.adapter_contract import AdapterContract, min_cosine, read_expected
+from tests.models.adapter_contract import AdapterContract, expected_fixture, min_cosine
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 VARIANTS = ("ph", "ps", "ps_unfused")
@@ -45,9 +45,7 @@ def fixture_sequences() -> list[str]:
     return (FIXTURES / "sequences.txt").read_text().split()
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    return read_expected(FIXTURES)
+expected = expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ from embedcache.models.checkpoint import Source
 from tests.models.adapter_contract import (
     AdapterContract,
     embed_cli,
+    expected_fixture,
     min_cosine,
-    read_expected,
     seeded_twins,
 )
 
@@ -51,9 +51,7 @@ def upper_sequences() -> list[str]:
     return [s.upper() for s in fixture_sequences()]
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    return read_expected(FIXTURES)
+expected = expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")

@@ -34,10 +34,12 @@ from tests.models.adapter_contract import (
     AdapterContract,
     OfficialCodeContract,
     RCAverageContract,
+    edit_config,
+    expected_fixture,
     fixture_sequences,
     min_cosine,
-    read_expected,
     seeded_twins,
+    variant_fixtures,
 )
 
 DATA = Path(__file__).parents[1] / "fixtures" / "gena"
@@ -46,33 +48,14 @@ PUBLISHED = sorted((DATA / "published").glob("*.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    return read_expected(DATA)
-
-
-@pytest.fixture(scope="module")
-def adapters():
-    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
-
-
-@pytest.fixture(params=VARIANTS)
-def variant(request) -> str:
-    return request.param
+expected = expected_fixture(DATA)
+adapters, variant = variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "gena_base") -> Path:
     folder = tmp_path / variant
     shutil.copytree(DATA / variant, folder)
     return folder
-
-
-def edit_config(folder: Path, *, drop=(), **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    for key in drop:
-        config.pop(key)
-    (folder / "config.json").write_text(json.dumps(config))
 
 
 def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -34,8 +34,8 @@ from tests.models.adapter_contract import (
     AdapterContract,
     assert_batched_equals_alone,
     embed_cli,
+    expected_fixture,
     min_cosine,
-    read_expected,
     seeded_twins,
 )
 
@@ -64,9 +64,7 @@ def upper_sequences() -> list[str]:
     return [normalise_sequence(s) for s in fixture_sequences()]
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    return read_expected(FIXTURES)
+expected = expected_fixture(FIXTURES)
 
 
 def load(variant: str = "tiny", **options):

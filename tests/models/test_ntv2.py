@@ -34,11 +34,13 @@ from tests.models.adapter_contract import (
     AdapterContract,
     OfficialCodeContract,
     RCAverageContract,
+    edit_config,
+    expected_fixture,
     fixture_sequences,
     min_cosine,
     raw_sequences,
-    read_expected,
     seeded_twins,
+    variant_fixtures,
 )
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
@@ -47,31 +49,14 @@ PUBLISHED = sorted((DATA / "published").glob("*.config.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    return read_expected(DATA)
-
-
-@pytest.fixture(scope="module")
-def adapters():
-    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
-
-
-@pytest.fixture(params=VARIANTS)
-def variant(request) -> str:
-    return request.param
+expected = expected_fixture(DATA)
+adapters, variant = variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
     folder = tmp_path / variant
     shutil.copytree(DATA / variant, folder)
     return folder
-
-
-def edit_config(folder: Path, **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    (folder / "config.json").write_text(json.dumps(config))
 
 
 class TestNTv2OfficialCode(OfficialCodeContract):
