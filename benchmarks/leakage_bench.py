@@ -25,14 +25,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from embedcache.analysis.bootstrap import bootstrap_scores, cluster_bootstrap_scores
 from embedcache.analysis.clusters import near_duplicate_clusters
 from embedcache.analysis.leakage import audit_sequences, kmer_set_matrix
+from embedcache.analysis.paired import subset_gap
 from embedcache.analysis.probe import ProbeConfig, fit_probe
-from embedcache.analysis.stats import (
-    bootstrap_scores,
-    cluster_bootstrap_scores,
-    subset_gap,
-)
 from embedcache.hashing import reverse_complement
 
 DATASETS = {

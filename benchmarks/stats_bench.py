@@ -18,14 +18,10 @@ import time
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 
+from embedcache.analysis.bootstrap import bootstrap_scores, percentile_ci
 from embedcache.analysis.leakage import audit_sequences
+from embedcache.analysis.paired import paired_differences, significance_ranks
 from embedcache.analysis.probe import fit_probe, majority_label
-from embedcache.analysis.stats import (
-    bootstrap_scores,
-    paired_differences,
-    percentile_ci,
-    significance_ranks,
-)
 
 DATASETS = {
     "human_enhancers_cohn": 6_948,

@@ -25,41 +25,42 @@ data_dir = None
 split = "test"
 
 # %%
-from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.evaluation import errors_summary, evaluate, probe_errors
+from embedcache.analysis.vectors import model_vectors
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
-from embedcache.report import tables as report
+from embedcache.report.figures import projection_figure
+from embedcache.report.parts import Html, Table
+from embedcache.report.tables import dataset_table
 from embedcache.store import EmbeddingStore
 
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)
 emb_store = EmbeddingStore(store, create=False)
-vectors, labels = leaderboard.model_vectors(subset, emb_store, model, split=split)
-report.Html(
+vectors, labels = model_vectors(subset, emb_store, model, split=split)
+Html(
     f"<p>{model} on {version} ({split} items): "
     + ", ".join(f"{d} {v.shape}" for d, v in vectors.items())
     + "</p>"
 )
 
 # %%
-report.projection_figure(vectors, labels, title=f"{model}, PCA of {split} vectors")
+projection_figure(vectors, labels, title=f"{model}, PCA of {split} vectors")
 
 # %%
-evaluation = leaderboard.evaluate(subset, emb_store, models=[model], n_boot=200)
-report.dataset_table(evaluation)
+evaluation = evaluate(subset, emb_store, models=[model], n_boot=200)
+dataset_table(evaluation)
 
 # %%
-errors = {
-    d: leaderboard.probe_errors(evaluation, model, d) for d in evaluation.datasets
-}
-report.Table(
-    leaderboard.errors_summary(errors),
+errors = {d: probe_errors(evaluation, model, d) for d in evaluation.datasets}
+Table(
+    errors_summary(errors),
     f"{model}: test items its probe got wrong",
 )
 
 # %%
 d = evaluation.datasets[0]
-report.Table(
+Table(
     errors[d].join(subset.items.select("item_id", "seq"), on="item_id").head(20),
     f"{model}: first 20 misclassified test items of {d}",
 )

@@ -26,9 +26,10 @@ results_csv = None  # set by `embedcache report`: where to write results.csv
 # %%
 from pathlib import Path
 
-from embedcache.analysis import evaluation as leaderboard
 from embedcache.analysis.curves import write_curves
+from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.leakage import audit_table
+from embedcache.analysis.results import write_results
 from embedcache.analysis.suite import run_analyses
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
@@ -38,14 +39,12 @@ from embedcache.store import EmbeddingStore
 spec = load_version(version)
 subset = draw_version(spec, data_dir=data_dir)
 emb_store = EmbeddingStore(store, create=False)
-evaluation = leaderboard.evaluate(
-    subset, emb_store, models=models, n_boot=n_boot, seed=seed
-)
+evaluation = evaluate(subset, emb_store, models=models, n_boot=n_boot, seed=seed)
 # leakage-clean accuracy, cluster CIs, curves, pretraining gain, layer sweep
 analyses = run_analyses(subset, emb_store, evaluation, data_dir=data_dir)
 if results_csv:
     # the board's rows plus the accuracy_clean and accuracy_cluster_ci rows
-    leaderboard.write_results(analyses.results(evaluation), results_csv)
+    write_results(analyses.results(evaluation), results_csv)
     write_curves(analyses.curves.frame, Path(results_csv).with_name("curves.csv"))
 context = sections.ReportContext(
     evaluation=evaluation,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-_COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
+from fixture_writer import reverse_complement
 
 SHORT = [
     "A",
@@ -28,10 +28,6 @@ SHORT = [
     "ACGTGTACNTGCACGGANCGACTAGTCTGA",
     "TTTTTTTTTTTTNNNNNNNNNNNNAAAAAAAAAAAA",
 ]
-
-
-def reverse_complement(seq: str) -> str:
-    return seq.translate(_COMPLEMENT)[::-1]
 
 
 def fixture_sequences() -> list[str]:

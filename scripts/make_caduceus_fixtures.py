@@ -36,41 +36,22 @@ with the tokenizer's complement map, as the official ``rcps`` embedding does.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixture_writer import CORNER_SEQUENCES, perturb, soft_masked, write_fixtures
+
 MAMBA_REV = "v1.2.0.post1"
+# parameters moved further off their init (their inits are ones or structured)
+_PERTURB_MORE = ("A_log", "D", "norm.weight", "norm_f.weight")
 
-# lengths vary (1 .. 300) and repeat, so tests can batch equal lengths
-SEQUENCES = [
-    "A",
-    "GT",
-    "ACGTN",
-    "acgtA",
-    "NNNNNNNN",
-    "ACGTACGTAC",
-    "TTGCAnnGCA",
-    "GATTACAGATTACAGATTACAGATTACA",
-    "ccgGGAATTCCNNacgtTTGACAGGCTaa",
-    "ACGCGTTAGCATGCAANCGATCGATGCATG",
-    "ACGCGTTAGCATGCAANCGATCGATGCATA",
-]
-
-
-def _long_sequences() -> list[str]:
-    """Longer sequences (150, 150, 300 bp) with N runs and soft-masked stretches."""
-    import random
-
-    rng = random.Random(20261006)
-    out = []
-    for n in (150, 150, 300):
-        seq = [rng.choice("ACGT") for _ in range(n)]
-        seq[n // 3 : n // 3 + 4] = "NNNN"
-        out.append("".join(seq[: n // 2]) + "".join(seq[n // 2 :]).lower())
-    return out
+# lengths vary (1 .. 300) and repeat, so tests can batch equal lengths; longer
+# sequences (150, 150, 300 bp) hold N runs and soft-masked stretches
+SEQUENCES = CORNER_SEQUENCES + soft_masked((150, 150, 300))
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -173,7 +154,7 @@ def main() -> int:
     from caduceus.tokenization_caduceus import CaduceusTokenizer
     from safetensors.torch import load_file
 
-    sequences = SEQUENCES + _long_sequences()
+    sequences = SEQUENCES
     tokenizer = CaduceusTokenizer(model_max_length=1024)
     common = {
         "d_model": 40,
@@ -205,15 +186,7 @@ def main() -> int:
         cmap = dict(tokenizer.complement_map) if extra["rcps"] else None
         config = CaduceusConfig(**common, **extra, complement_map=cmap)
         model = CaduceusForMaskedLM(config)
-        with torch.no_grad():
-            # move every weight off its init so no structure (ones, zeros, ties) hides a bug
-            for pname, p in model.named_parameters():
-                scale = (
-                    0.3
-                    if pname.endswith(("A_log", "D", "norm.weight", "norm_f.weight"))
-                    else 0.1
-                )
-                p.add_(torch.randn_like(p) * scale)
+        perturb(model, lambda n: 0.3 if n.endswith(_PERTURB_MORE) else 0.1)
         out_dir = args.out / name
         model.save_pretrained(out_dir, safe_serialization=True)
         loaded = CaduceusForMaskedLM.from_pretrained(out_dir).eval()
@@ -239,8 +212,6 @@ def main() -> int:
         stored = load_file(out_dir / "model.safetensors")
         print(name, "->", out_dir, f"({len(stored)} tensors; tied ones left out)")
 
-    np.savez(args.out / "expected.npz", **expected)
-    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
     meta = {
         "caduceus_git_revision": caduceus_rev,
         "mamba_ssm_revision": MAMBA_REV,
@@ -251,8 +222,7 @@ def main() -> int:
         "ph_average": "(pooled(seq) + pooled(rc(seq))) / 2, rc in token space",
         "ps_average": "(pooled[:d] + pooled[d:][::-1]) / 2",
     }
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    print("wrote", args.out)
+    write_fixtures(args.out, expected=expected, sequences=sequences, meta=meta)
     return 0
 
 

@@ -65,6 +65,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixture_writer import perturb, reverse_complement, save_hub_layout, write_fixtures
+
 DNABERT2_COMMIT = "d064dece8a8b41d9fb8729fbe3435278786931f1"
 DNABERT2_OLD_COMMIT = "25abaf0bd247444fcfa837109f12088114898d98"
 DNABERTS_PATH = "evaluate/model_codes"
@@ -131,10 +135,6 @@ def _git_show(repo: Path, rev: str, path: str) -> bytes:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _reverse_complement(seq: str) -> str:
-    return seq[::-1].translate(str.maketrans("ACGTN", "TGCAN"))
 
 
 def _small_bpe(tokenizer_json: dict, n_vocab: int) -> dict:
@@ -288,17 +288,10 @@ def main() -> int:
         cls = get_class_from_dynamic_module(spec["class"], str(build))
         torch.manual_seed(seed)
         model = cls(cfg)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn_like(p) * 0.1)
+        perturb(model, lambda _: 0.1)
         target = out / name
-        if target.exists():
-            shutil.rmtree(target)
-        model.save_pretrained(target, safe_serialization=False)
-        for leftover in target.glob("*.py"):  # save_pretrained copies the remote code
-            leftover.unlink()
         # the published layout: its config.json fields, not the class's to_dict()
-        (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        save_hub_layout(model, target, config, safe=False)
         (target / "tokenizer.json").write_bytes(spec["tokenizer"])
         (target / "tokenizer_config.json").write_bytes(hub["tokenizer_config.json"])
 
@@ -315,7 +308,7 @@ def main() -> int:
 
         for seq in upper:
             layers, ids, last = _official_pooled(official, tokenizer, seq)
-            rc = _reverse_complement(seq)
+            rc = reverse_complement(seq)
             _, _, rc_last = _official_pooled(official, tokenizer, rc)
             for layer, vec in enumerate(layers):
                 rows[layer].append(vec.numpy())
@@ -363,8 +356,6 @@ def main() -> int:
         encoder = encoder_cls(cfg)
         slopes[str(n_heads)] = (-encoder.alibi[0, :, 0, 1]).tolist()
 
-    np.savez(out / "expected.npz", **expected)
-    (out / "sequences.txt").write_text("\n".join(sequences) + "\n")
     (out / "expected.json").write_text(
         json.dumps(
             {
@@ -397,9 +388,8 @@ def main() -> int:
         "rc_average": "(pooled(seq) + pooled(revcomp(seq))) / 2 of the last layer",
         "perturbation": "every parameter += 0.1 * N(0, 1) after the official init",
     }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_fixtures(out, expected=expected, sequences=sequences, meta=meta)
     shutil.rmtree(scratch)
-    print("wrote", out)
     return 0
 
 

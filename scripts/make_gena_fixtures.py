@@ -49,7 +49,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dna_fixture_sequences import fixture_sequences, reverse_complement
+from dna_fixture_sequences import fixture_sequences
+from fixture_writer import (
+    check_padded_batch,
+    perturb,
+    pooled_table,
+    reverse_complement,
+    save_hub_layout,
+    write_fixtures,
+)
 
 PUBLISHED = Path(
     "tests/fixtures/gena/published/gena-lm-bert-base-t2t.config-printout.json"
@@ -248,19 +256,11 @@ def main() -> int:
         torch.manual_seed(10 + seed)
         model = AutoModel.from_config(config, trust_remote_code=True)
         assert type(model).__name__ == "BertForMaskedLM", type(model)
-        with torch.no_grad():
-            for pname, p in model.named_parameters():
-                scale = 0.3 if "ln" in pname or "LayerNorm" in pname else 0.2
-                p.add_(torch.randn_like(p) * scale)
+        perturb(model, lambda n: 0.3 if "ln" in n or "LayerNorm" in n else 0.2)
 
         out_dir = args.out / name
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        model.save_pretrained(out_dir, safe_serialization=False)
-        for py in out_dir.glob("*.py"):  # save_pretrained copies the remote code
-            py.unlink()
+        save_hub_layout(model, out_dir, config_dict, safe=False)
         (out_dir / "generation_config.json").unlink(missing_ok=True)  # not on the hub
-        (out_dir / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
         tok.save(str(out_dir / "tokenizer.json"))
         (out_dir / "tokenizer_config.json").write_text(
             json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
@@ -280,13 +280,8 @@ def main() -> int:
 
         rows = [pooled(loaded, tokenizer, s) for s in upper]
         rc_rows = [pooled(loaded, tokenizer, reverse_complement(s)) for s in upper]
-        for what in ("none", "include", "cls", "layer0", "layer1"):
-            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
-                np.float32
-            )
-        expected[f"{name}_average"] = np.stack(
-            [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
-        ).astype(np.float32)
+        whats = ("none", "include", "cls", "layer0", "layer1")
+        expected.update(pooled_table(name, rows, rc_rows, whats))
         tokens[name] = tokenizer(upper)["input_ids"]
 
         batch = tokenizer(
@@ -295,11 +290,8 @@ def main() -> int:
         special = batch.pop("special_tokens_mask").bool()
         with torch.no_grad():
             hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
-        keep = (batch["attention_mask"].bool() & ~special).unsqueeze(-1)
-        padded = ((hidden * keep).sum(1) / keep.sum(1)).numpy()
-        gap = float(np.abs(padded - expected[f"{name}_none"]).max())
-        print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
-        assert gap < 1e-5, gap
+        keep = batch["attention_mask"].bool() & ~special
+        check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
         print(
             name,
             "->",
@@ -307,9 +299,6 @@ def main() -> int:
             f"hidden {config.hidden_size}, vocab {config.vocab_size}",
         )
 
-    np.savez(args.out / "expected.npz", **expected)
-    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
-    (args.out / "tokens.json").write_text(json.dumps(tokens) + "\n")
     meta = {
         "official_code": "AIRI-Institute/GENA_LM src/gena_lm/modeling_bert.py",
         "official_commit": args.official_commit,
@@ -328,9 +317,10 @@ def main() -> int:
         "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
     }
     meta["published_param_counts"] = published_counts(code, template, scratch)
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_fixtures(
+        args.out, expected=expected, sequences=sequences, meta=meta, tokens=tokens
+    )
     shutil.rmtree(scratch)
-    print("wrote", args.out)
     return 0
 
 

@@ -39,11 +39,19 @@ import argparse
 import hashlib
 import importlib
 import json
-import random
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixture_writer import (
+    CORNER_SEQUENCES,
+    reverse_complement,
+    soft_masked,
+    write_fixtures,
+)
 
 # sha256 of the hub files as tcztzy/evo.cpp records them for
 # LongSafari/hyenadna-medium-160k-seqlen-hf@7ebf71773d22c0ede2cc55cb2be15ee8c289e1ce
@@ -125,35 +133,15 @@ VARIANTS = {
 }
 
 SEQUENCES = [
-    "A",
-    "GT",
-    "ACGTN",
-    "acgtA",
-    "NNNNNNNN",
-    "ACGTACGTAC",
-    "TTGCAnnGCA",
-    "GATTACAGATTACAGATTACAGATTACA",
-    "ccgGGAATTCCNNacgtTTGACAGGCTaa",
-    "ACGCGTTAGCATGCAANCGATCGATGCATG",
-    "ACGCGTTAGCATGCAANCGATCGATGCATA",
+    *CORNER_SEQUENCES,
     "ACGCGTTAGCATGCAANCGATCGATGCATG",  # a duplicate
     "AACCGGTTTAGC",
     "GCTAAACCGGTT",  # the reverse complement of the one before
     "TTTTTTTTTTTTT",
     "CAGT" * 11 + "C",
+    # longer sequences with N runs and soft masking
+    *soft_masked((7, 97, 150, 251, 299, 300)),
 ]
-
-
-def _long_sequences() -> list[str]:
-    """Longer sequences (7, 97, 150, 251, 299, 300 bp) with N runs and soft masking."""
-    rng = random.Random(20261006)
-    out = []
-    for n in (7, 97, 150, 251, 299, 300):
-        seq = [rng.choice("ACGT") for _ in range(n)]
-        if n > 20:
-            seq[n // 3 : n // 3 + 4] = "NNNN"
-        out.append("".join(seq[: n // 2]) + "".join(seq[n // 2 :]).lower())
-    return out
 
 
 def _sha256(path: Path) -> str:
@@ -196,10 +184,6 @@ def _import_hub_code(folder: Path) -> tuple[object, object, object]:
     return configuration, modeling, tokenization
 
 
-def _reverse_complement(seq: str) -> str:
-    return seq.translate(str.maketrans("ACGTN", "TGCAN"))[::-1]
-
-
 def _pooled(model: object, tokenizer: object, seq: str) -> dict[str, object]:
     """The pooled vectors of one sequence, run alone through the official model."""
     import torch
@@ -236,7 +220,7 @@ def main() -> int:
     import transformers
     from safetensors.torch import load_file
 
-    sequences = SEQUENCES + _long_sequences()
+    sequences = SEQUENCES
     upper = [s.upper() for s in sequences]
     tokenizer = tokenization.HyenaDNATokenizer(model_max_length=MAX_SEQ_LEN)
     defaults = tokenizer("ACGTN", return_special_tokens_mask=True)
@@ -295,7 +279,7 @@ def main() -> int:
 
         for seq in upper:
             forward = _pooled(loaded, tokenizer, seq)
-            reverse = _pooled(loaded, tokenizer, _reverse_complement(seq))
+            reverse = _pooled(loaded, tokenizer, reverse_complement(seq))
             for what, vector in forward.items():
                 rows.setdefault(f"{name}_{what}_none", []).append(vector)
             rows.setdefault(f"{name}_mean_average", []).append(
@@ -325,9 +309,6 @@ def main() -> int:
         stored = load_file(out_dir / "model.safetensors")
         print(name, "->", out_dir, f"({len(stored)} tensors)")
 
-    np.savez(args.out / "expected.npz", **expected)
-    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
-    (args.out / "tokens.json").write_text(json.dumps(token_ids, indent=1) + "\n")
     meta = {
         "official_code": (
             "the hub's remote code of LongSafari/hyenadna-*-seqlen-hf: "
@@ -351,8 +332,14 @@ def main() -> int:
         "average": "(pooled(seq) + pooled(rc(seq))) / 2",
         "official_left_padded_batch_max_abs_diff": padding_defect,
     }
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    print("wrote", args.out)
+    write_fixtures(
+        args.out,
+        expected=expected,
+        sequences=sequences,
+        meta=meta,
+        tokens=token_ids,
+        tokens_indent=1,
+    )
     return 0
 
 

@@ -47,7 +47,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dna_fixture_sequences import fixture_sequences, reverse_complement
+from dna_fixture_sequences import fixture_sequences
+from fixture_writer import (
+    check_padded_batch,
+    perturb,
+    pooled_table,
+    reverse_complement,
+    save_hub_layout,
+    write_fixtures,
+)
 
 HUB_REVISION = "81b29e5786726d891dbf929404ef20adca5b36f1"
 HUB_SHA256 = {
@@ -222,19 +230,11 @@ def main() -> int:
         config = AutoConfig.from_pretrained(build, trust_remote_code=True)
         torch.manual_seed(seed)
         model = AutoModelForMaskedLM.from_config(config, trust_remote_code=True)
-        with torch.no_grad():
-            for pname, p in model.named_parameters():
-                scale = 0.3 if "LayerNorm" in pname or "layer_norm" in pname else 0.2
-                p.add_(torch.randn_like(p) * scale)
+        perturb(model, lambda n: 0.3 if "LayerNorm" in n or "layer_norm" in n else 0.2)
 
         # 2. the hub layout: weights, the published config's fields, tokenizer files
         out_dir = args.out / name
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        model.save_pretrained(out_dir, safe_serialization=True)
-        for code in out_dir.glob("*.py"):  # save_pretrained copies the remote code
-            code.unlink()
-        (out_dir / "config.json").write_text(json_text(config_dict))
+        save_hub_layout(model, out_dir, config_dict, safe=True)
         write_tokenizer(out_dir, spec["k"])
 
         # 3. the official path, as a user runs it: remote code beside the files
@@ -255,13 +255,8 @@ def main() -> int:
         rc_rows = [
             pooled(loaded, tokenizer, reverse_complement(s), special_ids) for s in upper
         ]
-        for what in ("none", "include", "cls", "layer0", "layer1"):
-            expected[f"{name}_{what}"] = np.stack([r[what] for r in rows]).astype(
-                np.float32
-            )
-        expected[f"{name}_average"] = np.stack(
-            [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
-        ).astype(np.float32)
+        whats = ("none", "include", "cls", "layer0", "layer1")
+        expected.update(pooled_table(name, rows, rc_rows, whats))
         tokens[name] = tokenizer(upper)["input_ids"]
 
         # the official code with padding gives the same vectors (a check of the
@@ -270,11 +265,8 @@ def main() -> int:
         special = torch.isin(batch["input_ids"], special_ids)
         with torch.no_grad():
             hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
-        keep = (batch["attention_mask"].bool() & ~special).unsqueeze(-1)
-        padded = ((hidden * keep).sum(1) / keep.sum(1)).numpy()
-        gap = float(np.abs(padded - expected[f"{name}_none"]).max())
-        print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
-        assert gap < 1e-5, gap
+        keep = batch["attention_mask"].bool() & ~special
+        check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
         print(
             name,
             "->",
@@ -282,9 +274,6 @@ def main() -> int:
             f"hidden {config.hidden_size}, vocab {config.vocab_size}",
         )
 
-    np.savez(args.out / "expected.npz", **expected)
-    (args.out / "sequences.txt").write_text("\n".join(sequences) + "\n")
-    (args.out / "tokens.json").write_text(json.dumps(tokens) + "\n")
     meta = {
         "official_code": "hub files modeling_esm.py + esm_config.py of "
         "InstaDeepAI/nucleotide-transformer-v2-50m-multi-species",
@@ -306,9 +295,10 @@ def main() -> int:
         "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
     }
     meta["published_param_counts"] = published_counts(args.official, scratch)
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_fixtures(
+        args.out, expected=expected, sequences=sequences, meta=meta, tokens=tokens
+    )
     shutil.rmtree(scratch)
-    print("wrote", args.out)
     return 0
 
 

@@ -6,7 +6,7 @@ near duplicate of it among its dataset's drawn train items (:mod:`embedcache.ana
 bootstrap over those items (1,000 resamples within each dataset, the mean over
 datasets with equal weight) and ``n`` = the number of clean items. The gap
 ``accuracy - accuracy_clean`` is bootstrapped paired: both accuracies come from one
-resample of all test items (:func:`embedcache.analysis.stats.subset_gap`), with the item
+resample of all test items (:func:`embedcache.analysis.paired.subset_gap`), with the item
 bootstrap and, when clusters are given, the cluster bootstrap.
 """
 
@@ -20,16 +20,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from embedcache.analysis.clusters import check_aligned
-from embedcache.analysis.stats import (
+from embedcache.analysis.bootstrap import (
     MEAN,
     BootstrapResult,
-    SubsetGap,
     bootstrap_scores,
     percentile_ci,
-    significance_ranks,
-    subset_gap,
 )
+from embedcache.analysis.clusters import check_aligned
+from embedcache.analysis.paired import SubsetGap, significance_ranks, subset_gap
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

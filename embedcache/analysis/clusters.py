@@ -6,7 +6,7 @@ linked when they are near duplicates by the leakage audit's own rule (identical 
 reverse complement, or 8-mer set Jaccard >= 0.9 on either strand, N-holding k-mers
 skipped); clusters are the connected components of that graph (single linkage, so a
 chain of near duplicates is one cluster). The second interval resamples clusters
-(:func:`embedcache.analysis.stats.cluster_bootstrap_scores`); the protocol's item bootstrap
+(:func:`embedcache.analysis.bootstrap.cluster_bootstrap_scores`); the protocol's item bootstrap
 stays the headline.
 """
 
@@ -22,6 +22,12 @@ import polars as pl
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
+from embedcache.analysis.bootstrap import (
+    MEAN,
+    BootstrapResult,
+    cluster_bootstrap_scores,
+    percentile_ci,
+)
 from embedcache.analysis.leakage import (
     THRESHOLD,
     K,
@@ -29,12 +35,6 @@ from embedcache.analysis.leakage import (
     kmer_set_matrix,
     near_pairs,
     reverse_complement_sets,
-)
-from embedcache.analysis.stats import (
-    MEAN,
-    BootstrapResult,
-    cluster_bootstrap_scores,
-    percentile_ci,
 )
 from embedcache.errors import AnalysisInputError
 from embedcache.hashing import normalise_sequence, reverse_complement

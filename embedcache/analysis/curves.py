@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +29,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from embedcache.analysis.evaluation import load_vectors
+from embedcache.analysis.bootstrap import MEAN, bootstrap_scores
 from embedcache.analysis.probe import ProbeConfig, fit_probe, majority_label
-from embedcache.analysis.stats import MEAN, bootstrap_scores
+from embedcache.analysis.results import write_frame
+from embedcache.analysis.vectors import load_vectors, vector_chunks
 from embedcache.data.subsets import draw_stratified
 from embedcache.errors import AnalysisInputError
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from embedcache.analysis.evaluation import Evaluation, ModelEntry, VectorStore
+    from embedcache.analysis.evaluation import Evaluation
+    from embedcache.analysis.selection import ModelEntry
+    from embedcache.analysis.vectors import VectorStore
     from embedcache.data.subsets import Subset
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ CURVE_COLUMNS = (
     "ci_high",
     "n",
 )
-_CHUNK = 4096  # test vectors read and predicted per step
 
 
 def nested_train_subsets(
@@ -207,15 +207,11 @@ def label_efficiency(
                     )
                 if x_test is None:
                     x_test = np.concatenate(
-                        [
-                            load_vectors(
-                                store,
-                                e.key,
-                                test_hashes[i : i + _CHUNK],
-                                version=version.name,
+                        list(
+                            vector_chunks(
+                                store, e.key, test_hashes, version=version.name
                             )
-                            for i in range(0, len(test_hashes), _CHUNK)
-                        ]
+                        )
                     )
                 idx = [row_of[i] for i in drawn["item_id"].to_list()]
                 fit = fit_probe(x_train[idx], y, config=cfg)
@@ -278,14 +274,6 @@ def label_efficiency(
 
 def write_curves(frame: pl.DataFrame, path: Path | str) -> Path:
     """Write ``curves.csv`` atomically, with exactly :data:`CURVE_COLUMNS`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        frame.select(CURVE_COLUMNS).write_csv(tmp)
-        Path(tmp).replace(path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    path = write_frame(frame, path, CURVE_COLUMNS)
     logger.info("wrote %d curve rows to %s", frame.height, path)
     return path

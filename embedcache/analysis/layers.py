@@ -20,20 +20,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from embedcache.analysis.evaluation import _key_of, load_vectors
+from embedcache.analysis.bootstrap import MEAN, bootstrap_scores
 from embedcache.analysis.probe import ProbeConfig, fit_probe
-from embedcache.analysis.stats import MEAN, bootstrap_scores
+from embedcache.analysis.selection import key_of
+from embedcache.analysis.vectors import load_vectors, predict_stored
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-    from embedcache.analysis.evaluation import VectorStore
+    from embedcache.analysis.vectors import VectorStore
     from embedcache.data.subsets import Subset
     from embedcache.specs import ModelKey
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 4096
 SWEEP_COLUMNS = (
     "model",
     "layer",
@@ -101,7 +101,7 @@ def layer_sweeps(
     """
     config = probe_config or ProbeConfig()
     infos = store.keys()
-    keys = [_key_of(info) for info in infos]
+    keys = [key_of(info) for info in infos]
     groups = sweep_groups(keys)
     version = subset.version
     rows = []
@@ -128,19 +128,7 @@ def layer_sweeps(
                 losses[draw.name][key.layer] = float(fit.cv_log_loss_.min())
                 chosen_c[(draw.name, key.layer)] = fit.C_
                 layer_preds.append(
-                    np.concatenate(
-                        [
-                            fit.predict(
-                                load_vectors(
-                                    store,
-                                    key,
-                                    test_hashes[i : i + _CHUNK],
-                                    version=version.name,
-                                )
-                            )
-                            for i in range(0, len(test_hashes), _CHUNK)
-                        ]
-                    )
+                    predict_stored(fit, store, key, test_hashes, version=version.name)
                 )
             preds[draw.name] = np.stack(layer_preds)
         layer_ids = [k.layer for k in members]

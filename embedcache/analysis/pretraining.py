@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from embedcache.analysis.evaluation import is_random_init
-from embedcache.analysis.stats import MEAN, percentile_ci
+from embedcache.analysis.bootstrap import MEAN, percentile_ci
+from embedcache.analysis.selection import is_random_init
 
 if TYPE_CHECKING:
-    from embedcache.analysis.evaluation import Evaluation, ModelEntry
+    from embedcache.analysis.evaluation import Evaluation
+    from embedcache.analysis.selection import ModelEntry
     from embedcache.specs import ModelKey
 
 logger = logging.getLogger(__name__)

@@ -26,15 +26,16 @@ from embedcache.analysis.clusters import (
     paired_to_best,
 )
 from embedcache.analysis.curves import N_TRAIN_GRID, Curves, label_efficiency
-from embedcache.analysis.evaluation import analysis_results
 from embedcache.analysis.layers import LayerSweeps, layer_sweeps
 from embedcache.analysis.leakage import DatasetAudit, audit_datasets, full_train_audit
 from embedcache.analysis.pretraining import pretraining_gain
+from embedcache.analysis.results import analysis_results
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from embedcache.analysis.evaluation import Evaluation, VectorStore
+    from embedcache.analysis.evaluation import Evaluation
+    from embedcache.analysis.vectors import VectorStore
     from embedcache.data.subsets import Subset
 
 logger = logging.getLogger(__name__)

@@ -1,10 +1,11 @@
-"""Leaderboard versions, declared as data: one TOML file each, shipped in ``versions/``."""
+"""Leaderboard versions, declared as data: one TOML file each, shipped in ``shipped_versions/``."""
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedcache.data.datasets import dataset_spec
 from embedcache.errors import VersionSpecError
@@ -47,6 +48,22 @@ class VersionSpec:
         return tuple(draw.name for draw in self.datasets)
 
 
+def read_toml(path: Path, *, what: str) -> dict[str, Any]:
+    """The parsed TOML file; ``what`` names it in the error.
+
+    Raises
+    ------
+    VersionSpecError
+        The file cannot be read or is not TOML.
+    """
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        msg = f"cannot read {what} {path}: {err}"
+        raise VersionSpecError(msg) from err
+
+
 def list_versions() -> list[VersionSpec]:
     """Every version shipped with the package, by name."""
     return [load_version(path) for path in sorted(VERSIONS_DIR.glob("*.toml"))]
@@ -67,12 +84,7 @@ def load_version(name_or_path: str | Path) -> VersionSpec:
             known = ", ".join(p.stem for p in sorted(VERSIONS_DIR.glob("*.toml")))
             msg = f"unknown version {name_or_path!r}; shipped versions: {known}, or pass a .toml file"
             raise VersionSpecError(msg)
-    try:
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        msg = f"cannot read version file {path}: {err}"
-        raise VersionSpecError(msg) from err
+    raw = read_toml(path, what="version file")
     try:
         return _parse_version(raw, path)
     except VersionSpecError as err:

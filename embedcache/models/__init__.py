@@ -7,9 +7,23 @@ A name is one of
 - a hub id ``owner/name``, resolved with ``huggingface_hub`` to a commit sha.
 
 A checkpoint's family is recognised from its ``config.json`` in one place,
-:func:`recognise_family`: each family module under ``embedcache/models/`` says whether
-a config is its own (``recognise``) and builds the adapter (``load``). No repository
-code ever runs unless the checkpoint is none of these families and the user opts in.
+:func:`recognise_family`, over :data:`FAMILY_MODULES` (the one family dispatch): each
+family module says whether a config is its own (``recognise``) and builds the adapter
+from a :class:`~embedcache.models.checkpoint.Source` (``load``). No repository code
+ever runs unless the checkpoint is none of these families and the user opts in.
+
+What the package holds: one module per family (``gena``, ``ntv2``, ``dnabert2``,
+``generator``, ``hyena``, ``caduceus``, ``hf``) and its network (``_<family>_*``); what
+families share, once (``checkpoint``: the source, options, random-init twins;
+``weights``; ``config_fields``; ``encoder``: the token-based adapter;
+``tokenizer_json``; ``char_tokens``; ``bert_modules``; ``bert_init``); the built-in
+floors (``kmer``, ``gc``); the options record (``options``), the catalogue
+(``catalogue``, ``catalogue.toml``) and the numba kernel cache (``jitcache``).
+
+What it may import: the bottom floor only (``embedcache.errors``, ``hashing``,
+``specs``), never ``data``, ``store``, ``engine``, ``analysis``, ``report`` or ``cli``.
+Heavy libraries (torch, transformers) are imported inside functions or in the
+``_<family>_*`` network modules, which load only when a family does.
 """
 
 from __future__ import annotations
@@ -28,7 +42,8 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import files_digest
-from embedcache.models.options import EmbedOptions, non_default
+from embedcache.models.checkpoint import Source
+from embedcache.models.options import EmbedOptions
 
 if TYPE_CHECKING:
     from embedcache.models.base import Adapter
@@ -37,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS: tuple[str, ...] = (*(f"kmer-{k}" for k in range(1, 7)), "gc")
 # Family modules, most specific first; "hf" (native transformers classes) is the
-# fallback. Each has FAMILY, recognise(config, folder) and load(folder, config, ...).
+# fallback. Each has FAMILY, recognise(config, folder) and load(source: Source).
 FAMILY_MODULES: tuple[str, ...] = (
     "caduceus",
     "generator",
@@ -299,15 +314,16 @@ def load_adapter(
     config = read_config(folder)
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
     logger.debug("%s: recognised as %s", model, family.FAMILY)
-    return family.load(
-        folder,
-        config,
+    source = Source(
+        folder=folder,
+        config=config,
         model_id=model_id,
         revision=resolved,
         options=opts,
         device=resolve_device(opts.device),
         alias=alias,
     )
+    return family.load(source)
 
 
 def _resolve_source(
@@ -370,13 +386,15 @@ def layer_count(model: str, *, revision: str | None = None) -> int:
     raise UnknownModelError(msg)
 
 
+# what each built-in floor is, for messages about options that do not apply to it
+_BUILTIN_WHAT = {"kmer": "a k-mer spectrum", "gc": "the GC fraction of a sequence"}
+
+
 def _load_builtin(
     model: str, *, revision: str | None, options: EmbedOptions
 ) -> Adapter:
-    from embedcache.models.kmer import KmerAdapter
+    from embedcache.models.checkpoint import refuse_options
 
-    if model == "gc":
-        return _load_gc(revision=revision, options=options)
     if revision is not None:
         msg = (
             f"{model} is built in; its revision is the adapter version, drop --revision"
@@ -386,32 +404,21 @@ def _load_builtin(
         msg = f"{model} accepts sequences of any length: --truncate does not apply"
         raise AdapterOptionError(msg)
     names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = f"{model} is a k-mer spectrum: {', '.join(flags)} do(es) not apply"
-        raise AdapterOptionError(msg)
-    # dtype and device are ignored: counting k-mers is exact and runs in numpy
+    what = _BUILTIN_WHAT["gc" if model == "gc" else "kmer"]
+    refuse_options(
+        options,
+        (*names, "family_options"),
+        before=f"{model} is {what}: ",
+        after=" do(es) not apply",
+    )
+    # dtype and device are ignored: counting bases and k-mers is exact, in numpy
+    if model == "gc":
+        from embedcache.models.gc import GCAdapter
+
+        return GCAdapter(rc_mode=options.rc_mode or "none")
+    from embedcache.models.kmer import KmerAdapter
+
     return KmerAdapter(int(model.split("-")[1]), rc_mode=options.rc_mode or "none")
-
-
-def _load_gc(*, revision: str | None, options: EmbedOptions) -> Adapter:
-    from embedcache.models.gc import GCAdapter
-
-    if revision is not None:
-        msg = "gc is built in; its revision is the adapter version, drop --revision"
-        raise AdapterOptionError(msg)
-    if options.truncation != "error":
-        msg = "gc accepts sequences of any length: --truncate does not apply"
-        raise AdapterOptionError(msg)
-    names = ("layers", "kmer_split", "pooling", "special_tokens", "random_init")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = (
-            f"gc is the GC fraction of a sequence: {', '.join(flags)} do(es) not apply"
-        )
-        raise AdapterOptionError(msg)
-    # dtype and device are ignored: counting bases is exact and runs in numpy
-    return GCAdapter(rc_mode=options.rc_mode or "none")
 
 
 __all__ = [

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from embedcache.models._caduceus_model import (
+from embedcache.models._caduceus_weights import (
     CaduceusWeights,
     LayerWeights,
     MambaWeights,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models._caduceus_model import CaduceusArch
+    from embedcache.models._caduceus_weights import CaduceusArch
 
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
 INITIALIZER_RANGE = 0.02

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.bert_modules import run_stack
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -221,15 +222,10 @@ class MosaicBertNetwork(nn.Module):
         layers: Sequence[int],
     ) -> list[torch.Tensor]:
         x = self.embeddings(ids)
-        wanted = {self.n_layers if layer == -1 else layer for layer in layers}
-        states = {0: x} if 0 in wanted else {}
         bias = self.attention_bias(attention_mask.bool(), x.dtype)
-        last = max(wanted)
-        for i, block in enumerate(self.encoder.layer[:last], start=1):
-            x = block(x, bias)
-            if i in wanted:
-                states[i] = x
-        return [states[self.n_layers if layer == -1 else layer] for layer in layers]
+        return run_stack(
+            x, self.encoder.layer, layers, step=lambda block, x: block(x, bias)
+        )
 
     def reset_parameters(self, *, seed: int) -> None:
         """The official ``_init_weights`` (transformers' BERT), seeded: linear and

@@ -24,21 +24,23 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.config_fields import positive_int, require_published
+from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
+from embedcache.models.config_fields import (
+    BertSizes,
+    bert_sizes,
+    positive_int,
+    require_published,
+    require_token_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 
 @dataclass(frozen=True, slots=True)
-class GenaArch:
+class GenaArch(BertSizes):
     """The architecture numbers of a GENA-LM BERT ``config.json``."""
 
-    vocab_size: int
-    hidden_size: int
-    n_layers: int
-    n_heads: int
-    intermediate_size: int
     max_positions: int
     type_vocab_size: int
     last_layer_norm: bool
@@ -76,11 +78,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
     }
     require_published(checks, where=where, what="GENA-LM")
     arch = GenaArch(
-        vocab_size=integer("vocab_size"),
-        hidden_size=integer("hidden_size"),
-        n_layers=integer("num_hidden_layers"),
-        n_heads=integer("num_attention_heads"),
-        intermediate_size=integer("intermediate_size"),
+        **bert_sizes(config, where=where),
         max_positions=integer("max_position_embeddings"),
         type_vocab_size=integer("type_vocab_size", 2),
         # the official default: a final LayerNorm whenever the blocks are pre-LN
@@ -92,32 +90,15 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> GenaArch:
     if arch.hidden_size % arch.n_heads:
         msg = f"{where}: hidden_size {arch.hidden_size} is not a multiple of {arch.n_heads} heads"
         raise CheckpointError(msg)
-    if not 0 <= arch.pad_token_id < arch.vocab_size:
-        msg = f"{where}: pad_token_id {arch.pad_token_id} is outside the vocabulary"
-        raise CheckpointError(msg)
+    require_token_id("pad_token_id", arch.pad_token_id, arch.vocab_size, where=where)
     return arch
-
-
-class _SelfAttention(nn.Module):
-    def __init__(self, arch: GenaArch) -> None:
-        super().__init__()
-        h = arch.hidden_size
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
-
-
-class _Dense(nn.Module):
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(n_in, n_out)
 
 
 class _Attention(nn.Module):
     def __init__(self, arch: GenaArch) -> None:
         super().__init__()
-        self.self = _SelfAttention(arch)
-        self.output = _Dense(arch.hidden_size, arch.hidden_size)
+        self.self = SelfAttention(arch.hidden_size)
+        self.output = Dense(arch.hidden_size, arch.hidden_size)
 
 
 class _Layer(nn.Module):
@@ -128,8 +109,8 @@ class _Layer(nn.Module):
         self.pre_attention_ln = nn.LayerNorm(h, eps=eps)
         self.post_attention_ln = nn.LayerNorm(h, eps=eps)
         self.attention = _Attention(arch)
-        self.intermediate = _Dense(h, arch.intermediate_size)
-        self.output = _Dense(arch.intermediate_size, h)
+        self.intermediate = Dense(h, arch.intermediate_size)
+        self.output = Dense(arch.intermediate_size, h)
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         b, t, h = x.shape
@@ -202,17 +183,13 @@ class GenaNetwork(nn.Module):
         )
         x = emb.LayerNorm(x)
         keys = attention_mask[:, None, None, :]
-        last = self.n_layers
-        wanted = {last if layer == -1 else layer for layer in layers}
-        states: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
-        for i, block in enumerate(self.encoder.layer, start=1):
-            x = block(x, keys)
-            if i in wanted and i < last:
-                states[i] = x
-        if last in wanted:
-            final = getattr(self.encoder, "last_layer_ln", None)
-            states[last] = final(x) if final is not None else x
-        return [states[last if layer == -1 else layer] for layer in layers]
+        return run_stack(
+            x,
+            self.encoder.layer,
+            layers,
+            step=lambda block, x: block(x, keys),
+            final=getattr(self.encoder, "last_layer_ln", None),
+        )
 
 
 def init_weights(network: GenaNetwork, *, seed: int) -> None:

@@ -26,7 +26,13 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.config_fields import positive_int, require_published
+from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
+from embedcache.models.config_fields import (
+    BertSizes,
+    bert_sizes,
+    require_published,
+    require_token_id,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,14 +41,9 @@ ROTARY_BASE = 10000.0
 
 
 @dataclass(frozen=True, slots=True)
-class NTv2Arch:
+class NTv2Arch(BertSizes):
     """The architecture numbers of an NT-v2 ``config.json``."""
 
-    vocab_size: int
-    hidden_size: int
-    n_layers: int
-    n_heads: int
-    intermediate_size: int
     add_bias_fnn: bool
     layer_norm_eps: float
     pad_token_id: int
@@ -64,9 +65,6 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
         feature NT-v2 does not use (absolute positions, token dropout, ...).
     """
 
-    def integer(name: str, default: int | None = None) -> int:
-        return positive_int(config, name, where=where, default=default)
-
     unsupported = {
         "position_embedding_type": ("rotary", config.get("position_embedding_type")),
         "emb_layer_norm_before": (False, bool(config.get("emb_layer_norm_before"))),
@@ -76,11 +74,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
     }
     require_published(unsupported, where=where, what="NT-v2")
     arch = NTv2Arch(
-        vocab_size=integer("vocab_size"),
-        hidden_size=integer("hidden_size"),
-        n_layers=integer("num_hidden_layers"),
-        n_heads=integer("num_attention_heads"),
-        intermediate_size=integer("intermediate_size"),
+        **bert_sizes(config, where=where),
         # the official EsmConfig's default: biases unless the config says otherwise
         add_bias_fnn=bool(config.get("add_bias_fnn", True)),
         layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
@@ -93,9 +87,7 @@ def arch_from_config(config: Mapping[str, Any], *, where: str) -> NTv2Arch:
             "an even head dimension (rotary embeddings rotate halves)"
         )
         raise CheckpointError(msg)
-    if not 0 <= arch.pad_token_id < arch.vocab_size:
-        msg = f"{where}: pad_token_id {arch.pad_token_id} is outside the vocabulary"
-        raise CheckpointError(msg)
+    require_token_id("pad_token_id", arch.pad_token_id, arch.vocab_size, where=where)
     return arch
 
 
@@ -117,26 +109,11 @@ def _rotate(
     return (x * cos).addcmul_(torch.cat((x2, x1), dim=-1), signed_sin)
 
 
-class _SelfAttention(nn.Module):
-    def __init__(self, arch: NTv2Arch) -> None:
-        super().__init__()
-        h = arch.hidden_size
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
-
-
-class _Dense(nn.Module):
-    def __init__(self, n_in: int, n_out: int, *, bias: bool = True) -> None:
-        super().__init__()
-        self.dense = nn.Linear(n_in, n_out, bias=bias)
-
-
 class _Attention(nn.Module):
     def __init__(self, arch: NTv2Arch) -> None:
         super().__init__()
-        self.self = _SelfAttention(arch)
-        self.output = _Dense(arch.hidden_size, arch.hidden_size)
+        self.self = SelfAttention(arch.hidden_size)
+        self.output = Dense(arch.hidden_size, arch.hidden_size)
         self.LayerNorm = nn.LayerNorm(arch.hidden_size, eps=arch.layer_norm_eps)
 
 
@@ -146,8 +123,8 @@ class _Layer(nn.Module):
         h, i, bias = arch.hidden_size, arch.intermediate_size, arch.add_bias_fnn
         self.n_heads = arch.n_heads
         self.attention = _Attention(arch)
-        self.intermediate = _Dense(h, 2 * i, bias=bias)
-        self.output = _Dense(i, h, bias=bias)
+        self.intermediate = Dense(h, 2 * i, bias=bias)
+        self.output = Dense(i, h, bias=bias)
         self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
 
     def forward(
@@ -228,16 +205,13 @@ class NTv2Network(nn.Module):
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         cos, sin = self._rotary(ids.shape[1], x.device, x.dtype)
         keys = attention_mask[:, None, None, :]
-        last = self.n_layers
-        wanted = {last if layer == -1 else layer for layer in layers}
-        states: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
-        for i, block in enumerate(self.encoder.layer, start=1):
-            x = block(x, keys, cos, sin)
-            if i in wanted and i < last:
-                states[i] = x
-        if last in wanted:
-            states[last] = self.encoder.emb_layer_norm_after(x)
-        return [states[last if layer == -1 else layer] for layer in layers]
+        return run_stack(
+            x,
+            self.encoder.layer,
+            layers,
+            step=lambda block, x: block(x, keys, cos, sin),
+            final=self.encoder.emb_layer_norm_after,
+        )
 
 
 def init_weights(network: NTv2Network, *, seed: int) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from embedcache.specs import ModelKey
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import numpy as np
-
-    from embedcache.specs import ModelKey
 
 
 # Padded tokens (longest item x batch size) per forward pass when an adapter names no
@@ -40,3 +40,33 @@ class Adapter(Protocol):
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
         """Return float32 vectors of shape (len(seqs), dim), one per sequence, in order."""
         ...
+
+
+class FloorAdapter:
+    """What the built-in floors (k-mer spectra, GC fraction) share: exact counting in
+    numpy, one token per base, any length, a key without a download behind it."""
+
+    needs_equal_lengths = False
+    max_tokens = None
+    # counting is microseconds a sequence: large batches keep store commits rare
+    preferred_token_budget = 2_000_000
+
+    def __init__(
+        self, model_id: str, *, adapter: str, version: str, pooling: str, rc_mode: str
+    ) -> None:
+        self.rc_mode = rc_mode
+        self.key = ModelKey(
+            model_id=model_id,
+            revision=f"builtin-v{version}",
+            adapter=adapter,
+            adapter_version=version,
+            pooling=pooling,
+            special_tokens="none",
+            rc_mode=rc_mode,
+            dtype="float32",
+            max_length=None,
+        )
+
+    def n_tokens(self, seq: str) -> int:
+        """One token per base: the budget is only a batching hint here."""
+        return len(seq)

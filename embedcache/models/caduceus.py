@@ -38,21 +38,20 @@ from embedcache.errors import (
 from embedcache.hashing import reverse_complement
 from embedcache.models import resolve_device
 from embedcache.models._caduceus_init import random_weights
-from embedcache.models._caduceus_model import (
-    BASE_IDS,
-    UNK_ID,
-    CaduceusBackbone,
+from embedcache.models._caduceus_model import CaduceusBackbone, complement_ids
+from embedcache.models._caduceus_weights import (
     arch_from_config,
-    complement_ids,
     weights_from_state_dict,
 )
-from embedcache.models.encoder import config_digest
-from embedcache.models.jitcache import CompileNotice
-from embedcache.models.options import (
-    EmbedOptions,
-    non_default,
-    random_init_revision,
+from embedcache.models.char_tokens import lookup, token_table
+from embedcache.models.checkpoint import (
+    Source,
+    compute_dtype,
+    random_init_twin,
+    refuse_options,
 )
+from embedcache.models.jitcache import CompileNotice
+from embedcache.models.options import EmbedOptions
 from embedcache.models.weights import read_state_dict
 from embedcache.specs import ModelKey
 
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models._caduceus_model import CaduceusArch
+    from embedcache.models._caduceus_weights import CaduceusArch
 
 logger = logging.getLogger(__name__)
 
@@ -74,22 +73,13 @@ _TOKENS_PER_PASS = 16384
 _KERNEL_MODULE = "embedcache.models._caduceus_numba"
 
 
-def _token_table() -> np.ndarray:
-    table = np.full(256, UNK_ID, dtype=np.int64)
-    for base, token in BASE_IDS.items():
-        # the official tokenizer upper-cases before the lookup
-        table[ord(base)] = token
-        table[ord(base.lower())] = token
-    return table
-
-
-_TOKENS = _token_table()
+# the official tokenizer upper-cases before the lookup
+_TOKENS = token_table(lower=True)
 
 
 def tokenize(seq: str) -> np.ndarray:
     """Official Caduceus token ids of ``seq`` without special tokens (int64)."""
-    raw = np.frombuffer(seq.encode("latin-1", errors="replace"), dtype=np.uint8)
-    return _TOKENS[raw]
+    return lookup(_TOKENS, seq)
 
 
 def is_caduceus_config(config: dict) -> bool:
@@ -220,17 +210,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return is_caduceus_config(config)
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-    scan: str = "auto",
-) -> CaduceusAdapter:
+def load(source: Source, *, scan: str = "auto") -> CaduceusAdapter:
     """A Caduceus adapter from an official-layout folder (``config.json`` + weights).
 
     ``options.rc_mode`` None means ``"average"``; ``options.dtype`` ``"bfloat16"``
@@ -245,8 +225,8 @@ def load(
     AdapterOptionError
         An option does not apply to Caduceus.
     """
-    import torch
-
+    folder, config, options = source.folder, source.config, source.options
+    model_id, device = source.model_id, source.device
     rc_mode = options.rc_mode or "average"
     if rc_mode not in RC_MODES:
         msg = f"rc_mode {rc_mode!r} is not one of {RC_MODES} for Caduceus"
@@ -268,8 +248,8 @@ def load(
     if options.random_init is not None:
         # the architecture alone: seeded weights drawn as the family initialises them
         weights = random_weights(arch, config, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options = (("config", config_digest(config)),)
+        source, option = random_init_twin(source)
+        key_options = (option,)
     else:
         weights = weights_from_state_dict(
             arch, read_state_dict(folder), config=config, where=str(folder)
@@ -279,14 +259,14 @@ def load(
         arch,
         weights,
         device=device,
-        matmul_dtype=torch.bfloat16 if options.dtype == "bfloat16" else torch.float32,
+        matmul_dtype=compute_dtype(options),
         kernels="numba" if use_numba else "torch",
     )
     max_length = config.get("max_length") or config.get("max_position_embeddings")
     keys = tuple(
         ModelKey(
             model_id=model_id,
-            revision=revision,
+            revision=source.revision,
             adapter="caduceus",
             adapter_version=CADUCEUS_ADAPTER_VERSION,
             layer=layer,
@@ -308,7 +288,7 @@ def load(
         device,
         "numba" if use_numba else "torch",
     )
-    return CaduceusAdapter(backbone, keys=keys, alias=alias)
+    return CaduceusAdapter(backbone, keys=keys, alias=source.alias)
 
 
 def _check_layers(
@@ -340,11 +320,8 @@ def _check_options(options: EmbedOptions, model_id: str) -> None:
             f"{options.pooling!r} does not apply, only mean"
         )
         raise AdapterOptionError(msg)
-    names = ("special_tokens", "kmer_split", "truncation")
-    flags = non_default(options, (*names, "family_options"))
-    if flags:
-        msg = f"{model_id}: Caduceus adapters take no {', '.join(flags)}"
-        raise AdapterOptionError(msg)
+    names = ("special_tokens", "kmer_split", "truncation", "family_options")
+    refuse_options(options, names, before=f"{model_id}: Caduceus adapters take no ")
 
 
 def load_caduceus_adapter(
@@ -382,14 +359,13 @@ def load_caduceus_adapter(
             f"model's revision is its content digest ({content}); drop the revision"
         )
         raise AdapterOptionError(msg)
-    options = EmbedOptions(rc_mode=rc_mode, dtype=dtype, device=device)
-    return load(
-        folder,
-        read_config(folder),
+    request = Source(
+        folder=folder,
+        config=read_config(folder),
         model_id=LOCAL_MODEL_ID,
         revision=content,
-        options=options,
+        options=EmbedOptions(rc_mode=rc_mode, dtype=dtype, device=device),
         device=resolve_device(device),
         alias=folder.resolve().name,
-        scan=scan,
     )
+    return load(request, scan=scan)

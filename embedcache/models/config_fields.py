@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
@@ -33,3 +34,41 @@ def require_published(
                 f"published {what} architecture ({name} {wanted!r}) only"
             )
             raise CheckpointError(msg)
+
+
+def require_token_id(name: str, token_id: int, vocab_size: int, *, where: str) -> None:
+    """Refuse a special token id (``name``) outside ``0 .. vocab_size - 1``."""
+    if not 0 <= token_id < vocab_size:
+        msg = f"{where}: {name} {token_id} is outside the vocabulary"
+        raise CheckpointError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class BertSizes:
+    """The five sizes every BERT-style ``config.json`` gives."""
+
+    vocab_size: int
+    hidden_size: int
+    n_layers: int
+    n_heads: int
+    intermediate_size: int
+
+
+def bert_sizes(config: Mapping[str, Any], *, where: str) -> dict[str, int]:
+    """:class:`BertSizes`' fields read from ``config``, each a positive integer.
+
+    Raises
+    ------
+    CheckpointError
+        A size is missing or not a positive integer.
+    """
+    names = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "hidden_size",
+        "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads",
+        "intermediate_size": "intermediate_size",
+    }
+    return {
+        field: positive_int(config, name, where=where) for field, name in names.items()
+    }

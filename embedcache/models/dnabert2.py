@@ -28,20 +28,21 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import AdapterOptionError, CheckpointError
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
+from embedcache.models.checkpoint import (
+    TOKENIZER_CONFIG,
+    Source,
+    auto_map_targets,
+    compute_dtype,
+    fill_weights,
 )
-from embedcache.models.options import random_init_revision
+from embedcache.models.encoder import EncoderAdapter, EncoderTraits
+from embedcache.models.tokenizer_json import JsonTokenizer, read_tokenizer_json
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     from embedcache.models.base import Adapter
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -74,26 +75,11 @@ OFFICIAL_CODE_SHA256 = frozenset(
 CODE_FILE = "bert_layers.py"
 
 
-def _auto_map_targets(config: Mapping[str, Any]) -> list[str]:
-    """The ``module.Class`` names an ``auto_map`` points at (``repo--`` prefixes dropped)."""
-    auto_map = config.get("auto_map")
-    if not isinstance(auto_map, dict):
-        return []
-    targets = []
-    for value in auto_map.values():
-        for ref in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(ref, str):
-                targets.append(ref.split("--")[-1])
-    return targets
-
-
 def is_mosaic_bert_config(config: Mapping[str, Any]) -> bool:
     """Whether a config is MosaicBERT's (DNABERT-2 / DNABERT-S) by its fields alone."""
     if "alibi_starting_size" not in config:
         return False
-    return any(
-        target.startswith("bert_layers.") for target in _auto_map_targets(config)
-    )
+    return any(target.startswith("bert_layers.") for target in auto_map_targets(config))
 
 
 def recognise(config: dict[str, Any], folder: Path) -> bool:
@@ -112,38 +98,27 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return any(name.endswith(_MOSAIC_WEIGHTS) for name in names)
 
 
-class DnabertTokenizer:
-    """The published ``tokenizer.json`` (BPE) as a :class:`SequenceTokenizer`.
-
-    Truncation and padding stored in the file are switched off, as the official
-    tokenizer does when called without them.
-    """
+class DnabertTokenizer(JsonTokenizer):
+    """The published ``tokenizer.json`` (BPE), checked to be DNABERT-2's: a padding
+    token, and [CLS] ... [SEP] around a sequence."""
 
     def __init__(self, folder: Path, *, where: str) -> None:
-        from tokenizers import Tokenizer
-
         path = folder / "tokenizer.json"
-        if not path.is_file():
-            msg = (
+        tokenizer = read_tokenizer_json(
+            folder,
+            missing=(
                 f"{where} has no tokenizer.json; DNABERT-2 and DNABERT-S ship their BPE "
                 "tokenizer as tokenizer.json beside the weights: copy it there"
-            )
-            raise CheckpointError(msg)
-        try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception as err:  # tokenizers raises plain Exceptions
-            msg = f"cannot read {path} as a tokenizers BPE file: {err}"
-            raise CheckpointError(msg) from err
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        self.tokenizer = tokenizer
+            ),
+            unreadable=f"cannot read {path} as a tokenizers BPE file",
+        )
         pad = tokenizer.token_to_id(_pad_token(folder))
         if pad is None:
             msg = (
                 f"{path} has no padding token ([PAD]); it is not DNABERT-2's tokenizer"
             )
             raise CheckpointError(msg)
-        self.pad_id = int(pad)
+        super().__init__(tokenizer, pad_id=int(pad))
         probe = self.encode("A")
         if not (probe.special[0] and probe.special[-1]) or len(probe) < 3:
             msg = (
@@ -153,22 +128,10 @@ class DnabertTokenizer:
             raise CheckpointError(msg)
         self.cls_id = probe.ids[0]
 
-    def encode(self, seq: str) -> Encoded:
-        return self.encode_many([seq])[0]
-
-    def encode_many(self, seqs: Sequence[str]) -> list[Encoded]:
-        if not seqs:
-            return []
-        encodings = self.tokenizer.encode_batch(list(seqs), add_special_tokens=True)
-        return [
-            Encoded(tuple(e.ids), tuple(bool(s) for s in e.special_tokens_mask))
-            for e in encodings
-        ]
-
 
 def _pad_token(folder: Path) -> str:
     """The padding token tokenizer_config.json names, else DNABERT-2's [PAD]."""
-    path = folder / "tokenizer_config.json"
+    path = folder / TOKENIZER_CONFIG
     try:
         pad = json.loads(path.read_text(encoding="utf-8")).get("pad_token")
     except (OSError, ValueError, AttributeError):
@@ -187,16 +150,16 @@ def official_code_check(folder: Path) -> str | None:
     return None if digest in OFFICIAL_CODE_SHA256 else digest
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> Adapter:
+def _encoder_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The encoder's tensors: ``bert.`` removed where the checkpoint has it, heads
+    dropped."""
+    from embedcache.models.weights import strip_prefix
+
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    return strip_prefix(state, prefix, ignore=HEADS)
+
+
+def load(source: Source) -> Adapter:
     """A DNABERT-2/DNABERT-S adapter from an official-layout folder.
 
     Raises
@@ -207,12 +170,10 @@ def load(
     AdapterOptionError
         A family option was given (this family has none).
     """
-    import torch
-
     from embedcache.models._dnabert2_model import MosaicBertNetwork, arch_from_config
-    from embedcache.models.weights import load_strict, read_state_dict, strip_prefix
 
-    name = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    name = source.alias or source.model_id
     unknown_code = official_code_check(folder)
     if unknown_code is not None:
         if options.trust_remote_code:
@@ -223,15 +184,7 @@ def load(
                 name,
                 CODE_FILE,
             )
-            return hf.load(
-                folder,
-                config,
-                model_id=model_id,
-                revision=revision,
-                options=options,
-                device=device,
-                alias=alias,
-            )
+            return hf.load(source)
         msg = (
             f"{folder / CODE_FILE} (sha256 {unknown_code}) is none of the official "
             "DNABERT-2/DNABERT-S versions embedcache checked its MosaicBERT against; it "
@@ -252,18 +205,16 @@ def load(
     arch = arch_from_config(config, where=str(folder / "config.json"))
     tokenizer = DnabertTokenizer(folder, where=str(folder))
     network = MosaicBertNetwork(arch)
-    key_options: list[tuple[str, str]] = []
-    if options.random_init is not None:
-        network.reset_parameters(seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
-    else:
-        state = read_state_dict(folder)
-        prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
-        state = strip_prefix(state, prefix, ignore=HEADS)
-        load_strict(network, state, where=str(folder), family=FAMILY)
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
-    network = network.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    source, key_options = fill_weights(
+        network,
+        source,
+        init=lambda net, seed: net.reset_parameters(seed=seed),
+        state=_encoder_state,
+        family=FAMILY,
+    )
+    dtype = compute_dtype(options)
+    network = network.to(device=source.device, dtype=dtype).eval()
+    network = network.requires_grad_(False)
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
@@ -274,16 +225,7 @@ def load(
         options=tuple(key_options),
         attention_heads=arch.n_heads,
     )
-    return EncoderAdapter(
-        tokenizer=tokenizer,
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(tokenizer, network, traits, source)
 
 
 __all__ = [

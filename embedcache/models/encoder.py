@@ -17,8 +17,6 @@ this: no real position attends to a later padded one). The reverse-complement pa
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -32,13 +30,16 @@ from embedcache.errors import (
 )
 from embedcache.hashing import reverse_complement
 from embedcache.models.base import DEFAULT_TOKEN_BUDGET
-from embedcache.models.options import LAST_LAYER, EmbedOptions
+from embedcache.models.checkpoint import config_digest
+from embedcache.models.options import LAST_LAYER
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     import torch
+
+    from embedcache.models.checkpoint import Source
 
 logger = logging.getLogger(__name__)
 
@@ -100,12 +101,6 @@ class EncoderTraits:
     attention_heads: int = 0
 
 
-def config_digest(config: Mapping[str, object]) -> str:
-    """sha256 of a config's canonical JSON: names a random-init twin's architecture."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``hidden`` (b, t, d) over positions where ``mask`` (b, t) is true, in float32."""
     import torch
@@ -158,20 +153,17 @@ class EncoderAdapter:
 
     def __init__(
         self,
-        *,
         tokenizer: SequenceTokenizer,
         network: EncoderNetwork,
         traits: EncoderTraits,
-        model_id: str,
-        revision: str,
-        options: EmbedOptions,
-        device: str,
+        source: Source,
+        *,
         default_rc_mode: str = "none",
-        alias: str | None = None,
     ) -> None:
         import torch
 
-        where = f"{alias or model_id} ({traits.family})"
+        options = source.options
+        where = f"{source.where} ({traits.family})"
         if options.pooling == "cls" and not traits.has_cls:
             msg = f"{where}: pooling 'cls' needs a classification token, which this family has not; use mean"
             raise AdapterOptionError(msg)
@@ -192,7 +184,7 @@ class EncoderAdapter:
         self.network = network
         self.traits = traits
         self.options = options
-        self.device = torch.device(device)
+        self.device = torch.device(source.device)
         self.rc_mode = options.rc_mode or default_rc_mode
         self.layers = options.layers
         self.dim = int(network.hidden_size)
@@ -201,11 +193,11 @@ class EncoderAdapter:
         # both strands of a sequence run in one batch under RC averaging
         strands = 2 if self.rc_mode == "average" else 1
         self.attention_maps = traits.attention_heads * strands
-        self.alias = alias
+        self.alias = source.alias
         self.keys = tuple(
             ModelKey(
-                model_id=model_id,
-                revision=revision,
+                model_id=source.model_id,
+                revision=source.revision,
                 adapter=traits.family,
                 adapter_version=traits.adapter_version,
                 layer=layer,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
-from embedcache.specs import ModelKey
+from embedcache.models.base import FloorAdapter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,12 +57,9 @@ def gc_fraction(seq: str) -> float:
     return float(counts[1]) / n_bases if n_bases else NO_BASES_VALUE
 
 
-class GCAdapter:
+class GCAdapter(FloorAdapter):
     """The GC fraction as a one-dimensional embedding."""
 
-    needs_equal_lengths = False
-    max_tokens = None
-    preferred_token_budget = 2_000_000  # counting is cheap: few, large store commits
     dim = 1
 
     def __init__(self, *, rc_mode: str = "none") -> None:
@@ -72,22 +69,13 @@ class GCAdapter:
                 "both strands (drop --rc)"
             )
             raise AdapterOptionError(msg)
-        self.rc_mode = rc_mode
-        self.key = ModelKey(
-            model_id="gc",
-            revision=f"builtin-v{GC_ADAPTER_VERSION}",
+        super().__init__(
+            "gc",
             adapter="gc",
-            adapter_version=GC_ADAPTER_VERSION,
+            version=GC_ADAPTER_VERSION,
             pooling="gc-fraction",
-            special_tokens="none",
             rc_mode=rc_mode,
-            dtype="float32",
-            max_length=None,
         )
-
-    def n_tokens(self, seq: str) -> int:
-        """One token per base: the budget is only a batching hint here."""
-        return len(seq)
 
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
         return np.asarray([[gc_fraction(s)] for s in seqs], dtype=np.float32).reshape(

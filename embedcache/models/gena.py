@@ -17,26 +17,27 @@ final output.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from embedcache.errors import AdapterOptionError, CheckpointError
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
+from embedcache.errors import CheckpointError
+from embedcache.models.checkpoint import (
+    Source,
+    check_tokenizer_class,
+    compute_dtype,
+    empty_module,
+    fill_weights,
+    refuse_options,
 )
-from embedcache.models.options import non_default, random_init_revision
+from embedcache.models.encoder import EncoderAdapter, EncoderTraits
+from embedcache.models.tokenizer_json import JsonTokenizer, read_tokenizer_json
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     import torch
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -52,23 +53,6 @@ _GENA_WEIGHT = ".pre_attention_ln."
 _POST_LN_WEIGHT = ".attention.output.LayerNorm."
 
 
-def _header_weight_names(folder: Path) -> frozenset[str]:
-    """Tensor names readable without loading tensors (safetensors header, shard
-    index); empty for a single pickle, which would have to be loaded whole."""
-    from embedcache.models.weights import weight_names
-
-    has_header = (folder / "model.safetensors").is_file() or any(
-        (folder / n).is_file()
-        for n in ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-    )
-    if not has_header:
-        return frozenset()
-    try:
-        return weight_names(folder)
-    except CheckpointError:
-        return frozenset()
-
-
 def recognise(config: dict[str, Any], folder: Path) -> bool:
     """A ``model_type: bert`` config with GENA-LM's fields, or BERT weights in
     GENA-LM's pre-LN layout (pre-attention LayerNorms, no post-LN ones)."""
@@ -78,31 +62,16 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
         return True
     # the pre-LN layout, not a native BERT with a stray tensor (which the native
     # path refuses with its own message)
-    names = _header_weight_names(folder)
+    from embedcache.models.weights import header_weight_names
+
+    names = header_weight_names(folder)
     return any(_GENA_WEIGHT in n for n in names) and not any(
         _POST_LN_WEIGHT in n for n in names
     )
 
 
-class GenaTokenizer:
-    """A ``tokenizers`` BPE (the published ``tokenizer.json``) as a
-    :class:`~embedcache.models.encoder.SequenceTokenizer`; special flags from the
-    encoding's own special-tokens mask ([CLS] and [SEP])."""
-
-    def __init__(self, tokenizer: Any, *, pad_id: int) -> None:  # noqa: ANN401
-        self.tokenizer = tokenizer
-        self.pad_id = pad_id
-
-    def encode(self, seq: str) -> Encoded:
-        return self.encode_many([seq])[0]
-
-    def encode_many(self, seqs: Sequence[str]) -> list[Encoded]:
-        if not seqs:
-            return []
-        return [
-            Encoded(tuple(e.ids), tuple(bool(s) for s in e.special_tokens_mask))
-            for e in self.tokenizer.encode_batch(list(seqs), add_special_tokens=True)
-        ]
+# [CLS] and [SEP] flagged by the encoding's own special-tokens mask
+GenaTokenizer = JsonTokenizer
 
 
 def load_tokenizer(folder: Path, *, where: str) -> Any:  # noqa: ANN401
@@ -114,20 +83,11 @@ def load_tokenizer(folder: Path, *, where: str) -> Any:  # noqa: ANN401
     CheckpointError
         No ``tokenizer.json``, or it cannot be read.
     """
-    from tokenizers import Tokenizer
-
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        msg = f"{where}: no tokenizer.json; GENA-LM tokenises with its published BPE"
-        raise CheckpointError(msg)
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as err:  # tokenizers raises its own Exception type
-        msg = f"cannot read the tokenizer in {path}: {err}"
-        raise CheckpointError(msg) from err
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
+    return read_tokenizer_json(
+        folder,
+        missing=f"{where}: no tokenizer.json; GENA-LM tokenises with its published BPE",
+        unreadable=f"cannot read the tokenizer in {folder / 'tokenizer.json'}",
+    )
 
 
 def encoder_state(
@@ -157,34 +117,7 @@ def encoder_state(
     return out
 
 
-def _check_options(options: EmbedOptions, where: str) -> None:
-    flags = non_default(options, ("kmer_split", "family_options"))
-    if flags:
-        msg = f"{where} (gena): {', '.join(flags)} do(es) not apply to GENA-LM"
-        raise AdapterOptionError(msg)
-
-
-def _tokenizer_class(folder: Path) -> str | None:
-    path = folder / "tokenizer_config.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class")
-    except (OSError, json.JSONDecodeError, AttributeError) as err:
-        msg = f"cannot read {path}: {err}"
-        raise CheckpointError(msg) from err
-
-
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A GENA-LM adapter from a hub-layout folder (config, weights, ``tokenizer.json``).
 
     Raises
@@ -194,25 +127,27 @@ def load(
     AdapterOptionError
         An option does not apply to GENA-LM.
     """
-    import torch
-
     from embedcache.models._gena_model import (
         GenaNetwork,
         arch_from_config,
         init_weights,
     )
-    from embedcache.models.weights import load_strict, read_state_dict
 
-    where = str(alias or model_id)
-    _check_options(options, where)
+    folder, config, options = source.folder, source.config, source.options
+    where = source.where
+    refuse_options(
+        options,
+        ("kmer_split", "family_options"),
+        before=f"{where} (gena): ",
+        after=" do(es) not apply to GENA-LM",
+    )
     arch = arch_from_config(config, where=f"{folder}/config.json")
-    declared = _tokenizer_class(folder)
-    if declared not in (None, "PreTrainedTokenizerFast"):
-        msg = (
-            f"{where}: tokenizer_config.json names {declared!r}; GENA-LM checkpoints "
-            "use a PreTrainedTokenizerFast over tokenizer.json"
-        )
-        raise CheckpointError(msg)
+    check_tokenizer_class(
+        folder,
+        "PreTrainedTokenizerFast",
+        where=where,
+        uses="GENA-LM checkpoints use a PreTrainedTokenizerFast over tokenizer.json",
+    )
     tokenizer = load_tokenizer(folder, where=where)
     if tokenizer.get_vocab_size(with_added_tokens=True) > arch.vocab_size:
         msg = (
@@ -220,20 +155,15 @@ def load(
             f"model's vocab_size is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    # built without its random init (weights or the family's own init replace it)
-    with torch.device("meta"):
-        network = GenaNetwork(arch)
-    network = network.to_empty(device="cpu")
-    key_options: list[tuple[str, str]] = []
-    if options.random_init is not None:
-        init_weights(network, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
-    else:
-        state = encoder_state(read_state_dict(folder), where=str(folder))
-        load_strict(network, state, where=str(folder), family="GENA-LM")
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
-    network = network.to(device=device, dtype=dtype).eval()
+    network = empty_module(lambda: GenaNetwork(arch))
+    source, key_options = fill_weights(
+        network,
+        source,
+        init=lambda net, seed: init_weights(net, seed=seed),
+        state=lambda state: encoder_state(state, where=str(folder)),
+        family="GENA-LM",
+    )
+    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
@@ -244,14 +174,7 @@ def load(
         attention_heads=arch.n_heads,
     )
     return EncoderAdapter(
-        tokenizer=GenaTokenizer(tokenizer, pad_id=arch.pad_token_id),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
+        GenaTokenizer(tokenizer, pad_id=arch.pad_token_id), network, traits, source
     )
 
 

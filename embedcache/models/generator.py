@@ -33,13 +33,14 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import AdapterOptionError, CheckpointError
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
+from embedcache.models.checkpoint import (
+    TOKENIZER_CONFIG,
+    Source,
+    compute_dtype,
+    random_init_twin,
+    read_json_object,
 )
-from embedcache.models.options import random_init_revision
+from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 from embedcache.models.weights import load_strict, read_state_dict, strip_prefix
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     if _REPO_CLASS in architectures or "modeling_generator." in auto_map:
         return True
     try:
-        tokenizer_config = _read_json(folder / "tokenizer_config.json") or {}
+        tokenizer_config = read_json_object(folder / TOKENIZER_CONFIG) or {}
     except CheckpointError:  # not ours to judge: the family that claims it will say
         return False
     tok_map = json.dumps(tokenizer_config.get("auto_map") or {})
@@ -145,7 +146,7 @@ def check_vocabulary(folder: Path, config: dict[str, Any]) -> None:
         Naming the file and the first entry that differs.
     """
     where = f"{folder} (GENERator)"
-    tokenizer_config = _read_json(folder / "tokenizer_config.json") or {}
+    tokenizer_config = read_json_object(folder / TOKENIZER_CONFIG) or {}
     k = tokenizer_config.get("k", K)
     if k != K:
         msg = (
@@ -177,17 +178,6 @@ def check_vocabulary(folder: Path, config: dict[str, Any]) -> None:
                 f"{expected.get(i, 'a special token')!r} with id {i} there"
             )
             raise CheckpointError(msg)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        msg = f"cannot read {path}: {err}"
-        raise CheckpointError(msg) from err
-    return value if isinstance(value, dict) else None
 
 
 def llama_config(config: dict[str, Any], *, where: str = "GENERator") -> Any:  # noqa: ANN401
@@ -314,16 +304,7 @@ def _check_options(options: EmbedOptions, *, where: str) -> str:
     return remainder
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A GENERator checkpoint as an :class:`EncoderAdapter` (no repository code runs).
 
     Raises
@@ -333,12 +314,11 @@ def load(
     CheckpointError
         The vocabulary or the weights do not fit the published GENERator layout.
     """
-    import torch
-
-    where = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    where = source.alias or source.model_id
     remainder = _check_options(options, where=where)
     check_vocabulary(folder, config)
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
+    dtype = compute_dtype(options)
     key_options = [
         ("padding", PADDING_SIDE),
         ("remainder", remainder),
@@ -348,11 +328,11 @@ def load(
         model = build_llama(
             config, folder=None, where=where, seed=options.random_init, dtype=dtype
         )
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
+        source, option = random_init_twin(source)
+        key_options.append(option)
     else:
         model = build_llama(config, folder=folder, where=f"{folder}", dtype=dtype)
-    network = _network_class()(model).to(device=device).eval()
+    network = _network_class()(model).to(device=source.device).eval()
     limit = config.get("max_position_embeddings")
     traits = EncoderTraits(
         family=FAMILY,
@@ -363,16 +343,7 @@ def load(
         options=tuple(key_options),
         attention_heads=int(config.get("num_attention_heads") or 0),
     )
-    return EncoderAdapter(
-        tokenizer=KmerTokenizer(remainder=remainder),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(KmerTokenizer(remainder=remainder), network, traits, source)
 
 
 __all__ = [

@@ -14,14 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError, UnknownModelError
+from embedcache.models.checkpoint import Source, compute_dtype, random_init_twin
 from embedcache.models.encoder import (
     DEFAULT_TOKEN_BUDGET,
     Encoded,
     EncoderAdapter,
     EncoderTraits,
-    config_digest,
 )
-from embedcache.models.options import random_init_revision
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -145,16 +143,7 @@ def max_tokens(config: object, tokenizer: object) -> int | None:
     return min(limits) if limits else None
 
 
-def load(
-    folder: Path,
-    config_dict: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A native transformers encoder from ``folder`` (weights checked strictly).
 
     Raises
@@ -167,8 +156,9 @@ def load(
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    folder, options = source.folder, source.options
     remote = options.trust_remote_code
-    name = alias or model_id
+    name = source.alias or source.model_id
     try:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=remote)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=remote)
@@ -189,10 +179,11 @@ def load(
     if options.kmer_split is not None:
         key_options.append(("kmer_split", str(options.kmer_split)))
     if options.random_init is not None:
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config_dict)))
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
-    network = _network_class()(model, config).to(device=device, dtype=dtype).eval()
+        source, option = random_init_twin(source)
+        key_options.append(option)
+    dtype = compute_dtype(options)
+    network = _network_class()(model, config).to(device=source.device, dtype=dtype)
+    network = network.eval()
     limit = max_tokens(config, tokenizer)
     traits = EncoderTraits(
         family=FAMILY,
@@ -206,14 +197,7 @@ def load(
         attention_heads=int(getattr(config, "num_attention_heads", 0) or 0),
     )
     return EncoderAdapter(
-        tokenizer=HFTokenizer(tokenizer, kmer=options.kmer_split),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
+        HFTokenizer(tokenizer, kmer=options.kmer_split), network, traits, source
     )
 
 

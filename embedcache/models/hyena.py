@@ -24,29 +24,19 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from embedcache.errors import AdapterOptionError
-from embedcache.models._hyena_model import (
-    HyenaBackbone,
-    arch_from_config,
-    init_official,
-    prepare_state,
-)
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
-)
-from embedcache.models.options import random_init_revision
-from embedcache.models.weights import load_strict, read_state_dict
+from embedcache.models._hyena_checkpoint import arch_from_config, prepare_state
+from embedcache.models._hyena_model import HyenaBackbone, init_official
+from embedcache.models.char_tokens import BASE_IDS, UNK_ID, lookup, token_table
+from embedcache.models.checkpoint import Source, fill_weights
+from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from embedcache.models.options import EmbedOptions
+    import numpy as np
+
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +44,10 @@ FAMILY = "hyenadna"
 ADAPTER_VERSION = "1"
 SEP_ID = 1
 PAD_ID = 4
-UNK_ID = 6
-BASE_IDS = {"A": 7, "C": 8, "G": 9, "T": 10, "N": 11}
 # padded tokens per forward pass (the RC strand included): see benchmarks/hyena_bench.py
 TOKEN_BUDGET = 8192
-
-
-def _token_table() -> np.ndarray:
-    table = np.full(256, UNK_ID, dtype=np.int64)
-    for base, token in BASE_IDS.items():
-        table[ord(base)] = token
-    return table
-
-
-_TOKENS = _token_table()
+# the official tokenizer does not upper-case: lower case is [UNK]
+_TOKENS = token_table(lower=False)
 
 
 def tokenize(seq: str) -> np.ndarray:
@@ -76,8 +56,7 @@ def tokenize(seq: str) -> np.ndarray:
     Like the official tokenizer, this does not upper-case: lower case maps to [UNK]
     (embedcache upper-cases every sequence before it gets here).
     """
-    raw = np.frombuffer(seq.encode("latin-1", errors="replace"), dtype=np.uint8)
-    return _TOKENS[raw]
+    return lookup(_TOKENS, seq)
 
 
 class HyenaTokenizer:
@@ -107,16 +86,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return is_hyena_config(config)
 
 
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """A HyenaDNA adapter from an official-layout folder (``config.json`` + weights).
 
     ``options.rc_mode`` None means ``"none"`` (the model as published, one strand);
@@ -134,7 +104,8 @@ def load(
     """
     import torch
 
-    name = alias or model_id
+    folder, config, options = source.folder, source.config, source.options
+    name = source.where
     if options.family_options:
         flags = ", ".join(f"{k}={v}" for k, v in options.family_options)
         msg = f"{name}: HyenaDNA takes no --family-option (got {flags})"
@@ -142,14 +113,14 @@ def load(
     arch = arch_from_config(config, where=str(folder / "config.json"))
     with torch.device("cpu"):
         backbone = HyenaBackbone(arch)
-    key_options: list[tuple[str, str]] = []
-    if options.random_init is not None:
-        init_official(backbone, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
-    else:
-        state = prepare_state(read_state_dict(folder), arch, where=str(folder))
-        load_strict(backbone, state, where=str(folder), family=FAMILY)
+    source, key_options = fill_weights(
+        backbone,
+        source,
+        init=lambda net, seed: init_official(net, seed=seed),
+        state=lambda state: prepare_state(state, arch, where=str(folder)),
+        family=FAMILY,
+    )
+    device = source.device
     backbone = backbone.to(device).eval()
     if options.dtype == "bfloat16":
         backbone.set_compute_dtype(torch.bfloat16)
@@ -172,23 +143,14 @@ def load(
         folder,
         device,
     )
-    return EncoderAdapter(
-        tokenizer=HyenaTokenizer(),
-        network=backbone,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        default_rc_mode="none",
-        alias=alias,
-    )
+    return EncoderAdapter(HyenaTokenizer(), backbone, traits, source)
 
 
 __all__ = [
     "ADAPTER_VERSION",
     "BASE_IDS",
     "FAMILY",
+    "UNK_ID",
     "HyenaTokenizer",
     "is_hyena_config",
     "load",

@@ -14,7 +14,7 @@ import numpy as np
 
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
 from embedcache.hashing import reverse_complement
-from embedcache.specs import ModelKey
+from embedcache.models.base import FloorAdapter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,13 +71,8 @@ def kmer_spectrum(seq: str, k: int) -> np.ndarray:
     return (counts / counts.sum()).astype(np.float32)
 
 
-class KmerAdapter:
+class KmerAdapter(FloorAdapter):
     """Normalised k-mer spectrum as an embedding; ``rc_mode="average"`` is strand-symmetric."""
-
-    needs_equal_lengths = False
-    max_tokens = None
-    # counting is microseconds a sequence: large batches keep store commits rare
-    preferred_token_budget = 2_000_000
 
     def __init__(self, k: int, *, rc_mode: str = "none") -> None:
         if not 1 <= k <= MAX_K:
@@ -86,24 +81,15 @@ class KmerAdapter:
         if rc_mode not in _RC_MODES:
             msg = f"kmer-{k}: rc mode {rc_mode!r} is not one of {', '.join(_RC_MODES)}"
             raise AdapterOptionError(msg)
-        self.k = k
-        self.rc_mode = rc_mode
-        self.dim = 4**k
-        self.key = ModelKey(
-            model_id=f"kmer-{k}",
-            revision=f"builtin-v{KMER_ADAPTER_VERSION}",
+        super().__init__(
+            f"kmer-{k}",
             adapter="kmer",
-            adapter_version=KMER_ADAPTER_VERSION,
+            version=KMER_ADAPTER_VERSION,
             pooling="spectrum",
-            special_tokens="none",
             rc_mode=rc_mode,
-            dtype="float32",
-            max_length=None,
         )
-
-    def n_tokens(self, seq: str) -> int:
-        """One token per base: the budget is only a batching hint for k-mers."""
-        return len(seq)
+        self.k = k
+        self.dim = 4**k
 
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
         out = np.empty((len(seqs), self.dim), dtype=np.float32)

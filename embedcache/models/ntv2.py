@@ -21,18 +21,20 @@ the end, are single-base tokens. The vector is the mean over the sequence's toke
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from embedcache.errors import AdapterOptionError, CheckpointError
-from embedcache.models.encoder import (
-    Encoded,
-    EncoderAdapter,
-    EncoderTraits,
-    config_digest,
+from embedcache.errors import CheckpointError
+from embedcache.models.checkpoint import (
+    Source,
+    auto_map_targets,
+    check_tokenizer_class,
+    compute_dtype,
+    empty_module,
+    fill_weights,
+    refuse_options,
 )
-from embedcache.models.options import non_default, random_init_revision
+from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
 
     import torch
 
-    from embedcache.models.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +57,6 @@ HEADS = ("lm_head.", "esm.contact_head.", "esm.pooler.")
 _NO_LIMIT = 10**8
 
 
-def _auto_map_targets(config: Mapping[str, Any]) -> list[str]:
-    auto_map = config.get("auto_map")
-    if not isinstance(auto_map, dict):
-        return []
-    return [str(v).split("--")[-1] for v in auto_map.values()]
-
-
 def recognise(config: dict[str, Any], folder: Path) -> bool:
     """An NT-v2 config: ``add_bias_fnn`` (a field only the NT-v2 ``EsmConfig`` has),
     no model type other than ``esm``, and an ``auto_map``, if any, into ``modeling_esm``."""
@@ -70,7 +64,7 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
         return False
     if config.get("model_type") not in (None, "esm"):
         return False
-    targets = _auto_map_targets(config)
+    targets = auto_map_targets(config)
     return not targets or any(t.startswith("modeling_esm.") for t in targets)
 
 
@@ -113,21 +107,9 @@ def load_tokenizer(folder: Path, *, where: str) -> Any:  # noqa: ANN401
             f"{where}: no vocab.txt; NT-v2 tokenises with the published 6-mer vocab.txt"
         )
         raise CheckpointError(msg)
-    tok_config = folder / "tokenizer_config.json"
-    if tok_config.is_file():
-        try:
-            declared = json.loads(tok_config.read_text(encoding="utf-8")).get(
-                "tokenizer_class"
-            )
-        except (OSError, json.JSONDecodeError, AttributeError) as err:
-            msg = f"cannot read {tok_config}: {err}"
-            raise CheckpointError(msg) from err
-        if declared not in (None, "EsmTokenizer"):
-            msg = (
-                f"{where}: tokenizer_config.json names {declared!r}; NT-v2 checkpoints "
-                "use EsmTokenizer"
-            )
-            raise CheckpointError(msg)
+    check_tokenizer_class(
+        folder, "EsmTokenizer", where=where, uses="NT-v2 checkpoints use EsmTokenizer"
+    )
     try:
         return EsmTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as err:
@@ -170,23 +152,7 @@ def encoder_state(
     return out
 
 
-def _check_options(options: EmbedOptions, where: str) -> None:
-    flags = non_default(options, ("kmer_split", "family_options"))
-    if flags:
-        msg = f"{where} (ntv2): {', '.join(flags)} do(es) not apply to NT-v2"
-        raise AdapterOptionError(msg)
-
-
-def load(
-    folder: Path,
-    config: dict[str, Any],
-    *,
-    model_id: str,
-    revision: str,
-    options: EmbedOptions,
-    device: str,
-    alias: str | None = None,
-) -> EncoderAdapter:
+def load(source: Source) -> EncoderAdapter:
     """An NT-v2 adapter from a hub-layout folder (config, weights, ``vocab.txt``).
 
     Raises
@@ -196,17 +162,20 @@ def load(
     AdapterOptionError
         An option does not apply to NT-v2.
     """
-    import torch
-
     from embedcache.models._ntv2_model import (
         NTv2Network,
         arch_from_config,
         init_weights,
     )
-    from embedcache.models.weights import load_strict, read_state_dict
 
-    where = str(alias or model_id)
-    _check_options(options, where)
+    folder, config, options = source.folder, source.config, source.options
+    where = source.where
+    refuse_options(
+        options,
+        ("kmer_split", "family_options"),
+        before=f"{where} (ntv2): ",
+        after=" do(es) not apply to NT-v2",
+    )
     arch = arch_from_config(config, where=f"{folder}/config.json")
     tokenizer = load_tokenizer(folder, where=where)
     if len(tokenizer) > arch.vocab_size:
@@ -215,22 +184,17 @@ def load(
             f"is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    # built without its random init (weights or the family's own init replace it)
-    with torch.device("meta"):
-        network = NTv2Network(arch)
-    network = network.to_empty(device="cpu")
-    key_options: list[tuple[str, str]] = []
-    if options.random_init is not None:
-        init_weights(network, seed=options.random_init)
-        revision = random_init_revision(options.random_init)
-        key_options.append(("config", config_digest(config)))
-    else:
-        state = encoder_state(
-            read_state_dict(folder), head_dim=arch.head_dim, where=str(folder)
-        )
-        load_strict(network, state, where=str(folder), family="NT-v2")
-    dtype = torch.bfloat16 if options.dtype == "bfloat16" else torch.float32
-    network = network.to(device=device, dtype=dtype).eval()
+    network = empty_module(lambda: NTv2Network(arch))
+    source, key_options = fill_weights(
+        network,
+        source,
+        init=lambda net, seed: init_weights(net, seed=seed),
+        state=lambda state: encoder_state(
+            state, head_dim=arch.head_dim, where=str(folder)
+        ),
+        family="NT-v2",
+    )
+    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     limit = getattr(tokenizer, "model_max_length", None)
     traits = EncoderTraits(
         family=FAMILY,
@@ -242,16 +206,7 @@ def load(
         token_budget=TOKEN_BUDGET,
         attention_heads=arch.n_heads,
     )
-    return EncoderAdapter(
-        tokenizer=NTTokenizer(tokenizer),
-        network=network,
-        traits=traits,
-        model_id=model_id,
-        revision=revision,
-        options=options,
-        device=device,
-        alias=alias,
-    )
+    return EncoderAdapter(NTTokenizer(tokenizer), network, traits, source)
 
 
 __all__ = [

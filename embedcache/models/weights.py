@@ -74,6 +74,21 @@ def weight_names(folder: Path) -> frozenset[str]:
     return frozenset(read_state_dict(folder))
 
 
+def header_weight_names(folder: Path) -> frozenset[str]:
+    """Tensor names readable without loading tensors (a safetensors header, a shard
+    index); empty for a single pickle, which would have to be loaded whole, and for
+    a folder whose weights cannot be listed."""
+    has_header = (folder / WEIGHT_FILES[0]).is_file() or any(
+        (folder / n).is_file() for n in _INDEXES
+    )
+    if not has_header:
+        return frozenset()
+    try:
+        return weight_names(folder)
+    except CheckpointError:
+        return frozenset()
+
+
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of ``folder``'s checkpoint (all shards), on the CPU.
 
@@ -185,6 +200,7 @@ def _read_json(path: Path) -> dict:
 
 __all__ = [
     "WEIGHT_FILES",
+    "header_weight_names",
     "load_strict",
     "read_state_dict",
     "strip_prefix",

@@ -1,7 +1,7 @@
 """Tables and figures of the analyses (leakage-clean accuracy, clusters, curves).
 
-Independent functions in the style of :mod:`embedcache.report.tables` (they return its
-:class:`~embedcache.report.tables.Table` and :class:`~embedcache.report.tables.Plot`), so a report
+Independent functions in the style of :mod:`embedcache.report.tables` (they return
+:class:`~embedcache.report.parts.Table` and :class:`~embedcache.report.parts.Plot`), so a report
 notebook shows each with one call. Everything from a non-comparable version carries
 the "not comparable to the leaderboard" label.
 """
@@ -15,25 +15,19 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
+from embedcache.analysis.bootstrap import MEAN, percentile_ci
 from embedcache.analysis.clusters import METHOD as CLUSTER_METHOD
 from embedcache.analysis.layers import layer_label
 from embedcache.analysis.leakage import CONTAINMENT_METHOD
 from embedcache.analysis.leakage import METHOD as LEAKAGE_METHOD
 from embedcache.analysis.leakage import audit_table as audit_frame
-from embedcache.analysis.stats import MEAN, percentile_ci
-from embedcache.report.tables import NOT_COMPARABLE, Plot, Table
+from embedcache.report.parts import Plot, Table, comparable_title
 
 if TYPE_CHECKING:
     from embedcache.analysis.evaluation import Evaluation
     from embedcache.analysis.suite import Analyses
 
 logger = logging.getLogger(__name__)
-
-
-def _title(evaluation: Evaluation, text: str) -> str:
-    if evaluation.comparable:
-        return text
-    return f"{text} ({evaluation.version}: {NOT_COMPARABLE})"
 
 
 def _ci(low: float, high: float) -> str:
@@ -186,7 +180,7 @@ def clean_table(evaluation: Evaluation, analyses: Analyses) -> Table:
         )
     return Table(
         pl.DataFrame(rows),
-        _title(evaluation, "Leakage-clean accuracy (mean over datasets)"),
+        comparable_title(evaluation, "Leakage-clean accuracy (mean over datasets)"),
         note,
     )
 
@@ -217,7 +211,7 @@ def clean_dataset_table(evaluation: Evaluation, analyses: Analyses) -> Table:
         data[f"{d} (n clean={clean.n_clean[d]})"] = col
     return Table(
         pl.DataFrame(data),
-        _title(
+        comparable_title(
             evaluation, "accuracy_clean per dataset [95% CI]; gap = accuracy - clean"
         ),
     )
@@ -246,7 +240,7 @@ def cluster_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     )
     return Table(
         pl.DataFrame(data),
-        _title(evaluation, "Accuracy: item CI (headline) and cluster CI"),
+        comparable_title(evaluation, "Accuracy: item CI (headline) and cluster CI"),
         f"Each cell: accuracy [item bootstrap 95% CI] [cluster bootstrap 95% CI]. Clusters: "
         f"{CLUSTER_METHOD}; {sizes}. The cluster bootstrap resamples whole clusters "
         f"({clus.n_boot} resamples within each dataset), so near-duplicate items count "
@@ -275,7 +269,9 @@ def cluster_paired_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     ]
     return Table(
         pl.DataFrame(rows),
-        _title(evaluation, "Paired difference of mean accuracy to the top model"),
+        comparable_title(
+            evaluation, "Paired difference of mean accuracy to the top model"
+        ),
         "Both intervals pair the models on the same resamples; the cluster CI resamples "
         "near-duplicate clusters of test items. A difference whose item CI excludes 0 "
         "but whose cluster CI contains it rests on near-duplicate items.",
@@ -329,7 +325,9 @@ def curves_table(evaluation: Evaluation, analyses: Analyses) -> Table:
         )
     return Table(
         pl.DataFrame(data),
-        _title(evaluation, "Label efficiency: mean accuracy by number of train items"),
+        comparable_title(
+            evaluation, "Label efficiency: mean accuracy by number of train items"
+        ),
         note,
     )
 
@@ -365,7 +363,7 @@ def curves_figure(evaluation: Evaluation, analyses: Analyses) -> Plot:
     axes[0].set_ylabel("accuracy")
     axes[-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(
-        _title(
+        comparable_title(
             evaluation, "Label efficiency: accuracy vs number of train items, 95% CI"
         ),
         fontsize=10,
@@ -389,7 +387,7 @@ def pretraining_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     if frame.height == 0:
         return Table(
             pl.DataFrame({"note": ["no random-init twin in the store"]}),
-            _title(evaluation, "Pretraining gain"),
+            comparable_title(evaluation, "Pretraining gain"),
             "Embed a model with --random-init SEED to measure what pretraining adds.",
         )
     rows = []
@@ -411,7 +409,7 @@ def pretraining_table(evaluation: Evaluation, analyses: Analyses) -> Table:
         )
     return Table(
         pl.DataFrame(rows),
-        _title(
+        comparable_title(
             evaluation, "Pretraining gain: trained model minus its random-init twin"
         ),
         "A twin is the same architecture and embedding options with seeded random "
@@ -428,7 +426,7 @@ def layers_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     if sweeps is None or sweeps.frame.height == 0:
         return Table(
             pl.DataFrame({"note": ["no model with several stored layers"]}),
-            _title(evaluation, "Layer sweep"),
+            comparable_title(evaluation, "Layer sweep"),
             "Embed a model with --layers all (or --layers 2,6,12) to compare layers.",
         )
     frame = sweeps.frame
@@ -450,7 +448,9 @@ def layers_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     )
     return Table(
         pl.DataFrame(rows),
-        _title(evaluation, "Layer sweep: accuracy [95% CI] and CV log-loss per layer"),
+        comparable_title(
+            evaluation, "Layer sweep: accuracy [95% CI] and CV log-loss per layer"
+        ),
         "Each layer gets the board's probe. ★ marks the layer to pick: the lowest "
         "cross-validated log-loss inside train (per dataset, and in the mean column "
         "the lowest mean over datasets); test accuracy is shown, never used to choose. "

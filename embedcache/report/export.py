@@ -25,13 +25,14 @@ import numpy as np
 import polars as pl
 
 from embedcache import __version__
-from embedcache.analysis.evaluation import key_aliases, load_vectors, match_keys
+from embedcache.analysis.selection import key_aliases, match_keys
+from embedcache.analysis.vectors import load_vectors
 from embedcache.errors import AmbiguousModelError, ExportError, MissingEmbeddingsError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from embedcache.analysis.evaluation import VectorStore
+    from embedcache.analysis.vectors import VectorStore
     from embedcache.data.subsets import Subset
     from embedcache.data.versions import VersionSpec
     from embedcache.specs import ModelKey

@@ -10,12 +10,12 @@ gets no published rows.
 from __future__ import annotations
 
 import logging
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embedcache.data.datasets import dataset_spec
+from embedcache.data.versions import load_version, read_toml
 from embedcache.errors import VersionSpecError
 
 if TYPE_CHECKING:
@@ -63,12 +63,7 @@ def load_published(path: Path | str = PUBLISHED_FILE) -> tuple[PublishedSource, 
         names the source and row.
     """
     path = Path(path)
-    try:
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        msg = f"cannot read the published results file {path}: {err}"
-        raise VersionSpecError(msg) from err
+    raw = read_toml(path, what="the published results file")
     sources = tuple(_parse_source(entry, path) for entry in raw.get("sources", []))
     ids = [s.id for s in sources]
     if len(set(ids)) != len(ids):
@@ -159,7 +154,6 @@ def published_for(
     Only a version equal (name, seed, draws) to the shipped version of that name gets
     them: published numbers are context for that board and no other.
     """
-    from embedcache.data.versions import load_version
 
     sources = load_published() if sources is None else sources
     mine = tuple(s for s in sources if s.version == version.name)

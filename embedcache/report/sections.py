@@ -2,7 +2,8 @@
 
 A report is an ordered list of sections. Each is one function
 ``section(context: ReportContext) -> Section | None`` (``None``: nothing to show for
-this version) that builds its tables and figures with :mod:`embedcache.report.tables`.
+this version) that builds its parts with :mod:`embedcache.report.tables`,
+:mod:`~embedcache.report.figures` and :mod:`~embedcache.report.provenance`.
 :data:`SECTIONS` lists them in page order; :func:`header` writes the title, the table
 of contents (one anchor per section shown) and the summary line. To add a section,
 write such a function and insert it into :data:`SECTIONS` (or pass your own list to
@@ -22,10 +23,38 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from embedcache import __version__
-from embedcache.analysis.stats import MEAN
-from embedcache.report import analysis_tables as report_analyses
-from embedcache.report import tables as report
+from embedcache.analysis.bootstrap import MEAN
+from embedcache.report.analysis_tables import (
+    clean_dataset_table,
+    clean_table,
+    cluster_paired_table,
+    cluster_table,
+    curves_figure,
+    curves_table,
+    full_train_table,
+    layers_table,
+    leakage_audit_table,
+    pretraining_table,
+    timings_table,
+)
+from embedcache.report.figures import accuracy_figure, paired_difference_figure
+from embedcache.report.parts import NOT_COMPARABLE, Html, Plot, Table
+from embedcache.report.provenance import (
+    model_keys_table,
+    provenance_table,
+    run_table,
+    store_keys_table,
+)
 from embedcache.report.published import PublishedSource, published_for
+from embedcache.report.tables import (
+    caveats,
+    dataset_table,
+    floors_table,
+    leaderboard_table,
+    leakage_table,
+    probe_table,
+    published_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +65,7 @@ if TYPE_CHECKING:
     from embedcache.analysis.suite import Analyses
     from embedcache.data.subsets import Subset
 
-    Part = report.Table | report.Plot | report.Html
+    Part = Table | Plot | Html
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +144,7 @@ def leaderboard_section(context: ReportContext) -> Section:
     return Section(
         "leaderboard",
         "Leaderboard",
-        (report.leaderboard_table(context.evaluation),),
+        (leaderboard_table(context.evaluation),),
         heading=False,
     )
 
@@ -129,7 +158,7 @@ def published_section(context: ReportContext) -> Section | None:
     return Section(
         "published",
         "Published results (context, not ranked)",
-        tuple(report.published_table(source, datasets) for source in sources),
+        tuple(published_table(source, datasets) for source in sources),
     )
 
 
@@ -137,7 +166,7 @@ def per_dataset_section(context: ReportContext) -> Section:
     return Section(
         "per-dataset",
         "Accuracy per dataset",
-        (report.dataset_table(context.evaluation),),
+        (dataset_table(context.evaluation),),
         collapsed=True,
     )
 
@@ -148,15 +177,15 @@ def macro_f1_section(context: ReportContext) -> Section:
         "macro-f1",
         "Macro F1",
         (
-            report.leaderboard_table(ev, metric="macro_f1"),
-            report.dataset_table(ev, metric="macro_f1"),
+            leaderboard_table(ev, metric="macro_f1"),
+            dataset_table(ev, metric="macro_f1"),
         ),
         collapsed=True,
     )
 
 
 def floors_section(context: ReportContext) -> Section:
-    return Section("floors", "Floors", (report.floors_table(context.evaluation),))
+    return Section("floors", "Floors", (floors_table(context.evaluation),))
 
 
 def figures_section(context: ReportContext) -> Section:
@@ -164,7 +193,7 @@ def figures_section(context: ReportContext) -> Section:
     return Section(
         "figures",
         "Figures",
-        (report.accuracy_figure(ev), report.paired_difference_figure(ev)),
+        (accuracy_figure(ev), paired_difference_figure(ev)),
     )
 
 
@@ -175,13 +204,13 @@ def leakage_section(context: ReportContext) -> Section | None:
             "leakage",
             "Leakage",
             (
-                report_analyses.leakage_audit_table(a),
-                report_analyses.full_train_table(a),
+                leakage_audit_table(a),
+                full_train_table(a),
             ),
         )
     if context.leakage is None:
         return None
-    return Section("leakage", "Leakage", (report.leakage_table(context.leakage),))
+    return Section("leakage", "Leakage", (leakage_table(context.leakage),))
 
 
 def clean_section(context: ReportContext) -> Section | None:
@@ -193,8 +222,8 @@ def clean_section(context: ReportContext) -> Section | None:
         "clean",
         "Leakage-clean accuracy",
         (
-            report_analyses.clean_table(ev, a),
-            report_analyses.clean_dataset_table(ev, a),
+            clean_table(ev, a),
+            clean_dataset_table(ev, a),
         ),
     )
 
@@ -208,8 +237,8 @@ def clusters_section(context: ReportContext) -> Section | None:
         "clusters",
         "Cluster-aware intervals",
         (
-            report_analyses.cluster_table(ev, a),
-            report_analyses.cluster_paired_table(ev, a),
+            cluster_table(ev, a),
+            cluster_paired_table(ev, a),
         ),
         collapsed=True,
     )
@@ -223,8 +252,8 @@ def curves_section(context: ReportContext) -> Section | None:
         "label-efficiency",
         "Label efficiency",
         (
-            report_analyses.curves_figure(ev, a),
-            report_analyses.curves_table(ev, a),
+            curves_figure(ev, a),
+            curves_table(ev, a),
         ),
     )
 
@@ -236,7 +265,7 @@ def pretraining_section(context: ReportContext) -> Section | None:
     return Section(
         "pretraining",
         "Pretraining gain",
-        (report_analyses.pretraining_table(ev, a),),
+        (pretraining_table(ev, a),),
     )
 
 
@@ -244,12 +273,12 @@ def layers_section(context: ReportContext) -> Section | None:
     a, ev = context.analyses, context.evaluation
     if a is None or a.layers is None or a.layers.frame.height == 0:
         return None
-    return Section("layers", "Layer sweep", (report_analyses.layers_table(ev, a),))
+    return Section("layers", "Layer sweep", (layers_table(ev, a),))
 
 
 def caveats_section(context: ReportContext) -> Section:
     return Section(
-        "caveats", "Caveats", (report.caveats(context.evaluation, context.leakage),)
+        "caveats", "Caveats", (caveats(context.evaluation, context.leakage),)
     )
 
 
@@ -257,18 +286,18 @@ def probes_section(context: ReportContext) -> Section:
     return Section(
         "probes",
         "Probe fits",
-        (report.probe_table(context.evaluation),),
+        (probe_table(context.evaluation),),
         collapsed=True,
     )
 
 
 def run_section(context: ReportContext) -> Section:
     parts: tuple[Part, ...] = (
-        report.run_table(context.parameters),
-        report.store_keys_table(context.store_keys),
+        run_table(context.parameters),
+        store_keys_table(context.store_keys),
     )
     if context.analyses is not None:
-        parts += (report_analyses.timings_table(context.analyses),)
+        parts += (timings_table(context.analyses),)
     return Section("run", "Run parameters and store keys", parts, collapsed=True)
 
 
@@ -278,8 +307,8 @@ def provenance_section(context: ReportContext) -> Section:
         "provenance",
         "Provenance",
         (
-            report.provenance_table(ev, context.subset, created=context.created),
-            report.model_keys_table(ev),
+            provenance_table(ev, context.subset, created=context.created),
+            model_keys_table(ev),
         ),
         collapsed=True,
     )
@@ -330,7 +359,7 @@ def summary_line(context: ReportContext) -> str:
     )
 
 
-def header(context: ReportContext, sections: Sequence[Section]) -> report.Html:
+def header(context: ReportContext, sections: Sequence[Section]) -> Html:
     """Title, the non-comparable warning where due, contents, and the summary line."""
     ev = context.evaluation
     title = f"<h1>{html.escape(TITLE)}: {html.escape(ev.version)}</h1>"
@@ -339,7 +368,7 @@ def header(context: ReportContext, sections: Sequence[Section]) -> report.Html:
         if ev.comparable
         else (
             f'<p class="ec-warning" style="color:#b00;font-weight:bold">'
-            f"{html.escape(ev.version)} is {report.NOT_COMPARABLE}: its results must "
+            f"{html.escape(ev.version)} is {NOT_COMPARABLE}: its results must "
             "never be shown beside or mixed with a leaderboard version's.</p>"
         )
     )
@@ -349,17 +378,13 @@ def header(context: ReportContext, sections: Sequence[Section]) -> report.Html:
     )
     toc = f'<nav class="ec-toc">Contents: {links}</nav>'
     summary = f'<p class="ec-summary">{html.escape(summary_line(context))}</p>'
-    return report.Html(
-        f'{_STYLE}<div class="ec-report">{title}{warning}{toc}{summary}</div>'
-    )
+    return Html(f'{_STYLE}<div class="ec-report">{title}{warning}{toc}{summary}</div>')
 
 
 def page(
     context: ReportContext,
     sections: Sequence[Callable[[ReportContext], Section | None]] = SECTIONS,
-) -> report.Html:
+) -> Html:
     """The whole report as one HTML fragment: header, then every section."""
     built = build_sections(context, sections)
-    return report.Html(
-        header(context, built).text + "".join(s.to_html() for s in built)
-    )
+    return Html(header(context, built).text + "".join(s.to_html() for s in built))

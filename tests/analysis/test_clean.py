@@ -4,11 +4,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from embedcache.analysis.bootstrap import bootstrap_dataset, percentile_ci
 from embedcache.analysis.clean import clean_rank_changes, clean_scores
 from embedcache.analysis.clusters import ClusterLabels
-from embedcache.analysis.evaluation import RESULT_COLUMNS, analysis_results
 from embedcache.analysis.leakage import DatasetAudit, LeakageFlags
-from embedcache.analysis.stats import bootstrap_dataset, percentile_ci
+from embedcache.analysis.results import RESULT_COLUMNS, analysis_results
 from embedcache.errors import AnalysisInputError
 from tests.evaluations import make_evaluation
 

@@ -4,6 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from embedcache.analysis.bootstrap import percentile_ci
 from embedcache.analysis.clusters import (
     ClusterLabels,
     cluster_scores,
@@ -11,7 +12,6 @@ from embedcache.analysis.clusters import (
     near_duplicate_clusters,
     paired_to_best,
 )
-from embedcache.analysis.stats import percentile_ci
 from embedcache.errors import AnalysisInputError
 from embedcache.hashing import reverse_complement
 from tests.evaluations import make_evaluation

@@ -6,7 +6,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from embedcache.analysis import evaluation as leaderboard
 from embedcache.analysis.curves import (
     CURVE_COLUMNS,
     curve_probe_config,
@@ -15,10 +14,8 @@ from embedcache.analysis.curves import (
     write_curves,
 )
 from embedcache.analysis.probe import ProbeConfig
-from embedcache.data.subsets import draw_version
-from embedcache.data.versions import load_version
 from embedcache.errors import AnalysisInputError
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+from tests.evaluations import tiny_board
 
 
 def _rank(seed, item_id):
@@ -62,13 +59,7 @@ def test_fold_count_follows_the_rarest_label(counts, folds):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
-    store = DictStore()
-    _fill(store, subset.items)
-    evaluation = leaderboard.evaluate(subset, store, n_boot=200, seed=1)
-    return subset, store, evaluation
+    return tiny_board(tmp_path_factory.mktemp("versions"), n_boot=200, seed=1)
 
 
 def test_curves_frame_columns_points_and_full_size_matches_the_board(tiny, tmp_path):

@@ -5,10 +5,8 @@ import polars as pl
 import pytest
 
 from embedcache.analysis.layers import choose_layer, layer_sweeps, sweep_groups
-from embedcache.data.subsets import draw_version
-from embedcache.data.versions import load_version
 from embedcache.specs import ModelKey
-from tests.report.test_tables import TINY_VERSION, DictStore
+from tests.evaluations import DictStore, draw_tiny
 
 
 def _key(layer, model_id="org/m"):
@@ -39,9 +37,7 @@ def planted(tmp_path_factory):
     """Layer 2 separates the labels well in train but is reversed on test; layer 0
     separates them weakly in train and well in test. The CV inside train must pick
     2, whatever test accuracy says."""
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
+    subset = draw_tiny(tmp_path_factory.mktemp("versions"))
     items = subset.items
     y = 2 * items["label"].to_numpy() - 1
     is_train = (items["split"] == "train").to_numpy()
@@ -74,11 +70,11 @@ def test_cv_chosen_layer_is_the_informative_one_never_the_test_best(planted):
 
 
 def test_last_layer_numbers_equal_the_board(planted):
-    from embedcache.analysis import evaluation as leaderboard
+    from embedcache.analysis.evaluation import evaluate
 
     subset, store = planted
     sweeps = layer_sweeps(subset, store, n_boot=100, seed=1)
-    board = leaderboard.evaluate(subset, store, n_boot=100, seed=1).results
+    board = evaluate(subset, store, n_boot=100, seed=1).results
     last = sweeps.frame.filter(pl.col("layer") == -1).sort("dataset")
     want = board.filter(
         (pl.col("metric") == "accuracy") & (pl.col("model") == "org/m")

@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from embedcache.analysis.evaluation import ModelEntry, _names, select_models
+from embedcache.analysis.bootstrap import percentile_ci
 from embedcache.analysis.pretraining import find_twins, pretraining_gain
-from embedcache.analysis.stats import percentile_ci
+from embedcache.analysis.selection import ModelEntry, _names, select_models
 from embedcache.specs import ModelKey
 from tests.evaluations import make_evaluation
 

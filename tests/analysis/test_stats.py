@@ -5,16 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embedcache.analysis.probe import accuracy, macro_f1
-from embedcache.analysis.stats import (
+from embedcache.analysis.bootstrap import (
     bootstrap_dataset,
     bootstrap_scores,
-    dataset_rng,
-    paired_differences,
     percentile_ci,
-    resample_counts,
-    significance_ranks,
 )
+from embedcache.analysis.paired import paired_differences, significance_ranks
+from embedcache.analysis.probe import accuracy, macro_f1
+from embedcache.analysis.resampling import dataset_rng, resample_counts
 from embedcache.errors import ProbeError
 
 
@@ -179,7 +177,7 @@ def test_bad_inputs_raise():
 
 
 def test_cluster_bootstrap_equals_a_naive_loop_over_drawn_clusters():
-    from embedcache.analysis.stats import cluster_bootstrap_dataset
+    from embedcache.analysis.bootstrap import cluster_bootstrap_dataset
 
     y, preds = _preds(60, [0.9, 0.6], seed=5)
     clusters = np.repeat(np.arange(20), 3)[np.random.default_rng(1).permutation(60)]
@@ -203,7 +201,7 @@ def test_cluster_bootstrap_equals_a_naive_loop_over_drawn_clusters():
 
 
 def test_singleton_clusters_make_cluster_and_item_bootstrap_alike():
-    from embedcache.analysis.stats import cluster_bootstrap_dataset
+    from embedcache.analysis.bootstrap import cluster_bootstrap_dataset
 
     y, preds = _preds(500, [0.8], seed=6)
     items = bootstrap_dataset(y, preds, dataset="s", n_boot=1000, seed=0)
@@ -216,7 +214,7 @@ def test_singleton_clusters_make_cluster_and_item_bootstrap_alike():
 
 
 def test_clustered_duplicates_widen_the_interval():
-    from embedcache.analysis.stats import cluster_bootstrap_dataset
+    from embedcache.analysis.bootstrap import cluster_bootstrap_dataset
 
     # 100 distinct items, each repeated 5 times: 500 items but only 100 independent.
     y, preds = _preds(100, [0.75], seed=7)
@@ -232,7 +230,7 @@ def test_clustered_duplicates_widen_the_interval():
 
 
 def test_subset_gap_equals_a_naive_loop():
-    from embedcache.analysis.stats import subset_gap
+    from embedcache.analysis.paired import subset_gap
 
     y, preds = _preds(80, [0.9, 0.5], seed=8)
     mask = np.random.default_rng(3).random(80) < 0.6
@@ -261,7 +259,7 @@ def test_subset_gap_equals_a_naive_loop():
 
 
 def test_subset_gap_without_subset_items_is_nan():
-    from embedcache.analysis.stats import subset_gap
+    from embedcache.analysis.paired import subset_gap
 
     y, preds = _preds(30, [0.8], seed=9)
     gap = subset_gap(

@@ -3,22 +3,29 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.results import RESULT_COLUMNS
 from embedcache.analysis.suite import run_analyses
-from embedcache.data.subsets import draw_version
-from embedcache.data.versions import load_version
-from embedcache.report import analysis_tables as report_analyses
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+from embedcache.report.analysis_tables import (
+    clean_dataset_table,
+    clean_table,
+    cluster_paired_table,
+    cluster_table,
+    curves_figure,
+    curves_table,
+    full_train_table,
+    layers_table,
+    leakage_audit_table,
+    pretraining_table,
+    timings_table,
+)
+from tests.evaluations import tiny_board
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
-    store = DictStore()
-    _fill(store, subset.items)
-    evaluation = leaderboard.evaluate(subset, store, n_boot=100, seed=1)
+    subset, store, evaluation = tiny_board(
+        tmp_path_factory.mktemp("versions"), n_boot=100, seed=1
+    )
     analyses = run_analyses(subset, store, evaluation, curve_sizes=(10, 80))
     return evaluation, analyses
 
@@ -26,7 +33,7 @@ def done(tmp_path_factory):
 def test_results_gain_clean_and_cluster_rows_with_the_same_columns(done):
     evaluation, analyses = done
     results = analyses.results(evaluation)
-    assert results.columns == list(leaderboard.RESULT_COLUMNS)
+    assert results.columns == list(RESULT_COLUMNS)
     per_metric = dict(results.group_by("metric").len().iter_rows())
     n_rows = len(evaluation.entries) * 3  # 2 datasets + mean
     assert per_metric == {
@@ -51,16 +58,16 @@ def test_results_gain_clean_and_cluster_rows_with_the_same_columns(done):
 def test_every_table_and_figure_renders(done):
     evaluation, analyses = done
     tables = [
-        report_analyses.clean_table(evaluation, analyses),
-        report_analyses.clean_dataset_table(evaluation, analyses),
-        report_analyses.leakage_audit_table(analyses),
-        report_analyses.full_train_table(analyses),
-        report_analyses.cluster_table(evaluation, analyses),
-        report_analyses.cluster_paired_table(evaluation, analyses),
-        report_analyses.curves_table(evaluation, analyses),
-        report_analyses.timings_table(analyses),
-        report_analyses.pretraining_table(evaluation, analyses),
-        report_analyses.layers_table(evaluation, analyses),
+        clean_table(evaluation, analyses),
+        clean_dataset_table(evaluation, analyses),
+        leakage_audit_table(analyses),
+        full_train_table(analyses),
+        cluster_table(evaluation, analyses),
+        cluster_paired_table(evaluation, analyses),
+        curves_table(evaluation, analyses),
+        timings_table(analyses),
+        pretraining_table(evaluation, analyses),
+        layers_table(evaluation, analyses),
     ]
     for table in tables:
         html = table.to_html()
@@ -71,5 +78,5 @@ def test_every_table_and_figure_renders(done):
     assert "n_train=80" in tables[6].to_html()
     assert "no random-init twin" in tables[8].to_html()
     assert "no model with several stored layers" in tables[9].to_html()
-    png = report_analyses.curves_figure(evaluation, analyses).to_png()
+    png = curves_figure(evaluation, analyses).to_png()
     assert png.startswith(b"\x89PNG")

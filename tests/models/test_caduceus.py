@@ -27,14 +27,14 @@ from embedcache.errors import (
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter
-from embedcache.models._caduceus_model import arch_from_config
+from embedcache.models._caduceus_weights import arch_from_config
 from embedcache.models.caduceus import (
     CaduceusAdapter,
     is_caduceus_config,
     load_caduceus_adapter,
     tokenize,
 )
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import AdapterContract, expected_fixture, min_cosine
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 VARIANTS = ("ph", "ps", "ps_unfused")
@@ -45,10 +45,7 @@ def fixture_sequences() -> list[str]:
     return (FIXTURES / "sequences.txt").read_text().split()
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
+expected = expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -338,12 +335,7 @@ def test_bfloat16_stays_close(adapters, variant):
         load_caduceus_adapter(FIXTURES / variant, dtype="bfloat16").key.dtype
         == "bfloat16"
     )
-    cosine = (
-        (exact * fast).sum(1)
-        / np.linalg.norm(exact, axis=1)
-        / np.linalg.norm(fast, axis=1)
-    )
-    assert cosine.min() > 0.999
+    assert min_cosine(exact, fast) > 0.999
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 

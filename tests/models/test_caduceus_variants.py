@@ -13,9 +13,10 @@ import torch
 from embedcache.errors import AdapterOptionError
 from embedcache.models import BUILTIN_ARCHITECTURES, layer_count, load_adapter
 from embedcache.models._caduceus_init import random_weights
-from embedcache.models._caduceus_model import BASE_IDS, arch_from_config
+from embedcache.models._caduceus_weights import arch_from_config
 from embedcache.models.caduceus import tokenize
-from embedcache.models.encoder import config_digest
+from embedcache.models.char_tokens import BASE_IDS
+from embedcache.models.checkpoint import config_digest
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 SEQS = ["ACGTTGCAAGGCTTAGCNAC", "GGGCCCAATTACGATCGATC", "TTTTACGA"]

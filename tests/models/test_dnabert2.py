@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,14 @@ from embedcache.models._dnabert2_model import (
     alibi_slopes,
     arch_from_config,
 )
-from tests.models.adapter_contract import AdapterContract
+from embedcache.models.checkpoint import Source
+from tests.models.adapter_contract import (
+    AdapterContract,
+    embed_cli,
+    expected_fixture,
+    min_cosine,
+    seeded_twins,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dnabert2"
 MODELS = ("dnabert2", "dnabert_s")
@@ -46,10 +51,7 @@ def upper_sequences() -> list[str]:
     return [s.upper() for s in fixture_sequences()]
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
+expected = expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -141,31 +143,9 @@ def test_batched_equals_one_by_one(adapters, name):
 
 def test_embed_command_matches_official_code(expected, tmp_path):
     # lower case on purpose: the engine upper-cases before the tokenizer
-    seqs = fixture_sequences()
-    (tmp_path / "seqs.txt").write_text("\n".join(seqs) + "\n")
-    out = tmp_path / "out.npy"
-    cmd = [
-        sys.executable,
-        "-m",
-        "embedcache.cli",
-        "embed",
-        "--model",
-        str(FIXTURES / "dnabert2"),
-        "--input",
-        str(tmp_path / "seqs.txt"),
-        "--output",
-        str(out),
-        "--store",
-        str(tmp_path / "store"),
-        "--device",
-        "cpu",
-        "--no-progress",
-    ]
-    run = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert run.returncode == 0, run.stderr
-    np.testing.assert_allclose(
-        np.load(out), expected["dnabert2_last"], atol=1e-4, rtol=0
-    )
+    model = FIXTURES / "dnabert2"
+    _, got = embed_cli(tmp_path, model, fixture_sequences(), "--no-progress")
+    np.testing.assert_allclose(got, expected["dnabert2_last"], atol=1e-4, rtol=0)
 
 
 class TestContract(AdapterContract):
@@ -253,12 +233,14 @@ def test_native_bert_path_refuses_dnabert_s_weights():
     config = read_config(path)
     with pytest.raises(CheckpointError, match="wrong class"):
         hf.load(
-            path,
-            config,
-            model_id="local",
-            revision="x",
-            options=family_options(),
-            device="cpu",
+            Source(
+                folder=path,
+                config=config,
+                model_id="local",
+                revision="x",
+                options=family_options(),
+                device="cpu",
+            )
         )
 
 
@@ -331,7 +313,7 @@ def test_unofficial_code_beside_the_weights_is_refused(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="trust-remote-code"):
         load_adapter(str(path), device="cpu")
     calls = []
-    monkeypatch.setattr(hf, "load", lambda *a, **k: calls.append(a[0]) or "remote")
+    monkeypatch.setattr(hf, "load", lambda s: calls.append(s.folder) or "remote")
     assert load_adapter(str(path), device="cpu", trust_remote_code=True) == "remote"
     assert calls == [path]
 
@@ -392,14 +374,8 @@ def test_key_and_cls_pooling(adapters, expected):
 
 def test_random_init_is_seeded_and_follows_the_official_init():
     path = str(FIXTURES / "dnabert_s")
-    first = load_adapter(path, device="cpu", random_init=1)
-    again = load_adapter(path, device="cpu", random_init=1)
-    other = load_adapter(path, device="cpu", random_init=2)
     seqs = upper_sequences()[:5]
-    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
-    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-3
-    assert first.key.revision == "random-init:1"
-    assert dict(first.key.options)["config"].startswith("sha256:")
+    first = seeded_twins(path, seqs, seeds=(1, 2), min_diff=1e-3)
     net = first.network
     block = net.encoder.layer[0]
     assert torch.all(block.attention["output"]["LayerNorm"].weight == 1)
@@ -416,11 +392,7 @@ def test_bfloat16_stays_close_to_float32(adapters):
     fp32 = adapters[("dnabert2", "none")].embed_batch(seqs)
     bf16 = load_adapter(str(FIXTURES / "dnabert2"), device="cpu", dtype="bfloat16")
     assert bf16.key.dtype == "bfloat16"
-    got = bf16.embed_batch(seqs)
-    cos = (
-        (got * fp32).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(fp32, axis=1)
-    )
-    assert cos.min() > 0.99
+    assert min_cosine(bf16.embed_batch(seqs), fp32) > 0.99
 
 
 def test_unknown_remote_code_family_is_still_refused(tmp_path):

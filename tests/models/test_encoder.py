@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from embedcache.engine.local import embed_sequences
 from embedcache.errors import AdapterOptionError, SequenceTooLongError
 from embedcache.hashing import reverse_complement, sequence_key
+from embedcache.models.checkpoint import Source
 from embedcache.models.encoder import (
     Encoded,
     EncoderAdapter,
@@ -61,15 +64,15 @@ def make_adapter(*, causal=True, has_cls=True, max_tokens=None, **options):
         has_cls=has_cls,
         max_tokens=max_tokens,
     )
-    return EncoderAdapter(
-        tokenizer=CharTokenizer(),
-        network=CumulativeNet().eval(),
-        traits=traits,
+    source = Source(
+        folder=Path("toy"),
+        config={},
         model_id="toy/model",
         revision="0" * 40,
         options=EmbedOptions(device="cpu", **options),
         device="cpu",
     )
+    return EncoderAdapter(CharTokenizer(), CumulativeNet().eval(), traits, source)
 
 
 def reference(seq: str, *, layer: int = -1, pooling: str = "mean") -> np.ndarray:

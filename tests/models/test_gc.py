@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embedcache.analysis.evaluation import _is_floor_key
+from embedcache.analysis.selection import _is_floor_key
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,57 +24,38 @@ from embedcache.errors import (
     SequenceTooLongError,
     UnknownModelError,
 )
-from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import gena as gena_family
 from embedcache.models import hf as hf_family
 from embedcache.models import load_adapter, read_config, recognise_family
 from embedcache.models._gena_model import GenaNetwork, arch_from_config
+from embedcache.models.checkpoint import Source
 from embedcache.models.options import EmbedOptions
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import (
+    AdapterContract,
+    OfficialCodeContract,
+    RCAverageContract,
+    edit_config,
+    expected_fixture,
+    fixture_sequences,
+    min_cosine,
+    seeded_twins,
+    variant_fixtures,
+)
 
 DATA = Path(__file__).parents[1] / "fixtures" / "gena"
-REPO = Path(__file__).resolve().parents[2]
 VARIANTS = ("gena_base", "gena_lastln")
 PUBLISHED = sorted((DATA / "published").glob("*.json"))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs
-    dominate their run time."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def fixture_sequences() -> list[str]:
-    return [normalise_sequence(s) for s in (DATA / "sequences.txt").read_text().split()]
-
-
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(DATA / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
-
-
-@pytest.fixture(scope="module")
-def adapters():
-    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
+expected = expected_fixture(DATA)
+adapters, variant = variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "gena_base") -> Path:
     folder = tmp_path / variant
     shutil.copytree(DATA / variant, folder)
     return folder
-
-
-def edit_config(folder: Path, *, drop=(), **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    for key in drop:
-        config.pop(key)
-    (folder / "config.json").write_text(json.dumps(config))
 
 
 def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -87,93 +66,25 @@ def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_matches_official_code(adapters, expected, variant):
-    got = adapters[variant].embed_batch(fixture_sequences())
-    np.testing.assert_allclose(got, expected[f"{variant}_none"], atol=1e-4, rtol=0)
+class TestGenaOfficialCode(OfficialCodeContract):
+    data = DATA
+    cli_variant = "gena_lastln"
+
+    def special(self, n_tokens):
+        # [CLS] ... [SEP]; a run of 10+ N is a '-' token, not special
+        return (True, *([False] * (n_tokens - 2)), True)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_rc_average_matches_official_code(expected, variant):
-    adapter = load_adapter(str(DATA / variant), device="cpu", rc_mode="average")
-    got = adapter.embed_batch(fixture_sequences())
-    np.testing.assert_allclose(got, expected[f"{variant}_average"], atol=1e-4, rtol=0)
-    np.testing.assert_allclose(got[-3], got[-2], atol=1e-5, rtol=0)  # the RC pair
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_layers_and_poolings_match_official_hidden_states(expected, variant):
-    seqs = fixture_sequences()
-    layered = load_adapter(str(DATA / variant), device="cpu", layers=(0, 1, -1))
-    got = layered.embed_layers(seqs)
-    for row, name in enumerate(("layer0", "layer1", "none")):
-        want = expected[f"{variant}_{name}"]
-        np.testing.assert_allclose(got[row], want, atol=1e-4, rtol=0)
-    include = load_adapter(str(DATA / variant), device="cpu", special_tokens="include")
-    np.testing.assert_allclose(
-        include.embed_batch(seqs), expected[f"{variant}_include"], atol=1e-4, rtol=0
-    )
-    cls = load_adapter(str(DATA / variant), device="cpu", pooling="cls")
-    np.testing.assert_allclose(
-        cls.embed_batch(seqs), expected[f"{variant}_cls"], atol=1e-4, rtol=0
-    )
-
-
-def test_final_layernorm_follows_the_config(adapters, expected):
+def test_final_layernorm_follows_the_config(adapters):
     assert not hasattr(adapters["gena_base"].network.encoder, "last_layer_ln")
     assert hasattr(adapters["gena_lastln"].network.encoder, "last_layer_ln")
-    for name, vectors in expected.items():
-        assert np.isfinite(vectors).all(), name
-        assert np.abs(vectors[0] - vectors[-4]).max() > 0.05, name
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_token_ids_equal_the_official_tokenizer(adapters, variant):
-    official = json.loads((DATA / "tokens.json").read_text())[variant]
-    ours = adapters[variant].tokenizer.encode_many(fixture_sequences())
-    assert [list(e.ids) for e in ours] == official
-    for e in ours:  # [CLS] ... [SEP]; a run of 10+ N is a '-' token, not special
-        assert e.special == (True, *([False] * (len(e) - 2)), True)
+def test_a_run_of_n_is_one_dash_token(adapters, variant):
+    ours = adapters[variant].tokenizer.encode_many(fixture_sequences(DATA))
     dash = ours[11]  # TTTTTTTTTTTTNNNNNNNNNNNNAAAAAAAAAAAA
     assert 5 in dash.ids
     assert 9 not in dash.ids
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_batched_equals_one_by_one(adapters, variant):
-    seqs = fixture_sequences()
-    adapter = adapters[variant]
-    batch = adapter.embed_batch(seqs)
-    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
-    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
-
-
-def test_cli_embed_subprocess_equals_official_code(expected, tmp_path):
-    folder = DATA / "gena_lastln"
-    assert not list(folder.glob("*.py"))
-    (tmp_path / "in.txt").write_text((DATA / "sequences.txt").read_text())
-    out = tmp_path / "out.npy"
-    args = ["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt")]
-    args += [
-        "--store",
-        str(tmp_path / "store"),
-        "--output",
-        str(out),
-        "--device",
-        "cpu",
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "computed=24 cached=1"
-    np.testing.assert_allclose(
-        np.load(out), expected["gena_lastln_none"], atol=1e-4, rtol=0
-    )
 
 
 # --- recognition: GENA-LM says model_type bert --------------------------------------
@@ -187,12 +98,14 @@ def test_native_bert_path_refuses_gena_weights():
     # what the fallback would do with it: native BertModel, strict weight check
     with pytest.raises(CheckpointError, match=r"pre_attention_ln|missing"):
         hf_family.load(
-            folder,
-            config,
-            model_id="local",
-            revision="sha256:0",
-            options=EmbedOptions(device="cpu"),
-            device="cpu",
+            Source(
+                folder=folder,
+                config=config,
+                model_id="local",
+                revision="sha256:0",
+                options=EmbedOptions(device="cpu"),
+                device="cpu",
+            )
         )
 
 
@@ -215,7 +128,7 @@ def test_recognised_by_weight_names_when_the_config_lacks_gena_fields(tmp_path):
 def test_safetensors_checkpoint_loads_the_same(tmp_path, expected):
     folder = copy_model(tmp_path, "gena_lastln")
     to_safetensors(folder)
-    got = load_adapter(str(folder), device="cpu").embed_batch(fixture_sequences())
+    got = load_adapter(str(folder), device="cpu").embed_batch(fixture_sequences(DATA))
     np.testing.assert_allclose(got, expected["gena_lastln_none"], atol=1e-4, rtol=0)
 
 
@@ -336,14 +249,8 @@ def test_context_is_the_position_table(adapters):
 
 def test_random_init_is_seeded_and_uses_the_official_init():
     path = str(DATA / "gena_lastln")
-    seqs = fixture_sequences()[:6]
-    first = load_adapter(path, device="cpu", random_init=3)
-    again = load_adapter(path, device="cpu", random_init=3)
-    other = load_adapter(path, device="cpu", random_init=4)
-    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
-    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-3
-    assert first.key.revision == "random-init:3"
-    assert dict(first.key.options)["config"].startswith("sha256:")
+    seqs = fixture_sequences(DATA)[:6]
+    first = seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
     network = first.network
     out = network.encoder.layer[1].output.dense.weight.detach()
     assert abs(float(out.std()) - 0.02) < 0.004  # no 1/sqrt(2 n_layers) in practice
@@ -353,16 +260,13 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 
 
 def test_bfloat16_is_close_to_float32(adapters):
-    seqs = fixture_sequences()
+    seqs = fixture_sequences(DATA)
     fp32 = adapters["gena_lastln"].embed_batch(seqs)
     bf16 = load_adapter(str(DATA / "gena_lastln"), device="cpu", dtype="bfloat16")
     got = bf16.embed_batch(seqs)
     assert got.dtype == np.float32
     assert bf16.key.dtype == "bfloat16"
-    cos = (
-        (fp32 * got).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(got, axis=1)
-    )
-    assert cos.min() > 0.99
+    assert min_cosine(fp32, got) > 0.99
 
 
 def test_key_records_family(adapters):
@@ -381,13 +285,7 @@ def rc_average_adapter():
     return load_adapter(str(DATA / "gena_lastln"), device="cpu", rc_mode="average")
 
 
-class TestGenaRCAverageContract(AdapterContract):
+class TestGenaRCAverageContract(RCAverageContract):
     @pytest.fixture
     def adapter(self, rc_average_adapter):
         return rc_average_adapter
-
-    def test_is_rc_invariant(self, adapter):
-        seqs = ["ACGTTGCANNAGTCCATG", "GATTACA", "A"]
-        fwd = adapter.embed_batch(seqs)
-        rev = adapter.embed_batch([reverse_complement(s) for s in seqs])
-        np.testing.assert_allclose(fwd, rev, atol=1e-5, rtol=0)

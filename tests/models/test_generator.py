@@ -12,8 +12,6 @@ import itertools
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +30,14 @@ from embedcache.errors import (
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import generator as gen
 from embedcache.models import load_adapter, read_config, recognise_family
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import (
+    AdapterContract,
+    assert_batched_equals_alone,
+    embed_cli,
+    expected_fixture,
+    min_cosine,
+    seeded_twins,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "generator"
 TINY = FIXTURES / "tiny"
@@ -49,10 +54,7 @@ def upper_sequences() -> list[str]:
     return [normalise_sequence(s) for s in fixture_sequences()]
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
+expected = expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -194,10 +196,7 @@ def test_equals_plain_transformers_llama_and_masked_mean():
 def test_batched_equals_one_by_one(adapters, remainder):
     # rc average: the forward and reverse-complement passes share one padded batch
     seqs = [s for s in upper_sequences() if len(s) >= 6]
-    adapter = adapters[(remainder, "average")]
-    batch = adapter.embed_batch(seqs)
-    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
-    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
+    assert_batched_equals_alone(adapters[(remainder, "average")], seqs, atol=1e-5)
 
 
 def test_average_is_rc_invariant(adapters):
@@ -226,21 +225,9 @@ class TestContract(AdapterContract):
 
 def test_cli_embed_equals_reference(tmp_path, expected):
     seqs = fixture_sequences()  # lower case included: the engine upper-cases
-    (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
-    out = tmp_path / "out.npy"
-    args = ["embed", "--model", str(TINY), "--input", str(tmp_path / "in.txt")]
-    args += ["--output", str(out), "--store", str(tmp_path / "store")]
-    args += ["--device", "cpu", "--rc", "average"]
-    run = subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip().splitlines()[-1] == "computed=23 cached=1"
-    np.testing.assert_allclose(np.load(out), expected["oov_average"], atol=1e-4, rtol=0)
+    last, got = embed_cli(tmp_path, TINY, seqs, "--rc", "average")
+    assert last == "computed=23 cached=1"
+    np.testing.assert_allclose(got, expected["oov_average"], atol=1e-4, rtol=0)
 
 
 # -- recognition and loading ---------------------------------------------------------
@@ -481,14 +468,8 @@ def test_too_long_raises_unless_truncation():
 
 
 def test_random_init_is_seeded_and_uses_llama_init():
-    first = load_adapter(str(TINY), device="cpu", random_init=3)
-    again = load_adapter(str(TINY), device="cpu", random_init=3)
-    other = load_adapter(str(TINY), device="cpu", random_init=4)
     seqs = ["ACGTACGTACGTAA", "GGGCCC"]
-    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
-    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-4
-    assert first.key.revision == "random-init:3"
-    assert dict(first.key.options)["config"].startswith("sha256:")
+    first = seeded_twins(str(TINY), seqs, seeds=(3, 4), min_diff=1e-4)
     weight = first.network.model.embed_tokens.weight.detach()
     assert abs(float(weight.std()) - 0.02) < 0.002  # initializer_range
     assert torch.equal(first.network.model.norm.weight, torch.ones(16))
@@ -503,12 +484,7 @@ def test_bfloat16_stays_close(adapters):
     assert adapter.key.dtype == "bfloat16"
     assert adapter.network.model.embed_tokens.weight.dtype == torch.bfloat16
     fast = adapter.embed_batch(seqs)
-    cosine = (
-        (exact * fast).sum(1)
-        / np.linalg.norm(exact, axis=1)
-        / np.linalg.norm(fast, axis=1)
-    )
-    assert cosine.min() > 0.99
+    assert min_cosine(exact, fast) > 0.99
     assert not np.array_equal(exact, fast)
 
 

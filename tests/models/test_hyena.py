@@ -10,10 +10,7 @@ the pooled vectors of each sequence run alone through the official model.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +26,18 @@ from embedcache.errors import (
 )
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter, recognise_family
-from embedcache.models._hyena_model import (
-    HyenaBackbone,
-    arch_from_config,
-    fft_size,
-    positional_features,
-)
+from embedcache.models._hyena_checkpoint import arch_from_config
+from embedcache.models._hyena_filter import fft_size, positional_features
+from embedcache.models._hyena_model import HyenaBackbone
 from embedcache.models.hyena import HyenaTokenizer, is_hyena_config
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import (
+    AdapterContract,
+    assert_batched_equals_alone,
+    embed_cli,
+    expected_fixture,
+    min_cosine,
+    seeded_twins,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hyena"
 VARIANTS = ("tiny", "alt")
@@ -63,10 +64,7 @@ def upper_sequences() -> list[str]:
     return [normalise_sequence(s) for s in fixture_sequences()]
 
 
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
+expected = expected_fixture(FIXTURES)
 
 
 def load(variant: str = "tiny", **options):
@@ -115,11 +113,7 @@ def test_fixture_vectors_are_not_degenerate(expected):
     ("variant", "case"), [("tiny", "mean"), ("tiny", "last"), ("alt", "average")]
 )
 def test_batched_equals_one_by_one(adapters, variant, case):
-    adapter = adapters[(variant, case)]
-    seqs = upper_sequences()
-    batch = adapter.embed_batch(seqs)
-    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
-    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
+    assert_batched_equals_alone(adapters[(variant, case)], upper_sequences(), atol=1e-5)
 
 
 def test_left_padding_would_change_real_positions(adapters):
@@ -209,9 +203,7 @@ def test_bfloat16_stays_close(expected, variant):
     seqs = upper_sequences()
     fast = adapter.embed_batch(seqs)
     exact = expected[f"{variant}_mean_none"]
-    cosine = (fast * exact).sum(1) / np.linalg.norm(fast, axis=1)
-    cosine /= np.linalg.norm(exact, axis=1)
-    assert cosine.min() > 0.999
+    assert min_cosine(fast, exact) > 0.999
     assert 0 < np.abs(fast - exact).max() < 0.1
     if variant == "tiny":
         alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
@@ -405,40 +397,11 @@ def test_local_dir_needs_no_network_and_no_code(monkeypatch, tmp_path):
 
 
 def test_cli_embed_equals_the_official_code(tmp_path, expected):
-    seqs = fixture_sequences()
-    (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
-    out = tmp_path / "out.npy"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedcache.cli",
-            "embed",
-            "--model",
-            str(FIXTURES / "tiny"),
-            "--input",
-            str(tmp_path / "in.txt"),
-            "--output",
-            str(out),
-            "--store",
-            str(tmp_path / "store"),
-            "--device",
-            "cpu",
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    last, got = embed_cli(
+        tmp_path, FIXTURES / "tiny", fixture_sequences(), "--no-progress"
     )
-    assert run.returncode == 0, run.stderr
-    got = np.load(out)
     # a duplicate sequence is computed once and still fills both rows
-    assert (
-        run.stdout.strip().splitlines()[-1]
-        == f"computed={len(set(upper_sequences()))} cached=1"
-    )
+    assert last == f"computed={len(set(upper_sequences()))} cached=1"
     np.testing.assert_allclose(got, expected["tiny_mean_none"], atol=1e-4, rtol=0)
 
 
@@ -479,14 +442,8 @@ def test_random_init_is_seeded_and_official(tmp_path):
     (tmp_path / "config.json").write_text(
         (FIXTURES / "tiny" / "config.json").read_text()
     )
-    first = load_adapter(str(tmp_path), device="cpu", random_init=1)
-    again = load_adapter(str(tmp_path), device="cpu", random_init=1)
-    other = load_adapter(str(tmp_path), device="cpu", random_init=2)
     seqs = ["ACGTACGTTT", "GGA"]
-    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
-    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-4
-    assert first.key.revision == "random-init:1"
-    assert dict(first.key.options)["config"].startswith("sha256:")
+    first = seeded_twins(str(tmp_path), seqs, seeds=(1, 2), min_diff=1e-4)
     net = first.network
     w = net.layers[0].mlp.fc1.weight
     assert 0.015 < float(w.detach().std()) < 0.025

@@ -11,7 +11,7 @@ import pytest
 from embedcache.cli import _kernel_cache_env
 from embedcache.models.jitcache import COMPILE_MESSAGE, CompileNotice, default_cache_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 KERNELS = """
 import numba
@@ -131,7 +131,7 @@ def test_notice_ignores_other_modules_and_speaks_once():
     assert notice.said
 
 
-CADUCEUS = ROOT / "tests" / "data" / "caduceus" / "ph"
+CADUCEUS = ROOT / "tests" / "fixtures" / "caduceus" / "ph"
 
 
 @pytest.mark.slow

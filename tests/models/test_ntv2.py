@@ -12,8 +12,6 @@ import functools
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,41 +27,30 @@ from embedcache.errors import (
     SequenceTooLongError,
     UnknownModelError,
 )
-from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter, recognise_family
 from embedcache.models import ntv2 as ntv2_family
 from embedcache.models._ntv2_model import NTv2Network, arch_from_config
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import (
+    AdapterContract,
+    OfficialCodeContract,
+    RCAverageContract,
+    edit_config,
+    expected_fixture,
+    fixture_sequences,
+    min_cosine,
+    raw_sequences,
+    seeded_twins,
+    variant_fixtures,
+)
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
-REPO = Path(__file__).resolve().parents[2]
 VARIANTS = ("ntv2", "ntv2_3mer_bias")
 PUBLISHED = sorted((DATA / "published").glob("*.config.json"))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine thread hand-offs
-    dominate their run time."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def fixture_sequences() -> list[str]:
-    return [normalise_sequence(s) for s in (DATA / "sequences.txt").read_text().split()]
-
-
-@pytest.fixture(scope="module")
-def expected() -> dict[str, np.ndarray]:
-    with np.load(DATA / "expected.npz") as data:
-        return {name: data[name] for name in data.files}
-
-
-@pytest.fixture(scope="module")
-def adapters():
-    return {v: load_adapter(str(DATA / v), device="cpu") for v in VARIANTS}
+expected = expected_fixture(DATA)
+adapters, variant = variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
@@ -72,69 +59,22 @@ def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
     return folder
 
 
-def edit_config(folder: Path, **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    (folder / "config.json").write_text(json.dumps(config))
+class TestNTv2OfficialCode(OfficialCodeContract):
+    data = DATA
+    cli_variant = "ntv2"
+
+    def special(self, n_tokens):
+        # <cls> first and special, nothing else special
+        return (True, *([False] * (n_tokens - 1)))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_matches_official_code(adapters, expected, variant):
-    raw = (DATA / "sequences.txt").read_text().split()
-    assert any(r != r.upper() for r in raw)  # lower case reaches us upper-cased
-    got = adapters[variant].embed_batch(fixture_sequences())
-    np.testing.assert_allclose(got, expected[f"{variant}_none"], atol=1e-4, rtol=0)
+def test_fixture_holds_lower_case():
+    # lower case reaches us upper-cased
+    assert any(r != r.upper() for r in raw_sequences(DATA))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_rc_average_matches_official_code(expected, variant):
-    adapter = load_adapter(str(DATA / variant), device="cpu", rc_mode="average")
-    assert adapter.key.rc_mode == "average"
-    got = adapter.embed_batch(fixture_sequences())
-    np.testing.assert_allclose(got, expected[f"{variant}_average"], atol=1e-4, rtol=0)
-    pair = got[-3:-1]  # the fixture's exact reverse-complement pair
-    np.testing.assert_allclose(pair[0], pair[1], atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_layers_and_poolings_match_official_hidden_states(expected, variant):
-    seqs = fixture_sequences()
-    layered = load_adapter(str(DATA / variant), device="cpu", layers=(0, 1, -1))
-    got = layered.embed_layers(seqs)
-    for row, name in enumerate(("layer0", "layer1", "none")):
-        want = expected[f"{variant}_{name}"]
-        np.testing.assert_allclose(got[row], want, atol=1e-4, rtol=0)
-    assert [k.layer for k in layered.keys] == [0, 1, -1]
-    last = load_adapter(
-        str(DATA / variant), device="cpu", layers=(layered.network.n_layers,)
-    )
-    np.testing.assert_allclose(
-        last.embed_batch(seqs), expected[f"{variant}_none"], atol=1e-4, rtol=0
-    )
-    include = load_adapter(str(DATA / variant), device="cpu", special_tokens="include")
-    np.testing.assert_allclose(
-        include.embed_batch(seqs), expected[f"{variant}_include"], atol=1e-4, rtol=0
-    )
-    cls = load_adapter(str(DATA / variant), device="cpu", pooling="cls")
-    np.testing.assert_allclose(
-        cls.embed_batch(seqs), expected[f"{variant}_cls"], atol=1e-4, rtol=0
-    )
-
-
-def test_fixture_vectors_are_not_degenerate(expected):
-    for name, vectors in expected.items():
-        assert np.isfinite(vectors).all(), name
-        assert np.abs(vectors[0] - vectors[-4]).max() > 0.05, name
+def test_rc_average_changes_the_fixture_vectors(expected):
     assert np.abs(expected["ntv2_none"] - expected["ntv2_average"]).max() > 0.01
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_token_ids_equal_the_official_tokenizer(adapters, variant):
-    official = json.loads((DATA / "tokens.json").read_text())[variant]
-    ours = adapters[variant].tokenizer.encode_many(fixture_sequences())
-    assert [list(e.ids) for e in ours] == official
-    for e in ours:  # <cls> first and special, nothing else special
-        assert e.special == (True, *([False] * (len(e) - 1)))
 
 
 def documented_6mers(seq: str, vocab: dict[str, int]) -> list[int]:
@@ -170,41 +110,6 @@ def test_token_counts_of_benchmark_lengths(adapters):
     # 251 bp: 41 six-mers, 5 single bases, <cls>; 500 bp: 83 six-mers, 2 singles, <cls>
     assert adapter.n_tokens("ACGT" * 62 + "ACG") == 47
     assert adapter.n_tokens("ACGTA" * 100) == 86
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_batched_equals_one_by_one(adapters, variant):
-    seqs = fixture_sequences()
-    adapter = adapters[variant]
-    batch = adapter.embed_batch(seqs)
-    alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
-    np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
-
-
-def test_cli_embed_subprocess_equals_official_code(expected, tmp_path):
-    folder = DATA / "ntv2"
-    assert not list(folder.glob("*.py"))  # no remote code to run, even by accident
-    (tmp_path / "in.txt").write_text((DATA / "sequences.txt").read_text())
-    out = tmp_path / "out.npy"
-    args = ["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt")]
-    args += [
-        "--store",
-        str(tmp_path / "store"),
-        "--output",
-        str(out),
-        "--device",
-        "cpu",
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "computed=24 cached=1"
-    np.testing.assert_allclose(np.load(out), expected["ntv2_none"], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name.split(".")[0])
@@ -336,14 +241,8 @@ def test_key_records_family_and_revision(adapters):
 
 def test_random_init_is_seeded_and_uses_the_official_init():
     path = str(DATA / "ntv2")
-    seqs = fixture_sequences()[:6]
-    first = load_adapter(path, device="cpu", random_init=3)
-    again = load_adapter(path, device="cpu", random_init=3)
-    other = load_adapter(path, device="cpu", random_init=4)
-    np.testing.assert_array_equal(first.embed_batch(seqs), again.embed_batch(seqs))
-    assert np.abs(first.embed_batch(seqs) - other.embed_batch(seqs)).max() > 1e-3
-    assert first.key.revision == "random-init:3"
-    assert dict(first.key.options)["config"].startswith("sha256:")
+    seqs = fixture_sequences(DATA)[:6]
+    first = seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
     network = first.network
     emb = network.embeddings.word_embeddings.weight
     assert torch.count_nonzero(emb[network.arch.pad_token_id]) == 0
@@ -357,7 +256,7 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 
 
 def test_bfloat16_is_close_to_float32(adapters):
-    seqs = fixture_sequences()
+    seqs = fixture_sequences(DATA)
     fp32 = adapters["ntv2_3mer_bias"].embed_batch(seqs)
     bf16_adapter = load_adapter(
         str(DATA / "ntv2_3mer_bias"), device="cpu", dtype="bfloat16"
@@ -365,12 +264,7 @@ def test_bfloat16_is_close_to_float32(adapters):
     bf16 = bf16_adapter.embed_batch(seqs)
     assert bf16.dtype == np.float32
     assert bf16_adapter.key.dtype == "bfloat16"
-    cos = (
-        (fp32 * bf16).sum(1)
-        / np.linalg.norm(fp32, axis=1)
-        / np.linalg.norm(bf16, axis=1)
-    )
-    assert cos.min() > 0.99
+    assert min_cosine(fp32, bf16) > 0.99
     assert not np.array_equal(fp32, bf16)
 
 
@@ -385,13 +279,7 @@ def rc_average_adapter():
     return load_adapter(str(DATA / "ntv2_3mer_bias"), device="cpu", rc_mode="average")
 
 
-class TestNTv2RCAverageContract(AdapterContract):
+class TestNTv2RCAverageContract(RCAverageContract):
     @pytest.fixture
     def adapter(self, rc_average_adapter):
         return rc_average_adapter
-
-    def test_is_rc_invariant(self, adapter):
-        seqs = ["ACGTTGCANNAGTCCATG", "GATTACA", "A"]
-        fwd = adapter.embed_batch(seqs)
-        rev = adapter.embed_batch([reverse_complement(s) for s in seqs])
-        np.testing.assert_allclose(fwd, rev, atol=1e-5, rtol=0)

@@ -18,7 +18,7 @@ from embedcache.report.export import (
     write_export,
 )
 from embedcache.store import EmbeddingStore
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill, _key
+from tests.evaluations import TINY_VERSION, DictStore, fill_store, toy_key
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,8 @@ def tiny_subset(tmp_path_factory):
 
 def test_partly_missing_vectors_are_an_error_with_the_fix(tiny_subset, tmp_path):
     store = DictStore()
-    _fill(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
-    key = _key("toy/a", "hf-encoder")
+    fill_store(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
+    key = toy_key("toy/a", "hf-encoder")
     for h in tiny_subset.items["seq_sha256"][:5]:
         del store.data[key][h]
     with pytest.raises(MissingEmbeddingsError) as err:
@@ -137,8 +137,8 @@ def test_partly_missing_vectors_are_an_error_with_the_fix(tiny_subset, tmp_path)
 
 def test_several_matching_keys_are_listed_and_a_digest_picks_one(tiny_subset, tmp_path):
     store = DictStore()
-    _fill(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
-    plain = _key("toy/a", "hf-encoder")
+    fill_store(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
+    plain = toy_key("toy/a", "hf-encoder")
     averaged = dataclasses.replace(plain, rc_mode="average")
     store.put(
         averaged,
@@ -160,7 +160,7 @@ def test_several_matching_keys_are_listed_and_a_digest_picks_one(tiny_subset, tm
 
 def test_wrong_suffix_is_refused_before_any_work(tiny_subset, tmp_path, capsys):
     store = DictStore()
-    _fill(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
+    fill_store(store, tiny_subset.items, models=[("toy/a", "hf-encoder", 8, 1.0)])
     export = export_frame(tiny_subset, store, "toy/a")
     with pytest.raises(ExportError, match=r"\.parquet or \.npz"):
         write_export(export, tmp_path / "out.csv")

@@ -16,14 +16,11 @@ from benchmarks.screenshot_report import (
     order_problems,
     section_order,
 )
-from embedcache.analysis import evaluation as leaderboard
 from embedcache.analysis.leakage import audit_items
-from embedcache.data.subsets import draw_version
-from embedcache.data.versions import load_version
 from embedcache.report import sections
 from embedcache.report.render import notebook_to_html
+from tests.evaluations import tiny_board
 from tests.report.test_sections import ORDER
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
 
 CHROMIUM = find_chromium()
 
@@ -34,12 +31,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed
 def report_html(tmp_path_factory):
     """A report built in-process (no kernel): the page the notebook's last cell shows."""
     tmp = tmp_path_factory.mktemp("browser")
-    version = tmp / "tiny-v1.toml"
-    version.write_text(TINY_VERSION)
-    subset = draw_version(load_version(version))
-    store = DictStore()
-    _fill(store, subset.items)
-    ev = leaderboard.evaluate(subset, store, n_boot=200)
+    subset, store, ev = tiny_board(tmp, n_boot=200)
     context = sections.ReportContext(
         evaluation=ev,
         subset=subset,

@@ -13,20 +13,22 @@ import numpy as np
 import polars as pl
 import pytest
 
-from embedcache.analysis import evaluation as leaderboard
+from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.leakage import audit_items
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import list_versions, load_version
 from embedcache.errors import VersionSpecError
 from embedcache.report import sections
-from embedcache.report import tables as report
+from embedcache.report.parts import Html
+from embedcache.report.provenance import model_keys_table, store_keys_table
 from embedcache.report.published import (
     PUBLISHED_FILE,
     STATUS,
     load_published,
     published_for,
 )
-from tests.report.test_tables import TINY_VERSION, DictStore, _fill
+from embedcache.report.tables import leaderboard_table
+from tests.evaluations import DictStore, fill_store, tiny_board
 
 CADUCEUS_PH = "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"
 DATASETS = (
@@ -52,17 +54,14 @@ CREATED = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def tiny_context(tmp_path_factory):
-    path = tmp_path_factory.mktemp("versions") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    subset = draw_version(load_version(path))
-    store = DictStore()
-    _fill(store, subset.items)
-    evaluation = leaderboard.evaluate(subset, store, n_boot=200, seed=1)
+    subset, store, evaluation = tiny_board(
+        tmp_path_factory.mktemp("versions"), n_boot=200, seed=1
+    )
     return sections.ReportContext(
         evaluation=evaluation,
         subset=subset,
         leakage=audit_items(subset.items),
-        parameters={"version": str(path), "n_boot": 200},
+        parameters={"version": str(subset.version.path), "n_boot": 200},
         store_keys=store.keys(),
         created=CREATED,
     )
@@ -120,7 +119,7 @@ def test_model_keys_are_a_readable_table_not_json(tiny_context, tiny_page):
     page = tiny_page
     assert '{"adapter"' not in page
     assert "&quot;adapter&quot;" not in page
-    keys = report.model_keys_table(tiny_context.evaluation).frame
+    keys = model_keys_table(tiny_context.evaluation).frame
     assert keys["model"].to_list() == ["toy/strong", "toy/weak", "kmer-2", "kmer-3"]
     assert {"revision", "adapter", "rc_mode", "dtype", "key digest"} <= set(
         keys.columns
@@ -128,7 +127,7 @@ def test_model_keys_are_a_readable_table_not_json(tiny_context, tiny_page):
     strong = keys.row(0, named=True)
     assert strong["key digest"] == tiny_context.evaluation.ranked[0].key.digest
     assert strong["options"] == "-"
-    store = report.store_keys_table(tiny_context.store_keys).frame
+    store = store_keys_table(tiny_context.store_keys).frame
     assert store.height == 4
     assert store["vectors"].to_list() == [None] * 4  # bare keys carry no counts
 
@@ -145,7 +144,7 @@ def test_not_comparable_warning_sits_under_the_title(tiny_context):
 
 def test_a_new_section_is_one_function(tiny_context):
     def extra(context):
-        return sections.Section("extra", "Extra analysis", (report.Html("<p>x</p>"),))
+        return sections.Section("extra", "Extra analysis", (Html("<p>x</p>"),))
 
     order = [*sections.SECTIONS[:1], extra, *sections.SECTIONS[1:]]
     page = sections.page(tiny_context, order).text
@@ -269,12 +268,12 @@ def fake_mirror(tmp_path_factory):
 def _atlas_context(version: str, mirror: Path) -> sections.ReportContext:
     subset = draw_version(load_version(version), data_dir=mirror)
     store = DictStore()
-    _fill(
+    fill_store(
         store,
         subset.items,
         models=[(CADUCEUS_PH, "caduceus", 8, 1.0), ("kmer-2", "kmer", 16, 0.4)],
     )
-    evaluation = leaderboard.evaluate(subset, store, n_boot=100, seed=0)
+    evaluation = evaluate(subset, store, n_boot=100, seed=0)
     return sections.ReportContext(
         evaluation=evaluation, subset=subset, store_keys=store.keys()
     )
@@ -294,7 +293,7 @@ def test_hub_rows_appear_beside_atlas_n100_v1_only(fake_mirror):
     assert "e2e9a5a57b976913" in published  # the difference is named
     assert "GENERator" not in page
     # never ranked: the board and results.csv hold only what was recomputed here
-    ranked = report.leaderboard_table(context.evaluation).frame["model"].to_list()
+    ranked = leaderboard_table(context.evaluation).frame["model"].to_list()
     assert ranked == [CADUCEUS_PH]
     assert set(context.evaluation.results["model"]) == {
         CADUCEUS_PH,

@@ -7,91 +7,25 @@ import numpy as np
 import polars as pl
 import pytest
 
-from embedcache.analysis import evaluation as leaderboard
 from embedcache.analysis.curves import CURVE_COLUMNS
+from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.leakage import audit_items
+from embedcache.analysis.results import RESULT_COLUMNS, write_results
+from embedcache.analysis.selection import match_keys, select_models
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
 from embedcache.errors import MissingEmbeddingsError
-from embedcache.report import tables as report
+from embedcache.report.figures import accuracy_figure, paired_difference_figure
+from embedcache.report.provenance import model_keys_table, provenance_table
+from embedcache.report.tables import (
+    caveats,
+    dataset_table,
+    floors_table,
+    leaderboard_table,
+    leakage_table,
+)
 from embedcache.specs import ModelKey
-
-TINY_VERSION = """
-name = "tiny-v1"
-description = "a tiny self-split over the bundled demo data, for tests"
-comparable = false
-seed = 7
-
-[[datasets]]
-name = "human_enhancers_cohn"
-source = "demo"
-test_split = "demo"
-train_split = "demo"
-n_test = 120
-n_train = 80
-
-[[datasets]]
-name = "human_nontata_promoters"
-source = "demo"
-test_split = "demo"
-train_split = "demo"
-n_test = 90
-n_train = 80
-"""
-
-# (model id, adapter, dim, signal): two "real" models and two k-mer floors
-MODELS = [
-    ("toy/strong", "hf-encoder", 12, 1.5),
-    ("toy/weak", "hf-encoder", 12, 0.3),
-    ("kmer-2", "kmer", 16, 0.5),
-    ("kmer-3", "kmer", 64, 1.2),
-]
-
-
-def _key(model_id, adapter):
-    return ModelKey(
-        model_id=model_id,
-        revision="sha256:" + "ab" * 8,
-        adapter=adapter,
-        adapter_version="1",
-    )
-
-
-class DictStore:
-    """In-memory stand-in with the EmbeddingStore read interface."""
-
-    def __init__(self):
-        self.data = {}
-        self.root = "memory"
-
-    def keys(self):
-        return list(self.data)
-
-    def put(self, key, hashes, vectors, alias=None):
-        self.data.setdefault(key, {}).update(zip(hashes, vectors, strict=True))
-
-    def contains(self, key, hashes):
-        table = self.data.get(key, {})
-        return np.array([h in table for h in hashes], dtype=bool)
-
-    def get(self, key, hashes):
-        table = self.data.get(key, {})
-        dim = len(next(iter(table.values()))) if table else 0
-        out = np.full((len(hashes), dim), np.nan, np.float32)
-        found = np.array([h in table for h in hashes], dtype=bool)
-        for i, h in enumerate(hashes):
-            if found[i]:
-                out[i] = table[h]
-        return out, found
-
-
-def _fill(store, items, models=MODELS, seed=0):
-    rng = np.random.default_rng(seed)
-    y = items["label"].to_numpy()
-    for model_id, adapter, dim, signal in models:
-        vectors = rng.normal(size=(items.height, dim)).astype(np.float32)
-        vectors[:, 0] += signal * (2 * y - 1)
-        store.put(_key(model_id, adapter), items["seq_sha256"].to_list(), vectors)
+from tests.evaluations import MODELS, TINY_VERSION, DictStore, fill_store, toy_key
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +43,13 @@ def tiny_subset(tiny_version):
 @pytest.fixture(scope="module")
 def evaluation(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items)
-    return leaderboard.evaluate(tiny_subset, store, n_boot=300, seed=1)
+    fill_store(store, tiny_subset.items)
+    return evaluate(tiny_subset, store, n_boot=300, seed=1)
 
 
 def test_results_frame_has_one_row_per_model_dataset_metric(evaluation, tiny_subset):
     res = evaluation.results
-    assert res.columns == list(leaderboard.RESULT_COLUMNS)
+    assert res.columns == list(RESULT_COLUMNS)
     names = ["toy/strong", "toy/weak", "majority", "kmer-2", "kmer-3"]
     assert res["model"].unique(maintain_order=True).to_list() == names
     assert res.height == len(names) * 3 * 2
@@ -143,7 +77,7 @@ def test_results_frame_has_one_row_per_model_dataset_metric(evaluation, tiny_sub
     assert (res["ci_low"] <= res["value"]).all()
     assert (res["value"] <= res["ci_high"]).all()
     key = res.filter(pl.col("model") == "toy/strong")["model_key"][0]
-    assert key == _key("toy/strong", "hf-encoder").digest
+    assert key == toy_key("toy/strong", "hf-encoder").digest
 
 
 def test_accuracy_matches_predictions_and_mean_weighs_datasets_equally(evaluation):
@@ -177,11 +111,11 @@ def test_ranking_and_floors(evaluation):
     kmers = means.filter(pl.col("model").str.starts_with("kmer"))
     best = kmers.sort("value", descending=True)["model"][0]
     assert evaluation.best_kmer().name == best
-    table = report.leaderboard_table(evaluation)
+    table = leaderboard_table(evaluation)
     assert table.frame.columns[:6] == ["rank", "model", "Value", "95% CI", "n", "≠"]
     assert table.frame["≠"].to_list() == ["", ""]
     assert "not comparable to the leaderboard" in table.caption
-    floors = report.floors_table(evaluation).frame
+    floors = floors_table(evaluation).frame
     other = "kmer-2" if best == "kmer-3" else "kmer-3"
     assert floors["floor"].to_list() == ["majority", f"{best} (best K)", other]
 
@@ -191,74 +125,74 @@ def test_neq_marks_rows_whose_n_differs(evaluation):
         evaluation,
         usual_n={**evaluation.usual_n, "mean": 300, "human_enhancers_cohn": 100},
     )
-    assert report.leaderboard_table(odd).frame["≠"].to_list() == ["≠", "≠"]
-    cols = report.dataset_table(odd).frame.columns
+    assert leaderboard_table(odd).frame["≠"].to_list() == ["≠", "≠"]
+    cols = dataset_table(odd).frame.columns
     assert "human_enhancers_cohn (n=120 ≠)" in cols
     assert "human_nontata_promoters (n=90)" in cols
 
 
 def test_tables_and_figures_render(evaluation, tiny_subset):
-    html = report.leaderboard_table(evaluation).to_html()
+    html = leaderboard_table(evaluation).to_html()
     assert "<table" in html
     assert "toy/strong" in html
     for plot in (
-        report.accuracy_figure(evaluation),
-        report.paired_difference_figure(evaluation),
+        accuracy_figure(evaluation),
+        paired_difference_figure(evaluation),
     ):
         png, meta = plot._repr_png_()
         assert meta["alt"]
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(png) > 5000
     leak = audit_items(tiny_subset.items)
-    assert report.leakage_table(leak).frame.height == 2
-    text = report.caveats(evaluation, leak).text
+    assert leakage_table(leak).frame.height == 2
+    text = caveats(evaluation, leak).text
     assert "Random train/test splits" in text
     assert "not comparable to the leaderboard" in text
-    prov = dict(report.provenance_table(evaluation, tiny_subset).frame.iter_rows())
+    prov = dict(provenance_table(evaluation, tiny_subset).frame.iter_rows())
     assert prov["subset id"] == tiny_subset.subset_id
     assert prov["dataset human_nontata_promoters"].endswith(
         "@e0003669df0a180c8570ebe091ed91f20fa080ec"
     )
     assert "17 values, 1e-4 to 1e4 in half-decade steps" in prov["probe"]
-    keys = report.model_keys_table(evaluation).frame
+    keys = model_keys_table(evaluation).frame
     assert "toy/weak" in keys["model"].to_list()
     comparable = dataclasses.replace(evaluation, comparable=True)
-    assert "not comparable" not in report.leaderboard_table(comparable).caption
-    assert "not comparable" not in report.caveats(comparable).text
+    assert "not comparable" not in leaderboard_table(comparable).caption
+    assert "not comparable" not in caveats(comparable).text
 
 
 def test_missing_vectors_name_count_key_and_fix(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items)
+    fill_store(store, tiny_subset.items)
     items = tiny_subset.items
-    key = _key("toy/weak", "hf-encoder")
+    key = toy_key("toy/weak", "hf-encoder")
     for h in items["seq_sha256"][:7]:
         del store.data[key][h]
     with pytest.raises(MissingEmbeddingsError) as err:
-        leaderboard.evaluate(tiny_subset, store, n_boot=10)
+        evaluate(tiny_subset, store, n_boot=10)
     text = str(err.value)
     assert text.startswith("7 of ")
     assert "toy/weak" in text
     assert "make embeddings MODEL=toy/weak VERSION=tiny-v1" in text
     with pytest.raises(MissingEmbeddingsError, match="MODEL=nope"):
-        leaderboard.evaluate(tiny_subset, store, models=["nope"], n_boot=10)
+        evaluate(tiny_subset, store, models=["nope"], n_boot=10)
 
 
 def test_only_floors_in_store_ranks_kmers_for_demonstration(tiny_subset):
     store = DictStore()
-    _fill(store, tiny_subset.items, models=MODELS[2:])
-    ev = leaderboard.evaluate(tiny_subset, store, n_boot=50)
+    fill_store(store, tiny_subset.items, models=MODELS[2:])
+    ev = evaluate(tiny_subset, store, n_boot=50)
     assert ev.fallback
     assert [e.name for e in ev.ranked] == ["kmer-2", "kmer-3"]
     assert [e.name for e in ev.floors] == ["majority"]
     assert ev.results.filter(pl.col("model") == "kmer-3")["is_floor"].all()
-    assert "demonstration" in report.leaderboard_table(ev).note
+    assert "demonstration" in leaderboard_table(ev).note
 
 
 def test_write_results_roundtrip(evaluation, tmp_path):
-    path = leaderboard.write_results(evaluation.results, tmp_path / "r" / "results.csv")
+    path = write_results(evaluation.results, tmp_path / "r" / "results.csv")
     back = pl.read_csv(path)
-    assert back.columns == list(leaderboard.RESULT_COLUMNS)
+    assert back.columns == list(RESULT_COLUMNS)
     assert back.height == evaluation.results.height
     assert not list(path.parent.glob(".*tmp"))
 
@@ -269,7 +203,7 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     from embedcache.cli import main
 
     store = store_mod.EmbeddingStore(tmp_path / "store")
-    _fill(store, tiny_subset.items)
+    fill_store(store, tiny_subset.items)
     out = tmp_path / "reports"
     code = main(
         [
@@ -287,7 +221,7 @@ def test_end_to_end_store_cli_notebook_html(tiny_version, tiny_subset, tmp_path)
     assert code == 0
     folder = out / "tiny-v1"
     results = pl.read_csv(folder / "results.csv")
-    assert results.columns == list(leaderboard.RESULT_COLUMNS)
+    assert results.columns == list(RESULT_COLUMNS)
     board = results.filter(pl.col("metric").is_in(["accuracy", "macro_f1"]))
     assert board.height == 5 * 3 * 2
     assert set(results["metric"]) == {
@@ -338,13 +272,9 @@ def test_local_models_are_shown_and_matched_by_their_folder_alias():
     )
     other = dataclasses.replace(local, revision="sha256:" + "cd" * 32)
     aliases = {local.digest: ("my-bert", "copy-of-bert"), other.digest: ()}
-    ranked, _, _ = leaderboard.select_models(
-        [local, other], ["my-bert"], aliases=aliases
-    )
+    ranked, _, _ = select_models([local, other], ["my-bert"], aliases=aliases)
     assert [(e.name, e.key) for e in ranked] == [("my-bert", local)]
     # the second alias names the same key; a key without one shows its digest
-    assert leaderboard.match_keys([local, other], "copy-of-bert", aliases=aliases) == [
-        local
-    ]
-    ranked, _, _ = leaderboard.select_models([local, other], aliases=aliases)
+    assert match_keys([local, other], "copy-of-bert", aliases=aliases) == [local]
+    ranked, _, _ = select_models([local, other], aliases=aliases)
     assert sorted(e.name for e in ranked) == ["local@cdcdcdcdcdcd", "my-bert"]

@@ -1,0 +1,63 @@
+"""Pieces the BERT-style encoders share: module names a checkpoint expects, and
+running the block stack while keeping the hidden states a caller asked for.
+
+Layer numbering is the official ``hidden_states`` one: 0 the embedding output, ``i``
+block ``i``'s output, ``n_layers`` and -1 the final output (after any final norm).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import torch
+
+
+class SelfAttention(nn.Module):
+    """The ``query``, ``key`` and ``value`` projections (``attention.self.*``)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(hidden_size, hidden_size)
+        self.key = nn.Linear(hidden_size, hidden_size)
+        self.value = nn.Linear(hidden_size, hidden_size)
+
+
+class Dense(nn.Module):
+    """One linear layer stored as ``<parent>.dense``."""
+
+    def __init__(self, n_in: int, n_out: int, *, bias: bool = True) -> None:
+        super().__init__()
+        self.dense = nn.Linear(n_in, n_out, bias=bias)
+
+
+def run_stack(
+    x: torch.Tensor,
+    blocks: nn.ModuleList,
+    layers: Sequence[int],
+    *,
+    step: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+    final: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """Run ``x`` (the embedding output) through ``blocks`` with ``step(block, x)`` as
+    far as the deepest layer asked for; return one tensor per entry of ``layers``.
+
+    The last block's output goes through ``final`` (a final norm), if any.
+    """
+    last = len(blocks)
+    wanted = {last if layer == -1 else layer for layer in layers}
+    states: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
+    for i, block in enumerate(blocks[: max(wanted)], start=1):
+        x = step(block, x)
+        if i in wanted and i < last:
+            states[i] = x
+    if last in wanted:
+        states[last] = final(x) if final is not None else x
+    return [states[last if layer == -1 else layer] for layer in layers]
+
+
+__all__ = ["Dense", "SelfAttention", "run_stack"]

@@ -1,0 +1,152 @@
+"""What the official-code fixture scripts (scripts/make_*_fixtures.py) share.
+
+The corner-case sequences and soft-masked long ones several families are checked on,
+the reverse complement, moving every weight off its init, the hub layout a
+``save_pretrained`` leaves once the copied remote code is removed, the pooled-vector
+tables, and writing ``expected.npz``, ``sequences.txt``, ``tokens.json`` and
+``meta.json``. The scripts run in a scratch environment with the official code (not
+here): this module needs only the standard library until a function is called.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+_COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
+
+# lengths 1 .. 30, N alone and in runs, lower case; Caduceus and HyenaDNA use these
+CORNER_SEQUENCES = [
+    "A",
+    "GT",
+    "ACGTN",
+    "acgtA",
+    "NNNNNNNN",
+    "ACGTACGTAC",
+    "TTGCAnnGCA",
+    "GATTACAGATTACAGATTACAGATTACA",
+    "ccgGGAATTCCNNacgtTTGACAGGCTaa",
+    "ACGCGTTAGCATGCAANCGATCGATGCATG",
+    "ACGCGTTAGCATGCAANCGATCGATGCATA",
+]
+
+
+def reverse_complement(seq: str) -> str:
+    """The reverse complement, case kept (N stays N)."""
+    return seq.translate(_COMPLEMENT)[::-1]
+
+
+def soft_masked(lengths: Iterable[int], *, seed: int = 20261006) -> list[str]:
+    """Random sequences of ``lengths`` with a run of 4 N at a third (from 21 bp on)
+    and their second half in lower case."""
+    rng = random.Random(seed)
+    out = []
+    for n in lengths:
+        seq = [rng.choice("ACGT") for _ in range(n)]
+        if n > 20:
+            seq[n // 3 : n // 3 + 4] = "NNNN"
+        out.append("".join(seq[: n // 2]) + "".join(seq[n // 2 :]).lower())
+    return out
+
+
+def perturb(model: torch.nn.Module, scale: Callable[[str], float]) -> None:
+    """Move every parameter off its init (``p += scale(name) * N(0, 1)``), so no
+    structure (ones, zeros, ties) can hide a mapping bug."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(torch.randn_like(p) * scale(name))
+
+
+def save_hub_layout(
+    model: Any,  # noqa: ANN401 - a transformers PreTrainedModel
+    out_dir: Path,
+    config: dict[str, Any],
+    *,
+    safe: bool,
+) -> None:
+    """``save_pretrained`` into a fresh ``out_dir``, without the remote code it
+    copies, with ``config`` written as the published ``config.json``."""
+    import shutil
+
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=safe)
+    for code in out_dir.glob("*.py"):  # save_pretrained copies the remote code
+        code.unlink()
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def pooled_table(
+    name: str, rows: list[dict], rc_rows: list[dict], whats: Iterable[str]
+) -> dict[str, np.ndarray]:
+    """``<name>_<what>`` float32 tables from per-sequence pooled vectors, and
+    ``<name>_average``: the mean of ``none`` over a sequence and its reverse
+    complement."""
+    import numpy as np
+
+    out = {
+        f"{name}_{what}": np.stack([r[what] for r in rows]).astype(np.float32)
+        for what in whats
+    }
+    out[f"{name}_average"] = np.stack(
+        [(a["none"] + b["none"]) / 2 for a, b in zip(rows, rc_rows, strict=True)]
+    ).astype(np.float32)
+    return out
+
+
+def check_padded_batch(
+    name: str, hidden: torch.Tensor, keep: torch.Tensor, alone: np.ndarray
+) -> None:
+    """The official code's masked mean over a padded batch equals its one-by-one
+    vectors (a check of the reference itself: padding must not leak)."""
+    import numpy as np
+
+    keep = keep.unsqueeze(-1)
+    padded = ((hidden * keep).sum(1) / keep.sum(1)).numpy()
+    gap = float(np.abs(padded - alone).max())
+    print(f"{name}: official padded batch vs one by one: max abs diff {gap:.2e}")
+    assert gap < 1e-5, gap
+
+
+def write_fixtures(
+    out: Path,
+    *,
+    expected: dict[str, np.ndarray],
+    sequences: list[str],
+    meta: dict[str, Any],
+    tokens: object = None,
+    tokens_indent: int | None = None,
+) -> None:
+    """``expected.npz``, ``sequences.txt``, ``tokens.json`` (when given) and
+    ``meta.json`` in ``out``."""
+    import numpy as np
+
+    np.savez(out / "expected.npz", **expected)
+    (out / "sequences.txt").write_text("\n".join(sequences) + "\n")
+    if tokens is not None:
+        text = json.dumps(tokens, indent=tokens_indent)
+        (out / "tokens.json").write_text(text + "\n")
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print("wrote", out)
+
+
+__all__ = [
+    "CORNER_SEQUENCES",
+    "check_padded_batch",
+    "perturb",
+    "pooled_table",
+    "reverse_complement",
+    "save_hub_layout",
+    "soft_masked",
+    "write_fixtures",
+]
