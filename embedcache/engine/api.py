@@ -202,8 +202,8 @@ def embed_file(
 ) -> EmbedResult:
     """Embed every sequence of a file (one a line, FASTA, or a TSV with ``seq``).
 
-    Items are named as the file names them (``line 3``, a FASTA header) in error
-    messages. With ``output``, the vectors are written there as a float32 (n, d)
+    Error messages name items as the reader does (``line 3``, ``record 'a' (line
+    1)``). With ``output``, the vectors are written there as a float32 (n, d)
     ``.npy`` in input order, atomically. Other options are those of
     :func:`embed_into_store`.
 
