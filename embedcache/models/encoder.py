@@ -97,7 +97,7 @@ class EncoderTraits:
     # padded tokens per forward pass that keep this family's matmuls busy
     token_budget: int = DEFAULT_TOKEN_BUDGET
     # attention score maps per sequence and layer (query heads); 0: no attention.
-    # Bounds the batch of long sequences (see embedcache.engine.embed.BatchRule)
+    # Bounds the batch of long sequences (see embedcache.engine.batching.BatchRule)
     attention_heads: int = 0
 
 
