@@ -25,8 +25,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import AdapterOptionError
-from embedcache.models._hyena_checkpoint import arch_from_config, prepare_state
-from embedcache.models._hyena_model import HyenaBackbone, init_official
 from embedcache.models.char_tokens import BASE_IDS, UNK_ID, lookup, token_table
 from embedcache.models.checkpoint import Source, fill_weights
 from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
@@ -103,6 +101,10 @@ def load(source: Source) -> EncoderAdapter:
         An option does not apply to HyenaDNA.
     """
     import torch
+
+    # the network modules import torch: only when a HyenaDNA model loads
+    from embedcache.models._hyena_checkpoint import arch_from_config, prepare_state
+    from embedcache.models._hyena_model import HyenaBackbone, init_official
 
     folder, config, options = source.folder, source.config, source.options
     name = source.where
