@@ -14,8 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from embedcache.errors import (
     ChecksumMismatchError,
@@ -25,6 +24,9 @@ from embedcache.errors import (
     VersionSpecError,
 )
 from embedcache.hashing import sequence_key
+
+if TYPE_CHECKING:
+    import polars as pl
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +209,8 @@ def _verified_sha256(path: Path, spec: DatasetSpec) -> str:
 
 
 def _read_parquet(files: list[Path], *, dataset: str, split: str) -> pl.DataFrame:
+    import polars as pl  # here, so `embedcache versions` stays light
+
     frames = []
     for path in files:
         part = pl.read_parquet(path)
@@ -226,6 +230,8 @@ def validate_rows(raw: pl.DataFrame, *, dataset: str, split: str) -> pl.DataFram
 
     ``raw`` has columns ``seq`` and ``label`` in published row order.
     """
+    import polars as pl
+
     frame = raw.with_row_index("row").with_columns(
         pl.format(
             "{}:{}:{}",
