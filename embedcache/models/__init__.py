@@ -43,6 +43,7 @@ from embedcache.errors import (
 )
 from embedcache.hashing import files_digest
 from embedcache.models.checkpoint import Source
+from embedcache.models.cpu_features import warn_if_bf16_is_slow
 from embedcache.models.options import EmbedOptions
 
 if TYPE_CHECKING:
@@ -314,13 +315,15 @@ def load_adapter(
     config = read_config(folder)
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
     logger.debug("%s: recognised as %s", model, family.FAMILY)
+    device = resolve_device(opts.device)
+    warn_if_bf16_is_slow(opts.dtype, device, model=model)
     source = Source(
         folder=folder,
         config=config,
         model_id=model_id,
         revision=resolved,
         options=opts,
-        device=resolve_device(opts.device),
+        device=device,
         alias=alias,
     )
     return family.load(source)
