@@ -1,4 +1,4 @@
-"""The engine end to end, as a share of this machine's bf16 matmul peak, per model shape.
+"""The engine end to end, as a share of this machine's best matmul rate, per model shape.
 
 One harness for every encoder shape. A shape is a model folder this script writes
 (published configs and tokenizers where the repository has them, random weights) and
@@ -21,12 +21,13 @@ also the model of dask_bench.py).
 
 Each round runs, per shape and interleaved:
 
-* the bf16 matmul peak (square 2048 matmuls), before and after the shape's runs;
-* ``embedcache embed --dtype bfloat16`` as a subprocess on a fresh store, timed from
+* the fp32 and bf16 matmul rates (benchmarks/peaks.py), before and after the shape's
+  runs; shares are against the best of them;
+* ``embedcache embed --dtype D`` (D: ``--dtype``, default the faster dtype here) as a subprocess on a fresh store, timed from
   launch to exit: imports, model load, tokenising, batching, store commits included.
   The engine's own log line gives its compute time, so start-up is shown apart;
 * a naive loop over the first ``--n-naive`` sequences: the same adapter in fp32,
-  one sequence a forward pass; its vectors are compared with the engine's bf16 ones;
+  one sequence a forward pass; its vectors are compared with the engine's;
 * with ``--sweep``, forward passes of real 500 and 251 bp batches at several token
   budgets, in process: the measurement behind each family's batch size.
 
@@ -67,6 +68,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.peaks import describe, faster_dtype, machine_peaks
 from benchmarks.shapes import SHAPES, Shape, adapter_options, load_sequences
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
@@ -74,27 +76,11 @@ from embedcache.models import load_adapter
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-TARGET_SHARE = 0.5
+TARGET_SHARE = 0.65  # issue 22: of the machine's best matmul rate
 ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) s")
 
 
 # --- measuring ------------------------------------------------------------------------
-
-
-def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:
-    """Sustained FLOP/s of a square matmul in ``dtype`` (best of a few timed runs)."""
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    for _ in range(3):
-        torch.mm(a, b)
-    best = 0.0
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        start = time.perf_counter()
-        for _ in range(4):
-            torch.mm(a, b)
-        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
-    return best
 
 
 @dataclass(frozen=True)
@@ -135,13 +121,15 @@ class CliRun:
     computed: int
 
 
-def run_cli(folder: Path, shape: Shape, seqs_file: Path, tmp: Path) -> CliRun:
-    """``embedcache embed`` in bf16 on a fresh store, from launch to exit."""
+def run_cli(
+    folder: Path, shape: Shape, seqs_file: Path, tmp: Path, dtype: str
+) -> CliRun:
+    """``embedcache embed --dtype DTYPE`` on a fresh store, from launch to exit."""
     store, output = tmp / "store", tmp / "out.npy"
     shutil.rmtree(store, ignore_errors=True)
     command = [
         sys.executable, "-m", "embedcache.cli", "embed", "--model", str(folder),
-        *shape.options, "--dtype", "bfloat16", "--store", str(store),
+        *shape.options, "--dtype", dtype, "--store", str(store),
         "--input", str(seqs_file), "--output", str(output), "--no-progress",
     ]  # fmt: skip
     start = time.perf_counter()
@@ -249,7 +237,8 @@ class Result:
     shape: str
     round: int
     run: CliRun
-    peak: float
+    peak: float  # the machine's best matmul rate (max over fp32 and bf16)
+    peaks: str
     work: Work
     naive_rate: float
     cosine: float
@@ -260,28 +249,29 @@ def measure(
 ) -> Result:
     shape = SHAPES[name]
     options = adapter_options(shape)
-    bf16 = load_adapter(str(folder), device="cpu", dtype="bfloat16", **options)
-    work = Work.of(bf16, bf16.n_tokens_many(seqs))
+    fast = load_adapter(str(folder), device="cpu", dtype=args.dtype, **options)
+    work = Work.of(fast, fast.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
         seqs_file = Path(tmp) / "seqs.txt"
         seqs_file.write_text("\n".join(seqs) + "\n")
-        before = matmul_peak(torch.bfloat16)
-        run = run_cli(folder, shape, seqs_file, Path(tmp))
+        before = machine_peaks()
+        run = run_cli(folder, shape, seqs_file, Path(tmp), args.dtype)
         if run.computed != len(set(seqs)):  # a fresh store computes every sequence
             sys.exit(f"{name}: computed={run.computed}, expected {len(set(seqs))}")
-        after = matmul_peak(torch.bfloat16)
+        after = machine_peaks()
         engine_vectors = np.load(Path(tmp) / "out.npy")[: args.n_naive]
     fp32 = load_adapter(str(folder), device="cpu", **options)
     naive_seqs = seqs[: args.n_naive]
     naive_vectors, naive_seconds = naive_loop(fp32, naive_seqs)
     naive_tokens = sum(fp32.n_tokens_many(naive_seqs))
     if args.sweep:
-        sweep(bf16, seqs[:400], (1536, 4096, 8192, 16384, 32768))
+        sweep(fast, seqs[:400], (1536, 4096, 8192, 16384, 32768))
     return Result(
         shape=name,
         round=rnd,
         run=run,
-        peak=max(before, after),
+        peak=max(before["best"], after["best"]),
+        peaks=describe(after),
         work=work,
         naive_rate=naive_tokens / naive_seconds,
         cosine=min_cosine(engine_vectors, naive_vectors),
@@ -296,10 +286,10 @@ def print_result(r: Result) -> None:
     print(
         f"  round {r.round} {r.shape}: end to end {run.wall:.1f} s ({run.engine:.1f} s "
         f"engine, {run.wall - run.engine:.1f} s start-up), {rate:,.0f} tokens/s, "
-        f"{100 * with_attn:.1f}% of the bf16 peak ({100 * weights_only:.1f}% without "
-        f"attention; engine alone {100 * engine_attn:.1f}%); peak {r.peak / 1e9:.0f} "
-        f"GFLOP/s; naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
-        f"{rate / r.naive_rate:.2f}x; bf16 vs naive cosine min {r.cosine:.5f}"
+        f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
+        f"without attention; engine alone {100 * engine_attn:.1f}%); {r.peaks}; "
+        f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
+        f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}"
     )
 
 
@@ -311,6 +301,12 @@ def main() -> None:
         "--tokens", type=int, default=200_000, help="model tokens a run"
     )
     parser.add_argument("--n-naive", type=int, default=32)
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=faster_dtype(),
+        help="the engine's dtype (default: the faster one on this CPU)",
+    )
     parser.add_argument("--sweep", action="store_true", help="token budgets in process")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument(
@@ -326,7 +322,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load}; "
+        f"engine dtype {args.dtype}"
+    )
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}
     try:
@@ -365,7 +364,7 @@ def main() -> None:
             )
             share = best.work.shares(best.run.wall, best.peak)[0]
             verdict = "meets" if share >= TARGET_SHARE else "below"
-            print(f"  {name:<20} {100 * share:5.1f}%  ({verdict} the 50% target)")
+            print(f"  {name:<20} {100 * share:5.1f}%  ({verdict} the 65% target)")
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"load average at the end: {load}")
     finally:
