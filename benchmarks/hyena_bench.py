@@ -19,7 +19,7 @@ Compared in one run, in interleaved rounds (the best round of each is kept):
   and in bfloat16 (projections and GELU), at several token budgets.
 
 Also printed: where the adapter's time goes (matmuls, FFTs, the numba kernels, the
-rest; from torch's profiler), the fp32 and bf16 matmul rate of this machine measured
+rest; from torch's profiler), the fp32 and bf16 matmul rates of this machine measured
 in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, and
 the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
 each dataset; the 200 bp dataset at the 251 bp rate).
@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks.peaks import describe, faster_dtype, machine_peaks
 from embedcache.engine.local import embed_sequences
 from embedcache.models import _hyena_numba, load_adapter
 from embedcache.models.hyena import SEP_ID, tokenize
@@ -239,18 +240,6 @@ def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
     return shares
 
 
-def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 1.5) -> float:
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * size**3 / (time.perf_counter() - start))
-    return best
-
-
 def matmul_flops_per_token(config: dict) -> int:
     d, inner, n = config["d_model"], config["d_inner"], config["n_layer"]
     return 2 * n * (d * 3 * d + d * d + 2 * d * inner)
@@ -262,6 +251,11 @@ def main() -> None:
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--dtypes",
+        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
+        help="engine dtypes (default: both where the CPU has bf16, else float32)",
+    )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch and numba threads"
     )
@@ -292,11 +286,11 @@ def main() -> None:
         (folder / "config.json").write_text(json.dumps(CONFIG))
         adapters = {
             dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
-            for dtype in ("float32", "bfloat16")
+            for dtype in args.dtypes.split(",")
         }
     for adapter in adapters.values():
         adapter.embed_batch(seqs[:4])  # warm-up: numba's cache, first allocations
-    net = adapters["float32"].network
+    net = next(iter(adapters.values())).network
     print(
         f"model: official-shape medium-160k, random init; "
         f"{sum(p.numel() for p in net.parameters()) / 1e6:.2f}M parameters, "
@@ -305,13 +299,12 @@ def main() -> None:
 
     naive_tps, naive_vectors = 0.0, None
     best: dict[tuple[str, str, int], tuple[float, np.ndarray]] = {}
-    peak = {"bf16": 0.0, "fp32": 0.0}
+    peak = {"bfloat16": 0.0, "float32": 0.0, "best": 0.0}
     for round_ in range(1, args.rounds + 1):
-        peak["bf16"] = max(peak["bf16"], matmul_peak(torch.bfloat16))
-        peak["fp32"] = max(peak["fp32"], matmul_peak(torch.float32))
+        now = machine_peaks()
+        peak = {k: max(v, now[k]) for k, v in peak.items()}
         print(
-            f"round {round_} (load {os.getloadavg()[0]:.1f}); matmul peak so far: "
-            f"bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s, fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s"
+            f"round {round_} (load {os.getloadavg()[0]:.1f}); so far {describe(peak)}"
         )
         vectors, elapsed = naive_loop(net, naive_seqs)
         tps = sum(len(s) + 1 for s in naive_seqs) / elapsed
@@ -327,7 +320,7 @@ def main() -> None:
                     tps = tokens[length] / elapsed
                     print(
                         f"  engine {dtype:<8} {length} bp budget {budget:>5} {tps:8.0f} tok/s"
-                        f"  {100 * tps * flops / peak['bf16' if dtype == 'bfloat16' else 'fp32']:5.1f}% of the matmul peak"
+                        f"  {100 * tps * flops / peak['best']:5.1f}% of the best matmul rate"
                     )
                     key = (dtype, length, budget)
                     if tps > best.get(key, (0.0, None))[0]:
@@ -346,21 +339,24 @@ def main() -> None:
             f"loop (best budget {key[2]}); max |diff| vs naive on its sequences "
             f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
         )
-    fp32 = best[
-        max((k for k in best if k[:2] == ("float32", "500")), key=lambda k: best[k][0])
-    ][1]
-    bf16 = best[
-        max((k for k in best if k[:2] == ("bfloat16", "500")), key=lambda k: best[k][0])
-    ][1]
-    cos = (
-        (fp32 * bf16).sum(1)
-        / np.linalg.norm(fp32, axis=1)
-        / np.linalg.norm(bf16, axis=1)
-    )
-    print(f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}")
-    bound = peak["bf16"] / flops
+    if len(adapters) == 2:
+        fp32, bf16 = (
+            best[
+                max((k for k in best if k[:2] == (d, "500")), key=lambda k: best[k][0])
+            ][1]
+            for d in ("float32", "bfloat16")
+        )
+        cos = (
+            (fp32 * bf16).sum(1)
+            / np.linalg.norm(fp32, axis=1)
+            / np.linalg.norm(bf16, axis=1)
+        )
+        print(
+            f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}"
+        )
+    bound = peak["best"] / flops
     print(
-        f"  bound: matmuls alone at the bf16 peak would run {bound:.0f} tok/s = "
+        f"  bound: matmuls alone at the best matmul rate would run {bound:.0f} tok/s = "
         f"{bound / naive_tps:.1f}x the naive loop"
     )
     for dtype, adapter in adapters.items():
