@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "genomic-benchmarks"
-FIXTURES = REPO / "tests" / "data"
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 # --- sequences ------------------------------------------------------------------------
