@@ -13,8 +13,8 @@ random init) in a temporary directory and embeds random 500 bp sequences in rc m
 
 Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
 adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
-variant against the float32 adapter, plus this machine's fp32/bf16 matmul rate
-measured in the same run. Other processes on the machine make the figures noisy.
+variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
+(benchmarks/peaks.py) measured in the same run. Other processes on the machine make the figures noisy.
 
 Rounds interleave the three variants so that load from other jobs hits them alike;
 rates are also given per CPU-second of this process, which load disturbs less.
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks.peaks import describe, faster_dtype, machine_peaks
 from embedcache.hashing import reverse_complement
 from embedcache.models import _caduceus_numba
 from embedcache.models._caduceus_model import (
@@ -211,16 +212,6 @@ def matmul_seconds(fn) -> float:  # noqa: ANN001
     return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ops) / 1e6
 
 
-def peak_gflops(dtype: torch.dtype, size: int = 2048, reps: int = 5) -> float:
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * size**3 * reps / (time.perf_counter() - start) / 1e9
-
-
 def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
     return float(
         ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()
@@ -248,6 +239,11 @@ def main() -> int:
         help="rounds; each runs the naive loop on one sequence",
     )
     parser.add_argument("--length", type=int, default=500)
+    parser.add_argument(
+        "--dtypes",
+        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
+        help="adapter dtypes (default: both where the CPU has bf16, else float32)",
+    )
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -257,12 +253,11 @@ def main() -> int:
     path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"matmul peak now: fp32 {peak_gflops(torch.float32):.0f} GFLOP/s, "
-        f"bf16 {peak_gflops(torch.bfloat16):.0f} GFLOP/s"
+        f"{describe(machine_peaks())}; adapter dtypes {args.dtypes}"
     )
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
-        f"{args.rounds} rounds of [naive 1 seq, adapter fp32 {args.n_seqs} seqs, bf16 {args.n_seqs} seqs]"
+        f"{args.rounds} rounds of [naive 1 seq, adapter {args.dtypes} {args.n_seqs} seqs]"
     )
 
     from safetensors.torch import load_file
@@ -276,7 +271,7 @@ def main() -> int:
     )
     adapters = {
         dtype: load_caduceus_adapter(path, dtype=dtype, rc_mode="average")
-        for dtype in ("float32", "bfloat16")
+        for dtype in args.dtypes.split(",")
     }
     for adapter in adapters.values():
         adapter.embed_batch(seqs[:2])  # compile or load the numba cache
@@ -326,15 +321,13 @@ def main() -> int:
         f"naive vs adapter fp32: max abs {np.abs(picked - naive).max():.2e}, "
         f"min cosine {cosine_min(picked, naive):.7f}"
     )
-    bf16 = results["bfloat16"]
-    print(
-        f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, "
-        f"min cosine {cosine_min(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
-    )
-    print(
-        f"matmul peak at the end: fp32 {peak_gflops(torch.float32):.0f} GFLOP/s, "
-        f"bf16 {peak_gflops(torch.bfloat16):.0f} GFLOP/s"
-    )
+    if "bfloat16" in results:
+        bf16 = results["bfloat16"]
+        print(
+            f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, min cosine "
+            f"{cosine_min(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
+        )
+    print(f"at the end: {describe(machine_peaks())}")
     return 0
 
 
