@@ -93,7 +93,7 @@ def encode_arrow(
     import pyarrow as pa
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    n, dim = vectors.shape
+    dim = vectors.shape[1]
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
     arrays, names = [column], [ARROW_VECTOR]
     if hashes is not None:
