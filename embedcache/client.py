@@ -160,11 +160,8 @@ class EmbedClient:
         max_backoff: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        if transfer not in ("npy", "arrow"):
-            msg = f"transfer={transfer!r} is not a wire format; use 'npy' or 'arrow'"
-            raise ValueError(msg)
-        if max_sequences < 1 or concurrency < 1:
-            msg = "max_sequences and concurrency must be at least 1"
+        if transfer not in ("npy", "arrow") or min(max_sequences, concurrency) < 1:
+            msg = "transfer is 'npy' or 'arrow'; max_sequences, concurrency >= 1"
             raise ValueError(msg)
         self.url = url.rstrip("/")
         self.max_retries = max_retries
@@ -195,9 +192,6 @@ class EmbedClient:
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()
-
-    def __repr__(self) -> str:
-        return f"EmbedClient({self.url!r})"
 
     # --- routes ----------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from embedcache.errors import (
 )
 from embedcache.hashing import sequence_key
 from embedcache.service import wire
+from tests.engine.helpers import write_small_version
+from tests.service.conftest import random_seqs, run_cli
 
 DIM = 4
 DIGEST = "ab" * 32
@@ -243,3 +245,98 @@ def test_embed_items_flags_what_the_server_had_and_counts_distinct_computed():
 def test_one_string_is_refused_rather_than_split_into_letters():
     with client_of(Script()) as client, pytest.raises(TypeError, match=r"\[seq\]"):
         client.embed("ACGT", model="m")
+
+
+# --- against a real server (the `served` fixture of conftest.py) ----------------------
+
+
+def test_client_vectors_are_what_embed_stores_under_the_same_key(served, tmp_path):
+    seqs = random_seqs(40, seed=11)
+    seqs += [seqs[3].lower(), seqs[0]]
+    with EmbedClient(served.url) as client:
+        names = {m["id"]: m for m in client.models()}
+        served_items = client.embed_items(seqs, model="bert")
+        vectors = client.embed(seqs, model="bert")
+    assert {"bert", "kmer-4"} <= set(names)
+    assert served_items.key_digest == names["bert"]["key_digest"]
+    assert vectors.shape == (42, names["bert"]["dim"])
+    np.testing.assert_array_equal(vectors, served_items.vectors)  # NPY == Arrow
+    np.testing.assert_array_equal(vectors[40], vectors[3])
+    assert not served_items.cached.any()  # a repeat shares its first row's flag
+    assert (served_items.n_computed, served_items.n_cached) == (40, 2)
+    # the same model and options here find every vector in the server's store
+    (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
+    out = run_cli(
+        "embed",
+        "--model",
+        served.bert_dir,
+        "--store",
+        served.store,
+        "--device",
+        "cpu",
+        "--input",
+        tmp_path / "in.txt",
+        "--output",
+        tmp_path / "local.npy",
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "computed=0 cached=42"
+    np.testing.assert_array_equal(np.load(tmp_path / "local.npy"), vectors)
+
+
+def test_cli_embed_through_the_server_prints_the_same_counts(served, tmp_path):
+    seqs = random_seqs(25, seed=12)
+    (tmp_path / "in.txt").write_text("\n".join([*seqs, seqs[5], seqs[5]]) + "\n")
+    args = ["embed", "--server", served.url, "--model", "bert"]
+    args += ["--input", tmp_path / "in.txt"]
+    first = run_cli(*args, "--output", tmp_path / "a.npy")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().splitlines()[-1] == "computed=25 cached=2"
+    second = run_cli(*args, "--output", tmp_path / "b.npy")
+    assert second.stdout.strip().splitlines()[-1] == "computed=0 cached=27"
+    a, b = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
+    assert a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    with EmbedClient(served.url) as client:
+        np.testing.assert_array_equal(
+            a, client.embed([*seqs, *seqs[5:6] * 2], model="bert")
+        )
+    # options the server fixes are refused, not silently ignored
+    refused = run_cli(*args, "--output", tmp_path / "c.npy", "--dtype", "bfloat16")
+    assert refused.returncode == 2
+    assert "--dtype cannot be given with --server" in refused.stderr
+    assert not (tmp_path / "c.npy").exists()
+
+
+def test_cli_embeddings_through_the_server_fill_the_store_the_report_reads(
+    served, tmp_path
+):
+    version = write_small_version(tmp_path / "small.toml")
+    env_args = ["embeddings", "--model", "kmer-4", "--version", version]
+    remote = run_cli(*env_args, "--server", served.url)
+    assert remote.returncode == 0, remote.stderr
+    assert remote.stdout.strip().splitlines()[-1] == "computed=100 cached=0"
+    local = run_cli(*env_args, "--store", served.store)
+    assert local.returncode == 0, local.stderr
+    assert local.stdout.strip().splitlines()[-1] == "computed=0 cached=100"
+
+
+def test_client_splits_what_the_server_would_refuse_as_too_large(served):
+    # the server takes at most 2000 sequences a request; the client tries 3000
+    seqs = random_seqs(3000, seed=13, low=8, high=30)
+    with EmbedClient(served.url, max_sequences=3000) as client:
+        vectors = client.embed(seqs, model="kmer-4")
+        again = client.embed(seqs[2500:], model="kmer-4")
+    assert vectors.shape == (len(seqs), 256)
+    np.testing.assert_array_equal(again, vectors[2500:])
+    assert "413" in served.log()
+
+
+def test_client_errors_from_a_real_server_name_the_input(served):
+    seqs = random_seqs(5, seed=14)
+    with EmbedClient(served.url) as client:
+        with pytest.raises(UnknownModelError, match="bert"):
+            client.embed(seqs, model="no-such-model")
+        too_long = [*seqs, "ACGT" * 40]
+        with pytest.raises(SequenceTooLongError, match=r"^sequence 5: "):
+            client.embed(too_long, model="bert")
