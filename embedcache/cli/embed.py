@@ -41,6 +41,7 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         description=_COUNTS_NOTE,
     )
     _add_model_options(p)
+    _add_server_option(p)
     p.add_argument(
         "--input",
         type=Path,
@@ -61,6 +62,7 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         description=_COUNTS_NOTE,
     )
     _add_model_options(p)
+    _add_server_option(p)
     p.add_argument(
         "--version",
         required=True,
@@ -79,16 +81,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="kmer-1..kmer-6, gc, a local HF directory, or a hub id; with --server, "
-        "a name the server serves",
-    )
-    p.add_argument(
-        "--server",
-        default=os.environ.get("EMBEDCACHE_SERVER") or None,
-        metavar="URL",
-        help="embed through a running `embedcache serve` (its model, options and "
-        "store) instead of loading the model here (default: $EMBEDCACHE_SERVER; "
-        "'none': here); an API key is read from $EMBEDCACHE_API_KEY",
+        help="kmer-1..kmer-6, gc, a local HF directory, or a hub id (with "
+        "--server: a name the server serves)",
     )
     add_store_argument(p)
     p.add_argument(
@@ -193,6 +187,18 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --cluster: sequence tokens per work unit (default: sized to a "
         "few seconds of a worker's measured rate, 4k-1M tokens)",
+    )
+
+
+def _add_server_option(p: argparse.ArgumentParser) -> None:
+    """``--server``; after the model options, whose defaults it records."""
+    p.add_argument(
+        "--server",
+        default=os.environ.get("EMBEDCACHE_SERVER") or None,
+        metavar="URL",
+        help="embed through a running `embedcache serve` (its model, options and "
+        "store) instead of loading the model here (default: $EMBEDCACHE_SERVER; "
+        "'none': here); an API key is read from $EMBEDCACHE_API_KEY",
     )
     # what a server fixes for its model; given with --server, they are an error
     p.set_defaults(local_defaults={d: p.get_default(d) for d in _LOCAL_ONLY})
