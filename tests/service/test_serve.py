@@ -8,13 +8,12 @@ import socket
 import threading
 import time
 
-import httpx
 import numpy as np
 import pytest
 
 from embedcache.hashing import sequence_key
 from embedcache.service import wire
-from tests.service.conftest import random_seqs, run_cli
+from tests.service.conftest import random_seqs
 
 
 def embed(server, model, seqs, **kwargs):
@@ -28,7 +27,7 @@ def stored_vectors(store_path, digest, seqs):
     from embedcache.store import EmbeddingStore
 
     store = EmbeddingStore(store_path, create=False)
-    key = next(info.key for info in store.keys() if info.digest == digest)
+    key = next(info.key for info in store if info.digest == digest)
     vectors, found = store.get(key, [sequence_key(s) for s in seqs])
     assert found.all()
     return np.asarray(vectors, dtype=np.float32)
@@ -77,7 +76,8 @@ def test_native_route_in_json_arrow_and_npy(served):
     first = embed(served, "bert", seqs)
     assert first.status_code == 200, first.text
     body = first.json()
-    assert body["n_computed"] == 7 and body["n_cached"] == 1
+    assert body["n_computed"] == 7
+    assert body["n_cached"] == 1
     assert [item["sha256"] for item in body["data"]] == [sequence_key(s) for s in seqs]
     assert not any(item["cached"] for item in body["data"])
     as_json = np.array([item["embedding"] for item in body["data"]], dtype=np.float32)
@@ -118,7 +118,8 @@ def test_openai_client_works_unchanged(served):
     assert [d.index for d in reply.data] == list(range(5))
     # the tiny BERT's tokenizer: one token a base plus [CLS] and [SEP]
     assert reply.usage.prompt_tokens == sum(len(s) + 2 for s in seqs)
-    assert len(one.data) == 1 and len(one.data[0].embedding) == 256
+    assert len(one.data) == 1
+    assert len(one.data[0].embedding) == 256
     assert [m.id for m in client.models.list().data] == ["kmer-4", "bert"]
 
 
@@ -150,40 +151,20 @@ def test_concurrent_overlapping_clients_get_stored_vectors_computed_once(
         np.testing.assert_array_equal(
             wire.decode_npy(reply.content), stored_vectors(served.store, digest, seqs)
         )
-    # `embedcache embed` on the same store reads exactly these vectors back
+    # `embedcache embed` (its package call, embed_file) on the same store reads
+    # exactly these vectors back
+    from embedcache.engine.api import embed_file
+
     every = sorted(distinct)
     (tmp_path / "seqs.txt").write_text("\n".join(every) + "\n")
-    out = tmp_path / "out.npy"
-    done = run_cli(
-        "embed",
-        "--model",
-        served.bert_dir,
-        "--store",
-        served.store,
-        "--input",
-        tmp_path / "seqs.txt",
-        "--output",
-        out,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith(f"computed=0 cached={len(every)}")
+    result = embed_file(tmp_path / "seqs.txt", str(served.bert_dir), served.store)
+    assert (result.n_computed, result.n_cached) == (0, len(every))
     reply = embed(served, "bert", every, headers={"Accept": wire.MEDIA_NPY})
-    np.testing.assert_array_equal(np.load(out), wire.decode_npy(reply.content))
+    np.testing.assert_array_equal(result.vectors, wire.decode_npy(reply.content))
     # and a fresh store's `embed` (other batches) agrees to float32 rounding
-    fresh = tmp_path / "fresh.npy"
-    done = run_cli(
-        "embed",
-        "--model",
-        served.bert_dir,
-        "--store",
-        tmp_path / "fresh",
-        "--input",
-        tmp_path / "seqs.txt",
-        "--output",
-        fresh,
-    )
-    assert done.returncode == 0, done.stderr
-    np.testing.assert_allclose(np.load(fresh), np.load(out), rtol=1e-5, atol=1e-6)
+    fresh = embed_file(tmp_path / "seqs.txt", str(served.bert_dir), tmp_path / "fresh")
+    assert fresh.n_computed == len(every)
+    np.testing.assert_allclose(fresh.vectors, result.vectors, rtol=1e-5, atol=1e-6)
 
 
 def test_error_replies(served):
@@ -222,7 +203,8 @@ def test_error_replies(served):
     assert_error(too_long, 422, index=2, says=["202 tokens", "maximum is 64"])
     assert_error(too_many, 413, says=["2001", "2000"])
     assert_error(too_big, 413, says=[str(2**20)])
-    assert no_route.status_code == 404 and "error" in no_route.json()
+    assert no_route.status_code == 404
+    assert "error" in no_route.json()
 
 
 def test_a_client_that_leaves_has_its_queued_work_dropped(served):
