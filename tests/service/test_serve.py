@@ -27,7 +27,8 @@ def stored_vectors(store_path, digest, seqs):
     from embedcache.store import EmbeddingStore
 
     store = EmbeddingStore(store_path, create=False)
-    key = next(info.key for info in store if info.digest == digest)
+    infos = store.keys()  # KeyInfo records (a list, not a dict's keys)
+    key = next(info.key for info in infos if info.digest == digest)
     vectors, found = store.get(key, [sequence_key(s) for s in seqs])
     assert found.all()
     return np.asarray(vectors, dtype=np.float32)
