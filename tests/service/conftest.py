@@ -54,9 +54,10 @@ def run_cli(*args, timeout=120):
 class Server:
     """One `embedcache serve` process: its URL, log, and how to stop it."""
 
-    def __init__(self, args, *, log_path, key=None):
+    def __init__(self, args, *, log_path, key=None, scheme="http", verify=True):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.verify = verify
         self.log_path = Path(log_path)
         self.key = key
         self._log = self.log_path.open("w")
@@ -94,7 +95,12 @@ class Server:
             if self.proc.poll() is not None:
                 pytest.fail(f"server exited with {self.proc.returncode}:\n{self.log()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health/ready", timeout=1).status_code == 200:
+                if (
+                    httpx.get(
+                        f"{self.url}/health/ready", timeout=1, verify=self.verify
+                    ).status_code
+                    == 200
+                ):
                     return
             time.sleep(0.1)
         self.stop()

@@ -122,3 +122,62 @@ def test_a_public_bind_without_keys_is_refused(tmp_path):
     )
     assert done.returncode == 2
     assert "--allow-unauthenticated" in done.stderr
+
+
+def test_tls_files_pass_through_to_uvicorn(tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(cafile=str(cert))
+    server = Server(
+        [
+            "--store",
+            tmp_path / "s",
+            "--model",
+            "kmer-4",
+            "--ssl-certfile",
+            cert,
+            "--ssl-keyfile",
+            key,
+        ],
+        log_path=tmp_path / "server.log",
+        scheme="https",
+        verify=context,
+    )
+    try:
+        reply = httpx.post(
+            f"{server.url}{wire.ROUTE_EMBED}",
+            json={"model": "kmer-4", "sequences": ["ACGTACGT"]},
+            verify=context,
+        )
+        assert reply.status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{server.port}{wire.ROUTE_LIVE}", timeout=5)
+    finally:
+        assert server.stop() == 0
