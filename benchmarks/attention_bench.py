@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+from benchmarks.turns import side_by_side
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,18 +39,6 @@ def two_matmul(
     scores = torch.matmul(q, k.transpose(-1, -2)).float()
     scores.mul_(q.shape[-1] ** -0.5).add_(mask)
     return torch.matmul(torch.softmax(scores, dim=-1).to(q.dtype), v)
-
-
-def in_turns(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    for fn in fns.values():  # warm-up (oneDNN primitive creation)
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: min(ts) for name, ts in times.items()}
 
 
 def main() -> int:
@@ -90,7 +79,9 @@ def main() -> int:
             F.scaled_dot_product_attention(q, k, v, attn_mask=m)
         )
         fns[f"2-matmul {name}"] = lambda q=q, k=k, v=v, m=mask: two_matmul(q, k, v, m)
-    t = in_turns(fns, args.rounds)
+    for fn in fns.values():  # warm-up (oneDNN/MKL set-up)
+        fn()
+    t = side_by_side(fns, args.rounds)
     rates = {
         key: (2 * size**3 if key.startswith("matmul") else flops) / s / 1e9
         for key, s in t.items()

@@ -31,6 +31,7 @@ import numpy as np
 import obstore
 from numcodecs import Blosc, Zstd
 
+from benchmarks.turns import side_by_side
 from embedcache.specs import ModelKey
 from embedcache.store import EmbeddingStore, open_object_store, shards
 
@@ -58,17 +59,6 @@ def best(fn: Callable[[], object], repeat: int = 5) -> float:
 
 def once(fn: Callable[[], object]) -> float:
     return best(fn, 1)
-
-
-def side_by_side(fns: dict[str, Callable[[], object]], rounds: int = 15) -> dict:
-    """Best time of each, measured in turns so that all see the same load."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: min(ts) for name, ts in times.items()}
 
 
 def embeddings_like(n: int, dim: int, seed: int = 0) -> np.ndarray:
