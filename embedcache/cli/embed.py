@@ -70,6 +70,12 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
     )
+    p.add_argument(
+        "--with-rc",
+        action="store_true",
+        help="also embed the reverse complement of every test item (for the "
+        "report's accuracy_rc; doubles the test set's cost)",
+    )
     p.set_defaults(func=_cmd_embeddings)
 
 
@@ -269,11 +275,13 @@ def _cmd_embeddings(args: argparse.Namespace) -> int:
         args.version,
         args.model,
         data_dir=args.data_dir or default_data_dir(),
+        with_rc=args.with_rc,
         **_engine_arguments(args),
     )
+    rc = " and the test items' reverse complements" if args.with_rc else ""
     print(
         f"{subset.version.name} (subset {subset.subset_id}): {subset.items.height} "
-        f"items embedded with {args.model}"
+        f"items{rc} embedded with {args.model}"
     )
     print(f"computed={result.n_computed} cached={result.n_cached}")
     return 0

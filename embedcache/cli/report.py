@@ -74,13 +74,15 @@ def _demo_steps(store: str, output_dir: Path, version: str) -> list[list[str]]:
     manifest = str(output_dir / version / "manifest.tsv")
     steps = [["subset", "--version", version, "--output", manifest]]
     steps += [
-        ["embeddings", "--model", m, "--version", version, "--store", store]
+        ["embeddings", "--model", m, "--version", version, "--store", store, "--with-rc"]
         for m in BUILTIN_MODELS
     ]
     # the neural row: a random-init Caduceus (shipped config, no trained weights),
     # labelled as a control, with every layer for the layer sweep
     control = ["--model", "caduceus-tiny", "--random-init", "0", "--layers", "all"]
-    steps.append(["embeddings", *control, "--version", version, "--store", store])
+    steps.append(
+        ["embeddings", *control, "--version", version, "--store", store, "--with-rc"]
+    )
     out = ["--output-dir", str(output_dir)]
     steps.append(["report", "--version", version, "--store", store, *out])
     return steps
