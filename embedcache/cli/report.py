@@ -74,7 +74,16 @@ def _demo_steps(store: str, output_dir: Path, version: str) -> list[list[str]]:
     manifest = str(output_dir / version / "manifest.tsv")
     steps = [["subset", "--version", version, "--output", manifest]]
     steps += [
-        ["embeddings", "--model", m, "--version", version, "--store", store, "--with-rc"]
+        [
+            "embeddings",
+            "--model",
+            m,
+            "--version",
+            version,
+            "--store",
+            store,
+            "--with-rc",
+        ]
         for m in BUILTIN_MODELS
     ]
     # the neural row: a random-init Caduceus (shipped config, no trained weights),
