@@ -35,6 +35,15 @@ def add_report_commands(sub: argparse._SubParsersAction) -> None:
         "--n-boot", type=positive_int, default=1000, help="bootstrap resamples"
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--overlap",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="declare models' pretraining corpora for the board's Overlap column: "
+        'one table per model id, ["owner/model"] with pretraining_data, '
+        'human_genome ("" for none) and source',
+    )
     p.set_defaults(func=_cmd_report)
 
 
@@ -62,8 +71,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         n_boot=args.n_boot,
         seed=args.seed,
+        overlap=args.overlap,
     )
     print(summarize_report(args.version, paths))
+    print(f"home:     {args.output_dir / 'index.html'}")
     return 0
 
 

@@ -35,16 +35,20 @@ class Table:
     caption: str = ""
     note: str = ""
     css_class: str = "embedcache"  # e.g. "embedcache published": styled apart
+    raw_columns: tuple[str, ...] = ()  # columns whose cells are HTML already
 
     def to_html(self) -> str:
         head = "".join(
             f'<th style="{_CELL_CSS};background:#f0f0f0">{html.escape(c)}</th>'
             for c in self.frame.columns
         )
+        raw = [c in self.raw_columns for c in self.frame.columns]
         body = "".join(
             "<tr>"
             + "".join(
-                f'<td style="{_CELL_CSS}">{html.escape(_cell(v))}</td>' for v in row
+                f'<td style="{_CELL_CSS}">'
+                f"{_cell(v) if is_raw else html.escape(_cell(v))}</td>"
+                for v, is_raw in zip(row, raw, strict=True)
             )
             + "</tr>"
             for row in self.frame.iter_rows()
