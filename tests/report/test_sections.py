@@ -43,6 +43,7 @@ ORDER = [
     "macro-f1",
     "floors",
     "figures",
+    "agreement",
     "leakage",
     "caveats",
     "probes",
