@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from embedcache.report.parts import NOT_COMPARABLE
+from embedcache.report.parts import NOT_COMPARABLE, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +129,6 @@ def home_html(versions: list[VersionSummary]) -> str:
 
 def write_home(output_dir: Path | str) -> Path:
     """Rewrite ``<output_dir>/index.html`` from the reports found there."""
-    from embedcache.report.render import atomic_write_text
-
     path = Path(output_dir) / "index.html"
     versions = rendered_versions(output_dir)
     atomic_write_text(path, home_html(versions))

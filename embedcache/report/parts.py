@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -129,3 +132,15 @@ def comparable_title(evaluation: Evaluation, text: str) -> str:
     if evaluation.comparable:
         return text
     return f"{text} ({evaluation.version}: {NOT_COMPARABLE})"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a reader sees the old file or the new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

@@ -8,7 +8,6 @@ file opens offline and loads nothing from the network.
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import papermill
 from nbconvert import HTMLExporter
 
 from embedcache.errors import EmbedcacheError
+from embedcache.report.parts import atomic_write_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -131,17 +131,6 @@ def notebook_to_html(notebook: Path, output: Path, *, title: str | None = None) 
     atomic_write_text(output, body)
     logger.info("rendered %s (%d bytes)", output, len(body))
     return output
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        Path(tmp).replace(path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def render_report(
