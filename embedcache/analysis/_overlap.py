@@ -39,23 +39,17 @@ def _count_row(i, q_ptr, q_idx, post_ptr, post_rows, cnt):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
-def best_overlap(
-    q_ptr,
-    q_idx,
-    post_ptr,
-    post_rows,
-    ref_size,
-    n_ref,
-    threshold,
-    skip_diagonal,
-    n_chunks,
-):
+def best_overlap(query, index, threshold, skip_diagonal, n_chunks):
     """Per query row: max Jaccard, max containment, and rows with Jaccard >= threshold.
 
-    ``skip_diagonal`` ignores reference row i for query row i (a set against itself).
-    Query rows are split into ``n_chunks`` parallel chunks, each with its own counter,
-    which is scanned in full after each row (a sequential, vectorised pass).
+    ``query`` is a CSR ``(indptr, indices)``; ``index`` the reference rows' inverted
+    index ``(postings_ptr, postings_rows, sizes, n_rows)``. ``skip_diagonal`` ignores
+    reference row i for query row i (a set against itself). Query rows are split into
+    ``n_chunks`` parallel chunks, each with its own counter, which is scanned in full
+    after each row (a sequential, vectorised pass).
     """
+    q_ptr, q_idx = query
+    post_ptr, post_rows, ref_size, n_ref = index
     n_q = q_ptr.shape[0] - 1
     best_j = np.zeros(n_q, dtype=np.float64)
     best_c = np.zeros(n_q, dtype=np.float64)
@@ -89,22 +83,14 @@ def best_overlap(
 
 
 @numba.njit(cache=True, nogil=True)
-def threshold_pairs(
-    rows,
-    q_ptr,
-    q_idx,
-    post_ptr,
-    post_rows,
-    ref_size,
-    n_ref,
-    threshold,
-    skip_diagonal,
-    n_pairs,
-):
+def threshold_pairs(rows, query, index, threshold, skip_diagonal, n_pairs):
     """(query row, reference row) pairs with Jaccard >= threshold, for the given rows.
 
-    ``n_pairs`` is their total, known from :func:`best_overlap`'s counts.
+    ``query``, ``index`` and the rest as :func:`best_overlap`; ``n_pairs`` is their
+    total, known from :func:`best_overlap`'s counts.
     """
+    q_ptr, q_idx = query
+    post_ptr, post_rows, ref_size, n_ref = index
     out_q = np.empty(n_pairs, dtype=np.int64)
     out_r = np.empty(n_pairs, dtype=np.int64)
     cnt = np.zeros(n_ref, dtype=np.int32)

@@ -188,19 +188,35 @@ class BootstrapResult:
             for name in (*self.dataset_names, MEAN):
                 value = self.point(metric, name)
                 low, high = percentile_ci(self.samples(metric, name), level=self.level)
-                for i, model in enumerate(self.models):
-                    rows.append(
-                        {
-                            "model": model,
-                            "dataset": name,
-                            "metric": metric,
-                            "value": float(value[i]),
-                            "ci_low": float(low[i]),
-                            "ci_high": float(high[i]),
-                            "n": self.n(name),
-                        }
-                    )
+                rows += interval_rows(
+                    self.models, name, metric, value, low, high, n=self.n(name)
+                )
         return pl.DataFrame(rows)
+
+
+def interval_rows(
+    models: Sequence[str],
+    dataset: str,
+    metric: str,
+    value: NDArray[np.float64],
+    low: NDArray[np.float64],
+    high: NDArray[np.float64],
+    *,
+    n: int,
+) -> list[dict[str, object]]:
+    """One summary row per model: model, dataset, metric, value, ci_low, ci_high, n."""
+    return [
+        {
+            "model": model,
+            "dataset": dataset,
+            "metric": metric,
+            "value": float(value[i]),
+            "ci_low": float(low[i]),
+            "ci_high": float(high[i]),
+            "n": n,
+        }
+        for i, model in enumerate(models)
+    ]
 
 
 def _check_metric(metric: str) -> None:

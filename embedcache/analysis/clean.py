@@ -24,6 +24,7 @@ from embedcache.analysis.bootstrap import (
     MEAN,
     BootstrapResult,
     bootstrap_scores,
+    interval_rows,
     percentile_ci,
 )
 from embedcache.analysis.clusters import check_aligned
@@ -83,18 +84,9 @@ class CleanScores:
             else:
                 level = self.bootstrap.level if self.bootstrap else 0.95
                 low, high = percentile_ci(self.samples(name), level=level)
-            for i, model in enumerate(self.models):
-                rows.append(
-                    {
-                        "model": model,
-                        "dataset": name,
-                        "metric": METRIC,
-                        "value": float(value[i]),
-                        "ci_low": float(low[i]),
-                        "ci_high": float(high[i]),
-                        "n": self.n_clean[name],
-                    }
-                )
+            rows += interval_rows(
+                self.models, name, METRIC, value, low, high, n=self.n_clean[name]
+            )
         return pl.DataFrame(rows)
 
 

@@ -177,17 +177,9 @@ def label_efficiency(
                     chosen = board.probes.filter(
                         (pl.col("model") == e.name) & (pl.col("dataset") == draw.name)
                     )
-                    counts = np.bincount(y, minlength=2)
+                    c = float(chosen["C"][0])
                     fit_rows.append(
-                        {
-                            "model": e.name,
-                            "dataset": draw.name,
-                            "n_train": n,
-                            "n_label_0": int(counts[0]),
-                            "n_label_1": int(counts[1]),
-                            "n_folds": config.n_folds,
-                            "C": float(chosen["C"][0]),
-                        }
+                        _fit_row(e.name, draw.name, n, y, config.n_folds, c)
                     )
                     continue
                 if e.key is None:
@@ -216,18 +208,7 @@ def label_efficiency(
                 idx = [row_of[i] for i in drawn["item_id"].to_list()]
                 fit = fit_probe(x_train[idx], y, config=cfg)
                 rows[n].append(fit.predict(x_test))
-                counts = np.bincount(y, minlength=2)
-                fit_rows.append(
-                    {
-                        "model": e.name,
-                        "dataset": draw.name,
-                        "n_train": n,
-                        "n_label_0": int(counts[0]),
-                        "n_label_1": int(counts[1]),
-                        "n_folds": cfg.n_folds,
-                        "C": fit.C_,
-                    }
-                )
+                fit_rows.append(_fit_row(e.name, draw.name, n, y, cfg.n_folds, fit.C_))
             logger.info("curve of %s on %s: %d points", e.name, draw.name, len(nested))
         for n, ok in usable.items():
             if ok:
@@ -270,6 +251,22 @@ def label_efficiency(
         else pl.DataFrame(schema=dict.fromkeys(CURVE_COLUMNS, pl.Utf8))
     )
     return Curves(frame, pl.DataFrame(fit_rows))
+
+
+def _fit_row(
+    model: str, dataset: str, n: int, y: NDArray[np.int64], n_folds: int, c: float
+) -> dict[str, object]:
+    """One row of the curves' probe fits: the label counts of ``y`` and the C chosen."""
+    counts = np.bincount(y, minlength=2)
+    return {
+        "model": model,
+        "dataset": dataset,
+        "n_train": n,
+        "n_label_0": int(counts[0]),
+        "n_label_1": int(counts[1]),
+        "n_folds": n_folds,
+        "C": c,
+    }
 
 
 def write_curves(frame: pl.DataFrame, path: Path | str) -> Path:

@@ -87,11 +87,11 @@ class Evaluation:
         return self.ranked + self.floors
 
     def entry(self, name: str) -> ModelEntry:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        msg = f"no model {name!r} in this evaluation; it holds {[e.name for e in self.entries]}"
-        raise KeyError(msg)
+        found = next((e for e in self.entries if e.name == name), None)
+        if found is None:
+            msg = f"no model {name!r} in this evaluation; it holds {[e.name for e in self.entries]}"
+            raise KeyError(msg)
+        return found
 
     def ranking(self, *, metric: str = "accuracy") -> pl.DataFrame:
         """Ranked models only: rank (ties share), value, CI, n and the paired Δ to the best."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
@@ -152,14 +152,7 @@ def overlap(
         zeros = np.zeros(n_q, dtype=np.float64)
         return Overlap(zeros, zeros.copy(), np.zeros(n_q, dtype=np.int64))
     best_j, best_c, n_near = best_overlap(
-        query.indptr.astype(np.int64),
-        query.indices.astype(np.int64),
-        index.postings_ptr,
-        index.postings_rows,
-        index.sizes,
-        index.n_rows,
-        float(threshold),
-        skip_diagonal,
+        *_kernel_args(query, index, threshold, skip_diagonal=skip_diagonal),
         8 * numba.get_num_threads(),  # several chunks a thread: rows differ in cost
     )
     return Overlap(best_j, best_c, n_near)
@@ -181,16 +174,22 @@ def near_pairs(
         return empty, empty.copy()
     return threshold_pairs(
         rows,
-        query.indptr.astype(np.int64),
-        query.indices.astype(np.int64),
-        index.postings_ptr,
-        index.postings_rows,
-        index.sizes,
-        index.n_rows,
-        float(threshold),
-        skip_diagonal,
+        *_kernel_args(query, index, threshold, skip_diagonal=skip_diagonal),
         int(found.n_near.sum()),
     )
+
+
+def _kernel_args(
+    query: sparse.csr_matrix,
+    index: KmerIndex,
+    threshold: float,
+    *,
+    skip_diagonal: bool,
+) -> tuple[Any, ...]:
+    """What both overlap kernels take, in order: query CSR, index, threshold, diagonal."""
+    csr = (query.indptr.astype(np.int64), query.indices.astype(np.int64))
+    postings = (index.postings_ptr, index.postings_rows, index.sizes, index.n_rows)
+    return csr, postings, float(threshold), skip_diagonal
 
 
 def max_jaccard(

@@ -52,6 +52,16 @@ def add_store_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, help=STORE_HELP)
 
 
+def add_data_dir_argument(p: argparse.ArgumentParser) -> None:
+    """``--data-dir``, defaulting to None (resolved by :func:`default_data_dir`)."""
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
+    )
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     try:

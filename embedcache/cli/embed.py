@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from embedcache.cli.common import (
+    add_data_dir_argument,
     add_store_argument,
     default_cluster,
     default_data_dir,
@@ -33,12 +34,9 @@ _COUNTS_NOTE = (
 
 
 def add_embed_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "embed",
-        help="embed sequences from a file into OUT.npy, caching in the store",
-        description=_COUNTS_NOTE,
+    p = _add_embedding_parser(
+        sub, "embed", "embed sequences from a file into OUT.npy, caching in the store"
     )
-    _add_model_options(p)
     p.add_argument(
         "--input",
         type=Path,
@@ -53,23 +51,17 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_cmd_embed)
 
-    p = sub.add_parser(
+    p = _add_embedding_parser(
+        sub,
         "embeddings",
-        help="embed every item (train and test) of a leaderboard version",
-        description=_COUNTS_NOTE,
+        "embed every item (train and test) of a leaderboard version",
     )
-    _add_model_options(p)
     p.add_argument(
         "--version",
         required=True,
         help="version name (e.g. atlas-full-v1) or a .toml file",
     )
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
-    )
+    add_data_dir_argument(p)
     p.add_argument(
         "--with-rc",
         action="store_true",
@@ -77,6 +69,15 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         "report's accuracy_rc; doubles the test set's cost)",
     )
     p.set_defaults(func=_cmd_embeddings)
+
+
+def _add_embedding_parser(
+    sub: argparse._SubParsersAction, name: str, help_text: str
+) -> argparse.ArgumentParser:
+    """A command that embeds: the counts note as its description, the model options."""
+    p = sub.add_parser(name, help=help_text, description=_COUNTS_NOTE)
+    _add_model_options(p)
+    return p
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from embedcache.cli.common import (
+    add_data_dir_argument,
     add_store_argument,
     default_data_dir,
     default_store,
@@ -35,12 +36,7 @@ def add_export_command(sub: argparse._SubParsersAction) -> None:
         "--output", type=Path, required=True, help="FILE.parquet or FILE.npz"
     )
     add_store_argument(p)
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="local dataset folder (default: $EMBEDCACHE_DATA_DIR)",
-    )
+    add_data_dir_argument(p)
     p.set_defaults(func=_cmd_export)
 
 

@@ -49,10 +49,9 @@ def embed_sequences(
 
     Raises
     ------
-    InvalidSequenceError
-        A sequence is empty or holds a character other than A/C/G/T/N.
-    SequenceTooLongError
-        A sequence exceeds the model's maximum and the key names no truncation policy.
+    InvalidSequenceError, SequenceTooLongError
+        From :func:`~embedcache.engine.plan.plan_embedding`, before anything is
+        computed.
     """
     rule = batch_rule(adapter, token_budget)
     plan = plan_embedding(adapter, seqs, store, names=names)

@@ -17,7 +17,7 @@ from embedcache.report.parts import Table, comparable_title, fmt_ci
 
 if TYPE_CHECKING:
     from embedcache.analysis.evaluation import Evaluation
-    from embedcache.analysis.rc import RcScores
+    from embedcache.analysis.suite import Analyses
 
 N_SHOWN = 5  # item ids listed per dataset; the rest are in predictions.parquet
 
@@ -80,8 +80,10 @@ def always_wrong_table(evaluation: Evaluation) -> Table:
     )
 
 
-def rc_table(evaluation: Evaluation, rc: RcScores) -> Table:
+def rc_table(evaluation: Evaluation, analyses: Analyses) -> Table:
     """accuracy and accuracy_rc [CI] per model, flagged when the CI excludes accuracy."""
+    rc = analyses.rc
+    assert rc is not None  # the section shows only with reverse complements
     joined = rc.against_accuracy(evaluation)
     cos = {r["model"]: r for r in rc.cosine.iter_rows(named=True)}
     rows = []

@@ -221,11 +221,12 @@ def agreement_section(context: ReportContext) -> Section:
 
 def rc_section(context: ReportContext) -> Section | None:
     """accuracy_rc beside accuracy, for the models whose reverse complements are stored."""
-    a, ev = context.analyses, context.evaluation
-    if a is None or a.rc is None or a.rc.bootstrap is None:
-        return None
-    return Section(
-        "rc-robustness", "Reverse-complement robustness", (rc_table(ev, a.rc),)
+    return _analysis_section(
+        context,
+        "rc-robustness",
+        "Reverse-complement robustness",
+        (rc_table,),
+        shown=lambda a: a.rc is not None and a.rc.bootstrap is not None,
     )
 
 
@@ -245,67 +246,67 @@ def leakage_section(context: ReportContext) -> Section | None:
     return Section("leakage", "Leakage", (leakage_table(context.leakage),))
 
 
+def _analysis_section(
+    context: ReportContext,
+    anchor: str,
+    title: str,
+    parts: Sequence[Callable[[Evaluation, Analyses], Part]],
+    *,
+    shown: Callable[[Analyses], bool] = lambda _: True,
+    collapsed: bool = False,
+) -> Section | None:
+    """A section of analysis parts, each ``part(evaluation, analyses)``.
+
+    None when the report has no analyses, or ``shown(analyses)`` says there is
+    nothing to show for this version.
+    """
+    a, ev = context.analyses, context.evaluation
+    if a is None or not shown(a):
+        return None
+    return Section(anchor, title, tuple(p(ev, a) for p in parts), collapsed=collapsed)
+
+
 def clean_section(context: ReportContext) -> Section | None:
     """Accuracy on the test items with no duplicate in the drawn train, and rank changes."""
-    a, ev = context.analyses, context.evaluation
-    if a is None:
-        return None
-    return Section(
-        "clean",
-        "Leakage-clean accuracy",
-        (
-            clean_table(ev, a),
-            clean_dataset_table(ev, a),
-        ),
-    )
+    tables = (clean_table, clean_dataset_table)
+    return _analysis_section(context, "clean", "Leakage-clean accuracy", tables)
 
 
 def clusters_section(context: ReportContext) -> Section | None:
     """The cluster bootstrap beside the item bootstrap, for scores and differences."""
-    a, ev = context.analyses, context.evaluation
-    if a is None:
-        return None
-    return Section(
-        "clusters",
-        "Cluster-aware intervals",
-        (
-            cluster_table(ev, a),
-            cluster_paired_table(ev, a),
-        ),
-        collapsed=True,
-    )
+    tables = (cluster_table, cluster_paired_table)
+    title = "Cluster-aware intervals"
+    return _analysis_section(context, "clusters", title, tables, collapsed=True)
 
 
 def curves_section(context: ReportContext) -> Section | None:
-    a, ev = context.analyses, context.evaluation
-    if a is None or a.curves is None:
-        return None
-    return Section(
+    return _analysis_section(
+        context,
         "label-efficiency",
         "Label efficiency",
-        (
-            curves_figure(ev, a),
-            curves_table(ev, a),
-        ),
+        (curves_figure, curves_table),
+        shown=lambda a: a.curves is not None,
     )
 
 
 def pretraining_section(context: ReportContext) -> Section | None:
-    a, ev = context.analyses, context.evaluation
-    if a is None or a.pretraining.height == 0:
-        return None
-    return Section(
+    return _analysis_section(
+        context,
         "pretraining",
         "Pretraining gain",
-        (pretraining_table(ev, a),),
+        (pretraining_table,),
+        shown=lambda a: a.pretraining.height != 0,
     )
 
 
 def layers_section(context: ReportContext) -> Section | None:
-    a, ev = context.analyses, context.evaluation
-    if a is None or a.layers is None or a.layers.frame.height == 0:
-        return None
-    return Section("layers", "Layer sweep", (layers_table(ev, a),))
+    return _analysis_section(
+        context,
+        "layers",
+        "Layer sweep",
+        (layers_table,),
+        shown=lambda a: a.layers is not None and a.layers.frame.height != 0,
+    )
 
 
 def caveats_section(context: ReportContext) -> Section:
@@ -315,12 +316,8 @@ def caveats_section(context: ReportContext) -> Section:
 
 
 def probes_section(context: ReportContext) -> Section:
-    return Section(
-        "probes",
-        "Probe fits",
-        (probe_table(context.evaluation),),
-        collapsed=True,
-    )
+    ev = context.evaluation
+    return Section("probes", "Probe fits", (probe_table(ev),), collapsed=True)
 
 
 def run_section(context: ReportContext) -> Section:

@@ -5,19 +5,7 @@ import pytest
 
 from embedcache.analysis.results import RESULT_COLUMNS
 from embedcache.analysis.suite import run_analyses
-from embedcache.report.analysis_tables import (
-    clean_dataset_table,
-    clean_table,
-    cluster_paired_table,
-    cluster_table,
-    curves_figure,
-    curves_table,
-    full_train_table,
-    layers_table,
-    leakage_audit_table,
-    pretraining_table,
-    timings_table,
-)
+from embedcache.report import analysis_tables as at
 from tests.evaluations import tiny_board
 
 
@@ -58,16 +46,16 @@ def test_results_gain_clean_and_cluster_rows_with_the_same_columns(done):
 def test_every_table_and_figure_renders(done):
     evaluation, analyses = done
     tables = [
-        clean_table(evaluation, analyses),
-        clean_dataset_table(evaluation, analyses),
-        leakage_audit_table(analyses),
-        full_train_table(analyses),
-        cluster_table(evaluation, analyses),
-        cluster_paired_table(evaluation, analyses),
-        curves_table(evaluation, analyses),
-        timings_table(analyses),
-        pretraining_table(evaluation, analyses),
-        layers_table(evaluation, analyses),
+        at.clean_table(evaluation, analyses),
+        at.clean_dataset_table(evaluation, analyses),
+        at.leakage_audit_table(analyses),
+        at.full_train_table(analyses),
+        at.cluster_table(evaluation, analyses),
+        at.cluster_paired_table(evaluation, analyses),
+        at.curves_table(evaluation, analyses),
+        at.timings_table(analyses),
+        at.pretraining_table(evaluation, analyses),
+        at.layers_table(evaluation, analyses),
     ]
     for table in tables:
         html = table.to_html()
@@ -78,5 +66,5 @@ def test_every_table_and_figure_renders(done):
     assert "n_train=80" in tables[6].to_html()
     assert "no random-init twin" in tables[8].to_html()
     assert "no model with several stored layers" in tables[9].to_html()
-    png = curves_figure(evaluation, analyses).to_png()
+    png = at.curves_figure(evaluation, analyses).to_png()
     assert png.startswith(b"\x89PNG")

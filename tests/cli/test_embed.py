@@ -16,9 +16,8 @@ from embedcache.cli import main
 from embedcache.engine.local import embed_sequences
 from embedcache.hashing import sequence_key
 from embedcache.models import load_adapter
+from tests.cli.helpers import REPO, run_cli
 from tests.engine.helpers import MemoryStore, random_seqs, write_small_version
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -106,17 +105,6 @@ def test_cli_bad_inputs_exit_2_and_leave_store_unchanged(
     assert "Traceback" not in err
     assert store_files(store) == before
     assert not (tmp_path / "o.npy").exists()
-
-
-def run_cli(args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        **kwargs,
-    )
 
 
 def test_cli_embed_subprocess_rerun_is_cached(

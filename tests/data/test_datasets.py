@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +15,7 @@ from embedcache.errors import (
     InvalidLabelError,
     InvalidSequenceError,
 )
+from tests.cli.helpers import run_cli
 from tests.mirrors import (
     SHARED_DATA,
     mirror_shared_test_file,
@@ -132,15 +131,7 @@ def test_missing_mirror_says_how_to_make_one(tmp_path):
 
 def _run_cli(args, *, env_extra):
     env = {**os.environ, **env_extra, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(args, env=env, timeout=120)
 
 
 def _hub_cache(hf_home: Path, dataset: str, split: str, seqs, labels) -> None:

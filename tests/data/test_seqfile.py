@@ -57,19 +57,8 @@ def test_blank_row_stores_nothing(tmp_path, capsys):
 
     path = write(tmp_path, "seqs.tsv", "seq\nACGT\n\nGGCC\n")
     store = tmp_path / "store"
-    code = main(
-        [
-            "embed",
-            "--model",
-            "kmer-2",
-            "--input",
-            str(path),
-            "--output",
-            str(tmp_path / "out.npy"),
-            "--store",
-            str(store),
-        ]
-    )
+    args = ["embed", "--model", "kmer-2", "--input", str(path)]
+    code = main([*args, "--output", str(tmp_path / "out.npy"), "--store", str(store)])
     assert code == 2
     assert "line 3: blank line in a TSV" in capsys.readouterr().err
     assert not (tmp_path / "out.npy").exists()

@@ -18,32 +18,22 @@ from embedcache.report.export import (
     write_export,
 )
 from embedcache.store import EmbeddingStore
-from tests.evaluations import TINY_VERSION, DictStore, fill_store, toy_key
+from tests.evaluations import DictStore, draw_tiny, fill_store, toy_key
+
+
+@pytest.fixture(scope="module")
+def demo_subset():
+    return draw_version(load_version("demo-v1"))
 
 
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory):
     """demo-v1 embedded with kmer-2 through the CLI, as a user would."""
     store = tmp_path_factory.mktemp("export") / "store"
-    code = main(
-        [
-            "embeddings",
-            "--model",
-            "kmer-2",
-            "--version",
-            "demo-v1",
-            "--store",
-            str(store),
-            "--no-progress",
-        ]
-    )
+    args = ["embeddings", "--model", "kmer-2", "--version", "demo-v1"]
+    code = main([*args, "--store", str(store), "--no-progress"])
     assert code == 0
     return store
-
-
-@pytest.fixture(scope="module")
-def demo_subset():
-    return draw_version(load_version("demo-v1"))
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".npz"])
@@ -96,18 +86,9 @@ def test_export_demo_kmer2_through_the_cli(
 
 
 def test_missing_vectors_name_the_make_embeddings_command(demo_store, tmp_path, capsys):
+    args = ["export", "--model", "kmer-3", "--version", "demo-v1"]
     code = main(
-        [
-            "export",
-            "--model",
-            "kmer-3",
-            "--version",
-            "demo-v1",
-            "--output",
-            str(tmp_path / "x.npz"),
-            "--store",
-            str(demo_store),
-        ]
+        [*args, "--output", str(tmp_path / "x.npz"), "--store", str(demo_store)]
     )
     assert code == 2
     assert "make embeddings MODEL=kmer-3 VERSION=demo-v1" in capsys.readouterr().err
@@ -116,9 +97,7 @@ def test_missing_vectors_name_the_make_embeddings_command(demo_store, tmp_path, 
 
 @pytest.fixture(scope="module")
 def tiny_subset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("v") / "tiny-v1.toml"
-    path.write_text(TINY_VERSION)
-    return draw_version(load_version(path))
+    return draw_tiny(tmp_path_factory.mktemp("v"))
 
 
 def test_partly_missing_vectors_are_an_error_with_the_fix(tiny_subset, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -31,13 +32,7 @@ from embedcache.store import EmbeddingStore, Fault, KeyInfo, layout, maintenance
 from tests.store.worker import KEY, dataset
 
 KEY_A = ModelKey(model_id="m/a", revision="a" * 40, adapter="t", adapter_version="1")
-KEY_B = ModelKey(
-    model_id="m/a",
-    revision="a" * 40,
-    adapter="t",
-    adapter_version="1",
-    rc_mode="average",
-)
+KEY_B = dataclasses.replace(KEY_A, rc_mode="average")
 
 
 def hashes_of(n: int, prefix: str = "s") -> list[str]:
