@@ -11,14 +11,14 @@ every ranked model misclassifies.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+
+from embedcache.analysis.results import write_frame
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -161,14 +161,6 @@ def always_wrong(evaluation: Evaluation, dataset: str) -> pl.DataFrame:
 
 def write_predictions(frame: pl.DataFrame, path: Path | str) -> Path:
     """Write ``predictions.parquet`` atomically (a reader never sees half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        frame.select(PREDICTION_COLUMNS).write_parquet(tmp)
-        Path(tmp).replace(path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    path = write_frame(frame, path, PREDICTION_COLUMNS, parquet=True)
     logger.info("wrote %d predictions to %s", frame.height, path)
     return path

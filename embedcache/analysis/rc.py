@@ -40,6 +40,15 @@ logger = logging.getLogger(__name__)
 
 METRIC = "accuracy_rc"
 SYMMETRIC = "strand-symmetric by construction (--rc average)"
+SUMMARY_SCHEMA = {
+    "model": pl.Utf8,
+    "dataset": pl.Utf8,
+    "metric": pl.Utf8,
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n": pl.Int64,
+}
 
 
 def rc_hashes(seqs: list[str]) -> list[str]:
@@ -70,17 +79,7 @@ class RcScores:
     def summary(self) -> pl.DataFrame:
         """model, dataset, metric (accuracy_rc), value, ci_low, ci_high, n."""
         if self.bootstrap is None:
-            return pl.DataFrame(
-                schema={
-                    "model": pl.Utf8,
-                    "dataset": pl.Utf8,
-                    "metric": pl.Utf8,
-                    "value": pl.Float64,
-                    "ci_low": pl.Float64,
-                    "ci_high": pl.Float64,
-                    "n": pl.Int64,
-                }
-            )
+            return pl.DataFrame(schema=SUMMARY_SCHEMA)
         return (
             self.bootstrap.summary()
             .filter(pl.col("metric") == "accuracy")

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from embedcache.analysis.evaluation import evaluate
-from embedcache.analysis.rc import METRIC, SYMMETRIC, rc_scores
+from embedcache.analysis.rc import METRIC, SUMMARY_SCHEMA, SYMMETRIC, rc_scores
 from embedcache.analysis.suite import Analyses
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
@@ -107,17 +107,7 @@ def test_accuracy_rc_rows_follow_the_existing_rows_with_the_same_columns(demo):
 
 class _Empty:
     def __init__(self, *, results=False):
-        self._frame = pl.DataFrame(
-            schema={
-                "model": pl.Utf8,
-                "dataset": pl.Utf8,
-                "metric": pl.Utf8,
-                "value": pl.Float64,
-                "ci_low": pl.Float64,
-                "ci_high": pl.Float64,
-                "n": pl.Int64,
-            }
-        )
+        self._frame = pl.DataFrame(schema=SUMMARY_SCHEMA)
 
     def summary(self):
         return self._frame
