@@ -74,7 +74,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
         overlap=args.overlap,
     )
     print(summarize_report(args.version, paths))
-    print(f"home:     {args.output_dir / 'index.html'}")
     return 0
 
 
