@@ -23,6 +23,8 @@ store = "store"
 model = "kmer-4"
 data_dir = None
 split = "test"
+server = None  # a running `embedcache serve` URL: see "Through the service" below
+api_key = None
 
 # %%
 from embedcache.analysis.evaluation import errors_summary, evaluate, probe_errors
@@ -43,6 +45,24 @@ Html(
     + ", ".join(f"{d} {v.shape}" for d, v in vectors.items())
     + "</p>"
 )
+
+# %% [markdown]
+# ## Through the service
+#
+# With `server` set, the lab's `embedcache serve` answers instead of a model loaded here
+# (README, "Serve a lab"): the first items' vectors, and what its store already held.
+
+# %%
+if server:
+    from embedcache.client import EmbedClient
+
+    with EmbedClient(server, api_key=api_key) as client:
+        served = client.embed_items(subset.items["seq"].head(8).to_list(), model=model)
+    Html(
+        f"<p>{server} served {served.vectors.shape} for {model} (key "
+        f"{served.key_digest[:12]}): computed={served.n_computed} "
+        f"cached={served.n_cached}</p>"
+    )
 
 # %%
 projection_figure(vectors, labels, title=f"{model}, PCA of {split} vectors")

@@ -2,7 +2,7 @@
 
 The only package that prints, reads environment variables or configures logging.
 Argument parsing only: one module per command group (``data``, ``store``,
-``embed``, ``export``, ``models``, ``report``), each handler one package call plus
+``embed``, ``export``, ``models``, ``report``, ``serve``), each handler one package call plus
 printing; ``common`` holds the defaults read from the environment. This module
 builds the parser and runs a command, turning embedcache errors into exit code 2.
 """
@@ -22,6 +22,7 @@ from embedcache.cli.embed import add_embed_commands
 from embedcache.cli.export import add_export_command
 from embedcache.cli.models import add_models_command
 from embedcache.cli.report import add_demo_command, add_report_commands
+from embedcache.cli.serve import add_serve_command
 from embedcache.cli.store import add_store_commands
 from embedcache.errors import EmbedcacheError
 
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_command(sub)
     add_report_commands(sub)
     add_demo_command(sub)
+    add_serve_command(sub)
     return parser
 
 

@@ -4,13 +4,15 @@ Both print `computed=<N> cached=<M>` as their last stdout line: N distinct
 sequences run through the model, M every other input row (already stored, or a
 repeat of a sequence computed in the same run), so N + M = number of inputs. Each
 handler is one call of :mod:`embedcache.engine.api`, which reads the input, loads
-the model, opens the store and picks in-process or Dask.
+the model, opens the store and picks in-process or Dask; with ``--server`` it is
+one call of :mod:`embedcache.client` instead, and the server's store fills.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
     p = _add_embedding_parser(
         sub, "embed", "embed sequences from a file into OUT.npy, caching in the store"
     )
+    _add_server_option(p)
     p.add_argument(
         "--input",
         type=Path,
@@ -56,6 +59,7 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         "embeddings",
         "embed every item (train and test) of a leaderboard version",
     )
+    _add_server_option(p)
     p.add_argument(
         "--version",
         required=True,
@@ -84,7 +88,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="kmer-1..kmer-6, gc, a local HF directory, or a hub id",
+        help="kmer-1..kmer-6, gc, a local HF directory, or a hub id (with "
+        "--server: a name the server serves)",
     )
     add_store_argument(p)
     p.add_argument(
@@ -192,6 +197,72 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_server_option(p: argparse.ArgumentParser) -> None:
+    """``--server``; after the model options, whose defaults it records."""
+    p.add_argument(
+        "--server",
+        default=os.environ.get("EMBEDCACHE_SERVER") or None,
+        metavar="URL",
+        help="embed through a running `embedcache serve` (its model, options and "
+        "store) instead of loading the model here (default: $EMBEDCACHE_SERVER; "
+        "'none': here); an API key is read from $EMBEDCACHE_API_KEY",
+    )
+    # what a server fixes for its model; given with --server, they are an error
+    p.set_defaults(local_defaults={d: p.get_default(d) for d in _LOCAL_ONLY})
+
+
+_LOCAL_ONLY = (
+    "store",
+    "revision",
+    "dtype",
+    "device",
+    "rc",
+    "layer",
+    "layers",
+    "pooling",
+    "random_init",
+    "family_option",
+    "include_special_tokens",
+    "truncate",
+    "kmer_split",
+    "trust_remote_code",
+    "token_budget",
+    "threads",
+    "cluster",
+    "unit_tokens",
+)
+
+
+def _server_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``server`` and ``api_key`` when the command runs through a server, else None.
+
+    Raises
+    ------
+    AdapterOptionError
+        A model or engine option is given with ``--server``, which fixes them.
+    """
+    from embedcache.errors import AdapterOptionError
+
+    if not args.server or args.server.strip().lower() == "none":
+        return None
+    given = [
+        "--" + name.replace("_", "-")
+        for name, default in args.local_defaults.items()
+        if getattr(args, name) != default
+    ]
+    if given:
+        msg = (
+            f"{', '.join(given)} cannot be given with --server {args.server}: the "
+            f"server's model {args.model!r} fixes its options, store and compute (see "
+            "`GET /v1/models`); drop them, or pass --server none to embed here"
+        )
+        raise AdapterOptionError(msg)
+    return {
+        "server": args.server,
+        "api_key": os.environ.get("EMBEDCACHE_API_KEY") or None,
+    }
+
+
 def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     from embedcache.errors import AdapterOptionError
 
@@ -256,13 +327,22 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    result = embed_file(
-        args.input, args.model, output=args.output, **_engine_arguments(args)
-    )
+    server = _server_arguments(args)
+    if server is not None:
+        from embedcache.client import embed_file_on_server
+
+        result = embed_file_on_server(
+            args.input, args.model, output=args.output, **server
+        )
+        layers = []
+    else:
+        result = embed_file(
+            args.input, args.model, output=args.output, **_engine_arguments(args)
+        )
+        layers = [key.layer for key in result.keys]
     print(
         f"wrote {result.vectors.shape[0]} x {result.vectors.shape[1]} float32 to {args.output}"
     )
-    layers = [key.layer for key in result.keys]
     if len(layers) > 1:
         print(f"{args.output} holds layer {layers[0]}; layers {layers} are stored")
     print(f"computed={result.n_computed} cached={result.n_cached}")
@@ -272,13 +352,30 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 def _cmd_embeddings(args: argparse.Namespace) -> int:
     from embedcache.engine.api import embed_version
 
-    subset, result = embed_version(
-        args.version,
-        args.model,
-        data_dir=args.data_dir or default_data_dir(),
-        with_rc=args.with_rc,
-        **_engine_arguments(args),
-    )
+    data_dir = args.data_dir or default_data_dir()
+    server = _server_arguments(args)
+    if server is not None:
+        from embedcache.client import embed_version_on_server
+
+        if args.with_rc:
+            print(
+                "embedcache: error: --with-rc is not available with --server; "
+                "run `embedcache embeddings --with-rc` without --server on a machine "
+                "that opens the store",
+                file=sys.stderr,
+            )
+            return 2
+        subset, result = embed_version_on_server(
+            args.version, args.model, data_dir=data_dir, **server
+        )
+    else:
+        subset, result = embed_version(
+            args.version,
+            args.model,
+            data_dir=data_dir,
+            with_rc=args.with_rc,
+            **_engine_arguments(args),
+        )
     rc = " and the test items' reverse complements" if args.with_rc else ""
     print(
         f"{subset.version.name} (subset {subset.subset_id}): {subset.items.height} "

@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
-from embedcache.models.bert_modules import run_stack
+from embedcache.models.bert_modules import StackNetwork
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +182,7 @@ class MosaicBertEncoder(nn.Module):
         self.layer = nn.ModuleList(MosaicBertBlock(arch) for _ in range(arch.n_layers))
 
 
-class MosaicBertNetwork(nn.Module):
+class MosaicBertNetwork(StackNetwork):
     """A DNABERT-2/DNABERT-S encoder behind the ``EncoderNetwork`` call.
 
     ``forward(ids, attention_mask, layers)`` returns one (b, t, d) tensor per requested
@@ -191,12 +191,7 @@ class MosaicBertNetwork(nn.Module):
     """
 
     def __init__(self, arch: MosaicBertArch) -> None:
-        super().__init__()
-        self.arch = arch
-        self.n_layers = arch.n_layers
-        self.hidden_size = arch.hidden_size
-        self.embeddings = MosaicBertEmbeddings(arch)
-        self.encoder = MosaicBertEncoder(arch)
+        super().__init__(arch, MosaicBertEmbeddings(arch), MosaicBertEncoder(arch))
         # kept out of the module's tensors so a bf16 cast leaves them float32
         self.slopes = tuple(alibi_slopes(arch.n_heads))
 
@@ -215,17 +210,12 @@ class MosaicBertNetwork(nn.Module):
             alibi = alibi.masked_fill(keys, float("-inf"))
         return alibi.to(dtype)
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        layers: Sequence[int],
-    ) -> list[torch.Tensor]:
+    def embed(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor], torch.Tensor]]:
         x = self.embeddings(ids)
         bias = self.attention_bias(attention_mask.bool(), x.dtype)
-        return run_stack(
-            x, self.encoder.layer, layers, step=lambda block, x: block(x, bias)
-        )
+        return x, lambda block, x: block(x, bias)
 
     def reset_parameters(self, *, seed: int) -> None:
         """The official ``_init_weights`` (transformers' BERT), seeded: linear and

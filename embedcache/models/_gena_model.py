@@ -24,7 +24,7 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
+from embedcache.models.bert_modules import Dense, SelfAttention, StackNetwork
 from embedcache.models.config_fields import (
     BertSizes,
     bert_sizes,
@@ -34,7 +34,7 @@ from embedcache.models.config_fields import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +151,7 @@ class _Encoder(nn.Module):
             self.last_layer_ln = nn.LayerNorm(arch.hidden_size, eps=arch.layer_norm_eps)
 
 
-class GenaNetwork(nn.Module):
+class GenaNetwork(StackNetwork):
     """The GENA-LM encoder behind the :class:`~embedcache.models.encoder.EncoderNetwork` call.
 
     Layer ``0`` is the embedding output, ``i`` the output of block ``i`` for
@@ -161,19 +161,15 @@ class GenaNetwork(nn.Module):
     """
 
     def __init__(self, arch: GenaArch) -> None:
-        super().__init__()
-        self.arch = arch
-        self.n_layers = arch.n_layers
-        self.hidden_size = arch.hidden_size
-        self.embeddings = _Embeddings(arch)
-        self.encoder = _Encoder(arch)
+        super().__init__(arch, _Embeddings(arch), _Encoder(arch))
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        layers: Sequence[int],
-    ) -> list[torch.Tensor]:
+    @property
+    def final_norm(self) -> nn.Module | None:
+        return getattr(self.encoder, "last_layer_ln", None)
+
+    def embed(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor], torch.Tensor]]:
         emb = self.embeddings
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = (
@@ -183,13 +179,7 @@ class GenaNetwork(nn.Module):
         )
         x = emb.LayerNorm(x)
         keys = attention_mask[:, None, None, :]
-        return run_stack(
-            x,
-            self.encoder.layer,
-            layers,
-            step=lambda block, x: block(x, keys),
-            final=getattr(self.encoder, "last_layer_ln", None),
-        )
+        return x, lambda block, x: block(x, keys)
 
 
 def init_weights(network: GenaNetwork, *, seed: int) -> None:

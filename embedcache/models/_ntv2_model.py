@@ -26,7 +26,7 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.bert_modules import Dense, SelfAttention, run_stack
+from embedcache.models.bert_modules import Dense, SelfAttention, StackNetwork
 from embedcache.models.config_fields import (
     BertSizes,
     bert_sizes,
@@ -35,7 +35,7 @@ from embedcache.models.config_fields import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
 ROTARY_BASE = 10000.0
 
@@ -168,7 +168,7 @@ class _Encoder(nn.Module):
         )
 
 
-class NTv2Network(nn.Module):
+class NTv2Network(StackNetwork):
     """The NT-v2 encoder behind the :class:`~embedcache.models.encoder.EncoderNetwork` call.
 
     Layer ``0`` is the embedding output, ``i`` the output of block ``i`` for
@@ -177,12 +177,11 @@ class NTv2Network(nn.Module):
     """
 
     def __init__(self, arch: NTv2Arch) -> None:
-        super().__init__()
-        self.arch = arch
-        self.n_layers = arch.n_layers
-        self.hidden_size = arch.hidden_size
-        self.embeddings = _Embeddings(arch)
-        self.encoder = _Encoder(arch)
+        super().__init__(arch, _Embeddings(arch), _Encoder(arch))
+
+    @property
+    def final_norm(self) -> nn.Module:
+        return self.encoder.emb_layer_norm_after
 
     def _rotary(
         self, length: int, device: torch.device, dtype: torch.dtype
@@ -194,24 +193,15 @@ class NTv2Network(nn.Module):
         sin = torch.cat((-angles.sin(), angles.sin()), dim=-1)
         return cos[:, None, :].to(dtype), sin[:, None, :].to(dtype)
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        layers: Sequence[int],
-    ) -> list[torch.Tensor]:
+    def embed(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor], torch.Tensor]]:
         x = self.embeddings.word_embeddings(ids)
         # the official embedding zeroes padded positions (no effect on real ones)
         x = x * attention_mask.unsqueeze(-1).to(x.dtype)
         cos, sin = self._rotary(ids.shape[1], x.device, x.dtype)
         keys = attention_mask[:, None, None, :]
-        return run_stack(
-            x,
-            self.encoder.layer,
-            layers,
-            step=lambda block, x: block(x, keys, cos, sin),
-            final=self.encoder.emb_layer_norm_after,
-        )
+        return x, lambda block, x: block(x, keys, cos, sin)
 
 
 def init_weights(network: NTv2Network, *, seed: int) -> None:

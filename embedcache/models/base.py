@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import numpy as np
+
+from embedcache.errors import InvalidSequenceError
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    import numpy as np
 
 
 # Padded tokens (longest item x batch size) per forward pass when an adapter names no
@@ -70,3 +71,24 @@ class FloorAdapter:
     def n_tokens(self, seq: str) -> int:
         """One token per base: the budget is only a batching hint here."""
         return len(seq)
+
+
+def base_codes(seq: str, table: np.ndarray, *, accepted_by: str) -> np.ndarray:
+    """``table`` (256 entries, 255 for a refused byte) looked up for each character
+    of ``seq``.
+
+    Raises
+    ------
+    InvalidSequenceError
+        A character maps to 255; the message ends "``accepted_by`` A, C, G, T and N".
+    """
+    codes = table[np.frombuffer(seq.encode("ascii", errors="replace"), dtype=np.uint8)]
+    bad = np.flatnonzero(codes == 255)
+    if bad.size:
+        pos = int(bad[0])
+        msg = (
+            f"invalid character {seq[pos]!r} at position {pos + 1} of a sequence of "
+            f"length {len(seq)}; {accepted_by} A, C, G, T and N"
+        )
+        raise InvalidSequenceError(msg)
+    return codes

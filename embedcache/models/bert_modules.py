@@ -1,5 +1,6 @@
-"""Pieces the BERT-style encoders share: module names a checkpoint expects, and
-running the block stack while keeping the hidden states a caller asked for.
+"""Pieces the BERT-style encoders share: module names a checkpoint expects, the
+network shell (embeddings, then a block stack), and running the block stack while
+keeping the hidden states a caller asked for.
 
 Layer numbering is the official ``hidden_states`` one: 0 the embedding output, ``i``
 block ``i``'s output, ``n_layers`` and -1 the final output (after any final norm).
@@ -7,7 +8,7 @@ block ``i``'s output, ``n_layers`` and -1 the final output (after any final norm
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -35,6 +36,42 @@ class Dense(nn.Module):
         self.dense = nn.Linear(n_in, n_out, bias=bias)
 
 
+class StackNetwork(nn.Module):
+    """An encoder as ``embeddings`` then the blocks ``encoder.layer``, behind the
+    :class:`~embedcache.models.encoder.EncoderNetwork` call.
+
+    A family subclasses it with ``embed(ids, attention_mask)``, which returns the
+    embedding output and the ``step(block, x)`` running one block, and sets
+    ``final_norm`` where the stack ends in a norm.
+    """
+
+    final_norm: nn.Module | None = None
+
+    def __init__(self, arch: Any, embeddings: nn.Module, encoder: nn.Module) -> None:  # noqa: ANN401
+        super().__init__()
+        self.arch = arch
+        self.n_layers = arch.n_layers
+        self.hidden_size = arch.hidden_size
+        self.embeddings = embeddings
+        self.encoder = encoder
+
+    def embed(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor], torch.Tensor]]:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        layers: Sequence[int],
+    ) -> list[torch.Tensor]:
+        x, step = self.embed(ids, attention_mask)
+        return run_stack(
+            x, self.encoder.layer, layers, step=step, final=self.final_norm
+        )
+
+
 def run_stack(
     x: torch.Tensor,
     blocks: nn.ModuleList,
@@ -60,4 +97,4 @@ def run_stack(
     return [states[last if layer == -1 else layer] for layer in layers]
 
 
-__all__ = ["Dense", "SelfAttention", "run_stack"]
+__all__ = ["Dense", "SelfAttention", "StackNetwork", "run_stack"]

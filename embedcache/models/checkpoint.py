@@ -192,10 +192,37 @@ def fill_weights(
     return source, []
 
 
+def build_filled(
+    build: Callable[[], torch.nn.Module],
+    source: Source,
+    *,
+    init: Callable[[torch.nn.Module, int], None],
+    state: Callable[[dict[str, torch.Tensor]], Mapping[str, torch.Tensor]],
+    family: str,
+) -> tuple[torch.nn.Module, Source, list[tuple[str, str]]]:
+    """:func:`empty_module` of ``build`` filled by :func:`fill_weights`, on the
+    source's device in the options' compute dtype, in eval mode; with the source and
+    key options :func:`fill_weights` returns.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint cannot be read or does not fit the network.
+    """
+    dtype = compute_dtype(source.options)
+    network = empty_module(build)
+    source, key_options = fill_weights(
+        network, source, init=init, state=state, family=family
+    )
+    network = network.to(device=source.device, dtype=dtype).eval()
+    return network, source, key_options
+
+
 __all__ = [
     "TOKENIZER_CONFIG",
     "Source",
     "auto_map_targets",
+    "build_filled",
     "check_tokenizer_class",
     "compute_dtype",
     "config_digest",

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedcache.errors import AdapterOptionError, InvalidSequenceError
-from embedcache.models.base import FloorAdapter
+from embedcache.errors import AdapterOptionError
+from embedcache.models.base import FloorAdapter, base_codes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,15 +43,7 @@ def gc_fraction(seq: str) -> float:
     InvalidSequenceError
         The sequence holds a character other than A, C, G, T or N.
     """
-    cls = _CLASS[np.frombuffer(seq.encode("ascii", errors="replace"), dtype=np.uint8)]
-    bad = np.flatnonzero(cls == 255)
-    if bad.size:
-        pos = int(bad[0])
-        msg = (
-            f"invalid character {seq[pos]!r} at position {pos + 1} of a sequence of "
-            f"length {len(seq)}; the GC floor accepts A, C, G, T and N"
-        )
-        raise InvalidSequenceError(msg)
+    cls = base_codes(seq, _CLASS, accepted_by="the GC floor accepts")
     counts = np.bincount(cls, minlength=3)
     n_bases = int(counts[0] + counts[1])
     return float(counts[1]) / n_bases if n_bases else NO_BASES_VALUE

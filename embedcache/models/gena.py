@@ -23,10 +23,8 @@ from typing import TYPE_CHECKING, Any
 from embedcache.errors import CheckpointError
 from embedcache.models.checkpoint import (
     Source,
+    build_filled,
     check_tokenizer_class,
-    compute_dtype,
-    empty_module,
-    fill_weights,
     refuse_options,
 )
 from embedcache.models.encoder import EncoderAdapter, EncoderTraits
@@ -155,15 +153,13 @@ def load(source: Source) -> EncoderAdapter:
             f"model's vocab_size is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    network = empty_module(lambda: GenaNetwork(arch))
-    source, key_options = fill_weights(
-        network,
+    network, source, key_options = build_filled(
+        lambda: GenaNetwork(arch),
         source,
         init=lambda net, seed: init_weights(net, seed=seed),
         state=lambda state: encoder_state(state, where=str(folder)),
         family="GENA-LM",
     )
-    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,

@@ -195,41 +195,6 @@ def llama_config(config: dict[str, Any], *, where: str = "GENERator") -> Any:  #
         raise CheckpointError(msg) from err
 
 
-def _network_class() -> type:
-    import torch
-
-    class GeneratorNetwork(torch.nn.Module):
-        """transformers' ``LlamaModel`` behind the :class:`EncoderNetwork` call."""
-
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-            self.n_layers = int(model.config.num_hidden_layers)
-            self.hidden_size = int(model.config.hidden_size)
-
-        def forward(
-            self,
-            ids: torch.Tensor,
-            attention_mask: torch.Tensor,
-            layers: Sequence[int],
-        ) -> list[torch.Tensor]:
-            # Right padding and causal attention: no real position attends to a later
-            # padded one, so no mask is passed and the causal fast path runs.
-            del attention_mask
-            need_all = any(layer != -1 for layer in layers)
-            out = self.model(
-                input_ids=ids, output_hidden_states=need_all, use_cache=False
-            )
-            # transformers reports hidden_states[n_layers] after the final norm, as
-            # last_hidden_state; hidden_states[i < n_layers] is block i's output
-            return [
-                out.last_hidden_state if layer == -1 else out.hidden_states[layer]
-                for layer in layers
-            ]
-
-    return GeneratorNetwork
-
-
 def build_llama(
     config: dict[str, Any],
     *,
@@ -332,7 +297,11 @@ def load(source: Source) -> EncoderAdapter:
         key_options.append(option)
     else:
         model = build_llama(config, folder=folder, where=f"{folder}", dtype=dtype)
-    network = _network_class()(model).to(device=source.device).eval()
+    from embedcache.models._hf_network import HFNetwork
+
+    network = (
+        HFNetwork(model, model.config, causal=True).to(device=source.device).eval()
+    )
     limit = config.get("max_position_embeddings")
     traits = EncoderTraits(
         family=FAMILY,

@@ -95,38 +95,6 @@ class HFTokenizer:
         ]
 
 
-def _network_class() -> type:
-    import torch
-
-    class HFNetwork(torch.nn.Module):
-        """A transformers encoder behind the :class:`EncoderNetwork` call."""
-
-        def __init__(self, model: torch.nn.Module, config: Any) -> None:  # noqa: ANN401
-            super().__init__()
-            self.model = model
-            self.n_layers = int(config.num_hidden_layers)
-            self.hidden_size = int(config.hidden_size)
-
-        def forward(
-            self,
-            ids: torch.Tensor,
-            attention_mask: torch.Tensor,
-            layers: Sequence[int],
-        ) -> list[torch.Tensor]:
-            need_all = any(layer != -1 for layer in layers)
-            out = self.model(
-                input_ids=ids,
-                attention_mask=attention_mask.long(),
-                output_hidden_states=need_all,
-            )
-            return [
-                out.last_hidden_state if layer == -1 else out.hidden_states[layer]
-                for layer in layers
-            ]
-
-    return HFNetwork
-
-
 def max_tokens(config: object, tokenizer: object) -> int | None:
     """The longest input (special tokens included) the model accepts, or None if unlimited."""
     limits = []
@@ -182,7 +150,11 @@ def load(source: Source) -> EncoderAdapter:
         source, option = random_init_twin(source)
         key_options.append(option)
     dtype = compute_dtype(options)
-    network = _network_class()(model, config).to(device=source.device, dtype=dtype)
+    from embedcache.models._hf_network import HFNetwork
+
+    network = HFNetwork(model, config, causal=False).to(
+        device=source.device, dtype=dtype
+    )
     network = network.eval()
     limit = max_tokens(config, tokenizer)
     traits = EncoderTraits(

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedcache.errors import AdapterOptionError, InvalidSequenceError
+from embedcache.errors import AdapterOptionError
 from embedcache.hashing import reverse_complement
-from embedcache.models.base import FloorAdapter
+from embedcache.models.base import FloorAdapter, base_codes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,15 +48,7 @@ def kmer_spectrum(seq: str, k: int) -> np.ndarray:
     InvalidSequenceError
         The sequence holds a character other than A, C, G, T or N.
     """
-    codes = _CODES[np.frombuffer(seq.encode("ascii", errors="replace"), dtype=np.uint8)]
-    bad = np.flatnonzero(codes == 255)
-    if bad.size:
-        pos = int(bad[0])
-        msg = (
-            f"invalid character {seq[pos]!r} at position {pos + 1} of a sequence of "
-            f"length {len(seq)}; k-mer spectra accept A, C, G, T and N"
-        )
-        raise InvalidSequenceError(msg)
+    codes = base_codes(seq, _CODES, accepted_by="k-mer spectra accept")
     spectrum = np.zeros(4**k, dtype=np.float64)
     if len(codes) < k:
         return spectrum.astype(np.float32)

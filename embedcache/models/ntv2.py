@@ -28,10 +28,8 @@ from embedcache.errors import CheckpointError
 from embedcache.models.checkpoint import (
     Source,
     auto_map_targets,
+    build_filled,
     check_tokenizer_class,
-    compute_dtype,
-    empty_module,
-    fill_weights,
     refuse_options,
 )
 from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
@@ -184,9 +182,8 @@ def load(source: Source) -> EncoderAdapter:
             f"is {arch.vocab_size}"
         )
         raise CheckpointError(msg)
-    network = empty_module(lambda: NTv2Network(arch))
-    source, key_options = fill_weights(
-        network,
+    network, source, key_options = build_filled(
+        lambda: NTv2Network(arch),
         source,
         init=lambda net, seed: init_weights(net, seed=seed),
         state=lambda state: encoder_state(
@@ -194,7 +191,6 @@ def load(source: Source) -> EncoderAdapter:
         ),
         family="NT-v2",
     )
-    network = network.to(device=source.device, dtype=compute_dtype(options)).eval()
     limit = getattr(tokenizer, "model_max_length", None)
     traits = EncoderTraits(
         family=FAMILY,

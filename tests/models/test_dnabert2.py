@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from tests.models.adapter_contract import (
     embed_cli,
     expected_fixture,
     min_cosine,
+    raw_sequences,
     seeded_twins,
 )
 
@@ -43,8 +45,7 @@ PUBLISHED = {
 }
 
 
-def fixture_sequences() -> list[str]:
-    return (FIXTURES / "sequences.txt").read_text().split()
+fixture_sequences = partial(raw_sequences, FIXTURES)
 
 
 def upper_sequences() -> list[str]:

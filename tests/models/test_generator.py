@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from embedcache.errors import (
     InvalidSequenceError,
     SequenceTooLongError,
 )
-from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.hashing import reverse_complement
 from embedcache.models import generator as gen
 from embedcache.models import load_adapter, read_config, recognise_family
 from tests.models.adapter_contract import (
@@ -36,8 +37,10 @@ from tests.models.adapter_contract import (
     embed_cli,
     expected_fixture,
     min_cosine,
+    raw_sequences,
     seeded_twins,
 )
+from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "generator"
 TINY = FIXTURES / "tiny"
@@ -46,12 +49,8 @@ REPO = Path(__file__).parents[2]
 TOKENIZER_FILES = ("vocab.txt", "special_tokens_map.json", "tokenizer_config.json")
 
 
-def fixture_sequences() -> list[str]:
-    return (FIXTURES / "sequences.txt").read_text().split()
-
-
-def upper_sequences() -> list[str]:
-    return [normalise_sequence(s) for s in fixture_sequences()]
+fixture_sequences = partial(raw_sequences, FIXTURES)
+upper_sequences = partial(normalised_sequences, FIXTURES)
 
 
 expected = expected_fixture(FIXTURES)

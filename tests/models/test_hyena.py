@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from embedcache.errors import (
     InvalidSequenceError,
     SequenceTooLongError,
 )
-from embedcache.hashing import normalise_sequence, reverse_complement
+from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter, recognise_family
 from embedcache.models._hyena_checkpoint import arch_from_config
 from embedcache.models._hyena_filter import fft_size, positional_features
@@ -36,8 +37,10 @@ from tests.models.adapter_contract import (
     embed_cli,
     expected_fixture,
     min_cosine,
+    raw_sequences,
     seeded_twins,
 )
+from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hyena"
 VARIANTS = ("tiny", "alt")
@@ -56,12 +59,8 @@ CASES = {
 }
 
 
-def fixture_sequences() -> list[str]:
-    return (FIXTURES / "sequences.txt").read_text().split()
-
-
-def upper_sequences() -> list[str]:
-    return [normalise_sequence(s) for s in fixture_sequences()]
+fixture_sequences = partial(raw_sequences, FIXTURES)
+upper_sequences = partial(normalised_sequences, FIXTURES)
 
 
 expected = expected_fixture(FIXTURES)

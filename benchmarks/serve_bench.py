@@ -1,0 +1,324 @@
+"""`embedcache serve` against `embedcache embed` in one process, side by side in one run.
+
+The four figures of issue 20's "Done when", on one model (``--shape``, default
+``esm-6mer-512x12``: a stock ESM shaped like NT-v2 50m, 6-mer tokens, random weights,
+from benchmarks/shapes.py) and the same sequences:
+
+(a) no hits: ``--clients`` (16) concurrent clients sending 32-sequence requests of
+    new sequences to a server on a fresh store, vs the engine in this process
+    (``embed_sequences`` with the model already loaded, as the server has it) on
+    another fresh store: tokens/s and their ratio (target >= 0.9x);
+(b) all hits: the same sequences again, 4 clients asking 512 a request as NPY:
+    vectors/s (target >= 20,000); then one client asking one cached sequence a
+    request: p50/p99 latency (target p99 < 20 ms);
+(c) fairness: one client streaming 10,000-sequence requests of new sequences while
+    eight clients each send one new sequence a request: their p99 latency against
+    the mean forward batch time the server's own /metrics report for the same
+    period (target <= 2x);
+(d) memory: the server's resident memory sampled through a bounded mixed run of
+    hits and misses; growth from the second third to the last (target < 5%).
+
+Both sides run fp32 on the CPU with torch's default threads; the server is a
+subprocess on 127.0.0.1. The machine may be shared: the load average is printed with
+each part, and the ratios are what compare.
+
+Run: ``.venv/bin/python benchmarks/serve_bench.py [--n 512] [--fair-seconds 20]
+[--memory-seconds 30]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.shapes import SHAPES, load_sequences
+from embedcache.client import EmbedClient
+from embedcache.engine.local import embed_sequences
+from embedcache.models import load_adapter
+from embedcache.models.base import Adapter
+from embedcache.service import wire
+from embedcache.store import EmbeddingStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+class Server:
+    """`embedcache serve` in a subprocess; stopped with SIGTERM."""
+
+    def __init__(self, store: Path, model_dir: Path, log: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "embedcache.cli", "serve"),
+                *("--store", str(store), "--model", f"bench={model_dir}"),
+                *("--device", "cpu", "--port", self.url.rsplit(":", 1)[1]),
+                *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"server exited:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + wire.ROUTE_READY, timeout=1).status_code == 200:
+                    return
+            time.sleep(0.2)
+        sys.exit("server not ready after 300 s")
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(self.url + wire.ROUTE_METRICS).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.split("{")[0].split(" ")[0] == name
+        )
+
+    def rss(self) -> int:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        code = self.proc.wait(120)
+        self._log.close()
+        return code
+
+
+def part_a(
+    server: Server, adapter: Adapter, seqs: list[str], work: Path, clients: int
+) -> dict:
+    tokens = sum(adapter.n_tokens(s) for s in seqs)
+    t0 = time.perf_counter()
+    embed_sequences(adapter, seqs, EmbeddingStore(work / "local-store"))
+    local = time.perf_counter() - t0
+    chunks = [seqs[i : i + 32] for i in range(0, len(seqs), 32)]
+
+    def run(worker: int) -> None:
+        with EmbedClient(server.url, concurrency=1) as client:
+            for chunk in chunks[worker::clients]:
+                client.embed(chunk, model="bench")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, range(clients)))
+    served = time.perf_counter() - t0
+    return {"tokens": tokens, "local_s": local, "served_s": served}
+
+
+def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
+    def run(_: int) -> int:
+        with EmbedClient(server.url, max_sequences=512, concurrency=1) as client:
+            return sum(len(client.embed(seqs, model="bench")) for _ in range(rounds))
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        n = sum(pool.map(run, range(4)))
+    rate = n / (time.perf_counter() - t0)
+    latencies = []
+    body = {"model": "bench", "sequences": [seqs[0]]}
+    with httpx.Client(base_url=server.url) as http:
+        for _ in range(520):
+            t0 = time.perf_counter()
+            r = http.post(
+                wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY}
+            )
+            latencies.append(time.perf_counter() - t0)
+            r.raise_for_status()
+    latencies = latencies[20:]  # connection set-up and first reads
+    return {
+        "vectors_per_s": rate,
+        "p50_ms": 1e3 * percentile(latencies, 50),
+        "p99_ms": 1e3 * percentile(latencies, 99),
+    }
+
+
+def part_c(server: Server, seconds: float, seed: int) -> dict:
+    stop = threading.Event()
+    stream_rng = np.random.default_rng(seed + 1)
+
+    def stream() -> None:
+        # short new sequences, so one 10,000-sequence request ends within seconds
+        with EmbedClient(server.url, max_sequences=10_000, concurrency=1) as client:
+            while not stop.is_set():
+                sizes = stream_rng.integers(60, 120, size=10_000)
+                big = ["".join(stream_rng.choice(list("ACGT"), size=m)) for m in sizes]
+                client.embed(big, model="bench")
+
+    def small(worker: int) -> list[float]:
+        rng = np.random.default_rng(seed * 100 + worker)
+        out = []
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            while not stop.is_set():
+                seq = "".join(
+                    rng.choice(list("ACGT"), size=int(rng.integers(200, 500)))
+                )
+                t0 = time.perf_counter()
+                r = http.post(
+                    wire.ROUTE_EMBED,
+                    json={"model": "bench", "sequences": [seq]},
+                    headers={"Accept": wire.MEDIA_NPY},
+                )
+                out.append(time.perf_counter() - t0)
+                r.raise_for_status()
+        return out
+
+    streamer = threading.Thread(target=stream, daemon=True)
+    streamer.start()
+    time.sleep(2.0)  # the stream's first request is queued
+    f_sum, f_count = (
+        server.metric("embedcache_forward_seconds_sum"),
+        server.metric("embedcache_forward_seconds_count"),
+    )
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(small, w) for w in range(8)]
+        time.sleep(seconds)
+        stop.set()
+        latencies = [x for f in futures for x in f.result()]
+    d_sum = server.metric("embedcache_forward_seconds_sum") - f_sum
+    d_count = server.metric("embedcache_forward_seconds_count") - f_count
+    streamer.join(timeout=300)
+    forward = d_sum / max(d_count, 1)
+    return {
+        "n_small": len(latencies),
+        "p50_s": percentile(latencies, 50),
+        "p99_s": percentile(latencies, 99),
+        "forward_s": forward,
+        "batches": d_count,
+    }
+
+
+def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(server.rss())
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    deadline = time.monotonic() + seconds
+    with EmbedClient(server.url) as client:
+        while time.monotonic() < deadline:
+            new = ["".join(rng.choice(list("ACGT"), size=300)) for _ in range(16)]
+            client.embed(new, model="bench")
+            client.embed(seqs, model="bench")
+    stop.set()
+    sampler.join()
+    third = len(samples) // 3
+    second, last = samples[third : 2 * third], samples[2 * third :]
+    return {
+        "second_mb": statistics.median(second) / 2**20,
+        "last_mb": statistics.median(last) / 2**20,
+        "n_samples": len(samples),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="esm-6mer-512x12", choices=sorted(SHAPES))
+    parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--hit-rounds", type=int, default=12)
+    parser.add_argument("--fair-seconds", type=float, default=20.0)
+    parser.add_argument("--memory-seconds", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    import torch
+
+    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    try:
+        model_dir = work / "model"
+        SHAPES[args.shape].build(model_dir)
+        seqs, about = load_sequences(args.n, seed=args.seed)
+        print(
+            f"model: {args.shape} ({SHAPES[args.shape].about}), fp32, CPU, "
+            f"torch threads {torch.get_num_threads()}; sequences: {about}"
+        )
+        adapter = load_adapter(str(model_dir), device="cpu")
+        embed_sequences(
+            adapter, seqs[:8], EmbeddingStore(work / "warm")
+        )  # first allocations
+        server = Server(work / "store", model_dir, work / "server.log")
+        try:
+            print(f"(a) load {load()}", flush=True)
+            a = part_a(server, adapter, seqs, work, args.clients)
+            print(f"(b) load {load()}", flush=True)
+            b = part_b(server, seqs, args.hit_rounds)
+            print(f"(c) load {load()}", flush=True)
+            c = part_c(server, args.fair_seconds, args.seed)
+            print(f"(d) load {load()}", flush=True)
+            d = part_d(server, seqs, args.memory_seconds, args.seed)
+        finally:
+            code = server.stop()
+        local_rate, served_rate = (
+            a["tokens"] / a["local_s"],
+            a["tokens"] / a["served_s"],
+        )
+        growth = d["last_mb"] / d["second_mb"] - 1
+        rows = [
+            ("(a) no hits: tokens/s, embed in process", f"{local_rate:,.0f}", ""),
+            (f"(a) no hits: tokens/s, {args.clients} clients x 32-seq requests",
+             f"{served_rate:,.0f}", f"{served_rate / local_rate:.2f}x (>= 0.9x)"),
+            ("(b) all hits: vectors/s served as NPY, 4 clients",
+             f"{b['vectors_per_s']:,.0f}", "(>= 20,000)"),
+            ("(b) cached 1-seq request latency p50 / p99",
+             f"{b['p50_ms']:.1f} / {b['p99_ms']:.1f} ms", "(p99 < 20 ms)"),
+            (f"(c) 8 one-seq clients beside a 10k stream: p50 / p99 ({c['n_small']} req)",
+             f"{c['p50_s']:.2f} / {c['p99_s']:.2f} s",
+             f"p99 = {c['p99_s'] / c['forward_s']:.2f}x a batch (<= 2x)"),
+            (f"(c) mean forward batch, server /metrics ({c['batches']:.0f} batches)",
+             f"{c['forward_s']:.3f} s", ""),
+            (f"(d) server RSS, 2nd third -> last third ({d['n_samples']} samples)",
+             f"{d['second_mb']:.0f} -> {d['last_mb']:.0f} MB",
+             f"{100 * growth:+.1f}% (< 5%)"),
+        ]  # fmt: skip
+        width = max(len(r[0]) for r in rows)
+        print(f"\n{'figure':<{width}}  {'value':>22}  ratio / target")
+        for name, value, note in rows:
+            print(f"{name:<{width}}  {value:>22}  {note}")
+        print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""The embedding-cache service: `embedcache serve`, one HTTP front door to a store.
+
+Split as text-embeddings-inference splits router, queue and backend:
+
+- ``wire``: route names, media types, limits, the JSON error shape and the binary
+  vector formats (Arrow IPC, NPY); light, so a client may import it too
+- ``errors``: the errors a request can meet, each with its HTTP status
+- ``settings``: what a server runs (models, limits, bind, keys), from options or
+  ``serve.toml``; the key file and bind checks
+- ``registry``: the served models, each one adapter and one store key
+- ``batcher``: one queue per served model and the thread that drains it, cutting
+  batches across requests with the engine's batching rule
+- ``metrics``: the Prometheus counters, gauges and histograms
+- ``guards``: ASGI middleware for the body-size limit and API keys
+- ``app``: the FastAPI application and its routes
+- ``server``: uvicorn, signals and the graceful drain
+
+May import the bottom floor, ``data``, ``models``, ``store`` and ``engine``; only
+``cli`` imports it. FastAPI, uvicorn and prometheus-client are imported only by the
+modules the server itself loads (``app``, ``server``, ``metrics``, ``guards``).
+"""
+
+from __future__ import annotations

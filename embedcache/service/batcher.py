@@ -1,0 +1,332 @@
+"""One queue per served model, drained by one thread that batches across requests.
+
+Requests enqueue the distinct sequences the store lacks; the same sequence asked for
+by several requests in flight is one job with several waiters, so it is computed
+once. The thread takes a window of about one token budget of queued sequences and
+cuts it into forward passes with the engine's own rule
+(:func:`~embedcache.engine.batching.plan_batches`); each window runs through
+:func:`~embedcache.engine.forward.run_unit`, the forward-and-commit step of
+`embedcache embed`, so a vector is committed to the store before any request that
+waits for it is answered.
+
+Order: each request's sequences fall into rounds of one token budget; every
+request's round k goes before any request's round k+1, and within a round requests
+go first come, first served. A one-sequence request therefore waits for at most the
+window being computed and its own, never behind a stream of large requests.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import heapq
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from embedcache.engine.batching import plan_batches
+from embedcache.engine.forward import run_unit
+from embedcache.engine.plan import WorkUnit, adapter_keys
+from embedcache.service.errors import (
+    QueueFullError,
+    RequestTooLargeError,
+    ServiceUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from embedcache.service.metrics import Metrics
+    from embedcache.service.registry import ServedModel
+    from embedcache.store import EmbeddingStore
+
+logger = logging.getLogger(__name__)
+
+
+class Ticket:
+    """One request's share of the queue: done when every sequence it waits for is
+    stored (``future`` resolves), or failed with the error that stopped it."""
+
+    def __init__(self, digests: Sequence[str]) -> None:
+        self.remaining = set(digests)
+        self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.remaining:
+            self.future.set_result(None)
+
+
+@dataclass(eq=False)
+class _Job:
+    digest: str
+    seq: str
+    tokens: int
+    priority: tuple[int, int, int]
+    waiters: set[Ticket] = field(default_factory=set)
+    running: bool = False
+
+
+class Batcher:
+    """The queue of one served model and the thread that drains it."""
+
+    def __init__(
+        self,
+        model: ServedModel,
+        store: EmbeddingStore,
+        *,
+        metrics: Metrics,
+        max_queue_tokens: int,
+        window_seconds: float = 0.002,
+    ) -> None:
+        self.model = model
+        self.store = store
+        self.metrics = metrics
+        self.max_queue_tokens = max_queue_tokens
+        self.window_seconds = window_seconds
+        self._cond = threading.Condition()
+        self._jobs: dict[str, _Job] = {}
+        self._heap: list[tuple[tuple[int, int, int], int, _Job]] = []
+        self._counter = itertools.count()
+        self._tickets = itertools.count()
+        self._queued_seqs = 0
+        self._queued_tokens = 0
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"batcher-{model.name}", daemon=True
+        )
+
+    # --- requests' side -------------------------------------------------------------
+
+    def submit(
+        self, seqs: Sequence[str], digests: Sequence[str], tokens: Sequence[int]
+    ) -> Ticket:
+        """Queue the distinct sequences a request lacks; join jobs already queued.
+
+        Raises
+        ------
+        RequestTooLargeError
+            The request alone holds more tokens than the queue may.
+        QueueFullError
+            The queue is too full to take it now (429: retry later).
+        ServiceUnavailableError
+            The server is draining.
+        """
+        budget = self.model.rule.token_budget
+        with self._cond:
+            if self._stopping:
+                msg = "the server is shutting down; retry against a running server"
+                raise ServiceUnavailableError(msg)
+            new = [i for i, d in enumerate(digests) if d not in self._jobs]
+            new_tokens = sum(tokens[i] for i in new)
+            if new_tokens > self.max_queue_tokens:
+                msg = (
+                    f"the request needs {new_tokens} tokens computed, more than the "
+                    f"queue limit of {self.max_queue_tokens} tokens of {self.model.name!r}; "
+                    "split it into smaller requests"
+                )
+                raise RequestTooLargeError(msg)
+            if new and self._queued_tokens + new_tokens > self.max_queue_tokens:
+                msg = (
+                    f"the queue of {self.model.name!r} holds {self._queued_tokens} tokens "
+                    f"and its limit is {self.max_queue_tokens}; this request adds "
+                    f"{new_tokens}. Retry later"
+                )
+                raise QueueFullError(msg, retry_after=1)
+            ticket = Ticket(digests)
+            number = next(self._tickets)
+            done = 0
+            for i, digest in enumerate(digests):
+                job = self._jobs.get(digest)
+                # its round: which token budget of this request the sequence falls in
+                priority = (done // budget, number, i)
+                done += tokens[i]
+                if job is None:
+                    job = _Job(digest, seqs[i], tokens[i], priority)
+                    self._jobs[digest] = job
+                    self._queued_seqs += 1
+                    self._queued_tokens += tokens[i]
+                    self._push(job)
+                elif not job.running and priority < job.priority:
+                    job.priority = priority
+                    self._push(job)
+                job.waiters.add(ticket)
+            self._publish_depth()
+            self._cond.notify()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> int:
+        """Drop a gone request's queued, not yet computed work (others' stays);
+        return how many sequences left the queue."""
+        dropped = 0
+        with self._cond:
+            for digest in list(ticket.remaining):
+                job = self._jobs.get(digest)
+                if job is None:
+                    continue
+                job.waiters.discard(ticket)
+                if not job.waiters and not job.running:
+                    self._forget(job)
+                    dropped += 1
+            ticket.remaining.clear()
+            self._publish_depth()
+        if dropped:
+            self.metrics.dropped.labels(self.model.name).inc(dropped)
+            logger.info(
+                "%s: dropped %d queued sequences of a gone client",
+                self.model.name,
+                dropped,
+            )
+        return dropped
+
+    @property
+    def depth(self) -> tuple[int, int]:
+        """Queued (not yet running) sequences and their tokens."""
+        with self._cond:
+            return self._queued_seqs, self._queued_tokens
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Take no more work; the window in flight is finished and committed, every
+        queued job's requests get 503."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread; whether it ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # --- the thread -----------------------------------------------------------------
+
+    def _push(self, job: _Job) -> None:
+        heapq.heappush(self._heap, (job.priority, next(self._counter), job))
+
+    def _forget(self, job: _Job) -> None:
+        del self._jobs[job.digest]
+        if not job.running:
+            self._queued_seqs -= 1
+            self._queued_tokens -= job.tokens
+
+    def _publish_depth(self) -> None:
+        self.metrics.queue_seqs.labels(self.model.name).set(self._queued_seqs)
+        self.metrics.queue_tokens.labels(self.model.name).set(self._queued_tokens)
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._take_window()
+            if jobs is None:
+                return
+            try:
+                self._compute(jobs)
+            except Exception as err:  # the thread must survive one bad window
+                logger.exception("%s: a batch failed", self.model.name)
+                self._finish(jobs, error=err)
+            else:
+                self._finish(jobs)
+
+    def _take_window(self) -> list[_Job] | None:
+        budget = self.model.rule.token_budget
+        with self._cond:
+            while not self._queued_seqs and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                self._fail_queued()
+                return None
+            if self._queued_tokens < budget and self.window_seconds > 0:
+                # a short wait lets concurrent requests join a batch that is not full
+                self._cond.wait(self.window_seconds)
+            jobs: list[_Job] = []
+            size = 0
+            while self._heap and (not jobs or size < budget):
+                priority, _, job = heapq.heappop(self._heap)
+                if job.running or self._jobs.get(job.digest) is not job:
+                    continue  # dropped, or pushed again with a better priority
+                if priority != job.priority:
+                    continue
+                if jobs and size + job.tokens > budget:
+                    heapq.heappush(self._heap, (priority, next(self._counter), job))
+                    break
+                job.running = True
+                self._queued_seqs -= 1
+                self._queued_tokens -= job.tokens
+                size += job.tokens
+                jobs.append(job)
+            self._publish_depth()
+            return jobs
+
+    def _compute(self, jobs: list[_Job]) -> None:
+        model, store = self.model, self.store
+        if not jobs:
+            return
+        digests = [job.digest for job in jobs]
+        # another writer (an `embed` run, a second server) may have stored some meanwhile
+        stored = np.ones(len(jobs), dtype=bool)
+        for key in adapter_keys(model.adapter):
+            stored &= np.asarray(store.contains(key, digests), dtype=bool)
+        todo = [job for job, done in zip(jobs, stored, strict=True) if not done]
+        if not todo:
+            return
+        tokens = [job.tokens for job in todo]
+        batches = plan_batches(tokens, model.rule)
+        unit = WorkUnit(
+            index=0,
+            seqs=tuple(job.seq for job in todo),
+            hashes=tuple(job.digest for job in todo),
+            tokens=tuple(tokens),
+            batches=tuple(tuple(batch) for batch in batches),
+        )
+        start = time.perf_counter()
+        result = run_unit(model.adapter, store, unit)
+        seconds = time.perf_counter() - start
+        metrics = self.metrics
+        metrics.computed.labels(model.name).inc(result.n_computed)
+        metrics.forward_seconds.labels(model.name).observe(seconds)
+        for batch in batches:
+            padded = len(batch) * max(tokens[i] for i in batch)
+            metrics.batch_tokens.labels(model.name).observe(padded)
+        logger.debug(
+            "%s: %d sequences in %d batches, %.3f s",
+            model.name,
+            len(todo),
+            len(batches),
+            seconds,
+        )
+
+    def _finish(self, jobs: list[_Job], *, error: BaseException | None = None) -> None:
+        with self._cond:
+            for job in jobs:
+                self._jobs.pop(job.digest, None)
+                for ticket in job.waiters:
+                    if ticket.future.done():
+                        continue
+                    if error is not None:
+                        ticket.future.set_exception(error)
+                        continue
+                    ticket.remaining.discard(job.digest)
+                    if not ticket.remaining:
+                        ticket.future.set_result(None)
+
+    def _fail_queued(self) -> None:
+        error = ServiceUnavailableError(
+            "the server is shutting down before this request's sequences were "
+            "computed; retry against a running server"
+        )
+        for job in list(self._jobs.values()):
+            if job.running:
+                continue
+            for ticket in job.waiters:
+                if not ticket.future.done():
+                    ticket.future.set_exception(error)
+            self._forget(job)
+        self._heap.clear()
+        self._publish_depth()
+
+
+__all__ = ["Batcher", "Ticket"]

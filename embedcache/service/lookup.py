@@ -1,0 +1,65 @@
+"""What a request does before and after the queue: validate, hash and look up its
+sequences (the engine's plan), then read its vectors back from the store."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from embedcache.engine.forward import gather_vectors
+from embedcache.engine.plan import plan_embedding
+from embedcache.errors import InvalidSequenceError, SequenceTooLongError
+from embedcache.service.errors import UnprocessableSequenceError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from embedcache.engine.plan import EmbedPlan
+    from embedcache.service.registry import ServedModel
+    from embedcache.store import EmbeddingStore
+
+# plan_embedding names items as given; "field[i]" lets the error carry the index
+_NAMED_INDEX = re.compile(r"^\w+\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """A request's plan and, per input row, whether the store held it on arrival."""
+
+    plan: EmbedPlan
+    cached: list[bool]
+
+
+def plan_request(
+    model: ServedModel, seqs: Sequence[str], store: EmbeddingStore, *, field: str
+) -> RequestPlan:
+    """Validate, hash and length-check ``seqs`` and look them up, as `embed` does.
+
+    Raises
+    ------
+    UnprocessableSequenceError
+        A sequence holds a character other than A/C/G/T/N, is empty, or is longer
+        than the model's context (unless it truncates); ``index`` names it.
+    """
+    names = [f"{field}[{i}]" for i in range(len(seqs))]
+    try:
+        plan = plan_embedding(model.adapter, seqs, store, names=names)
+    except (InvalidSequenceError, SequenceTooLongError) as err:
+        found = _NAMED_INDEX.match(str(err))
+        index = int(found.group(1)) if found else None
+        raise UnprocessableSequenceError(str(err), index=index) from err
+    missing = set(plan.missing_hashes)
+    return RequestPlan(plan, [digest not in missing for digest in plan.hashes])
+
+
+def read_vectors(
+    model: ServedModel, store: EmbeddingStore, plan: EmbedPlan
+) -> np.ndarray:
+    """The request's vectors from the store, float32, one row per input."""
+    return gather_vectors(store, plan, model.key, model.dim)
+
+
+__all__ = ["RequestPlan", "plan_request", "read_vectors"]

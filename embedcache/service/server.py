@@ -1,0 +1,87 @@
+"""Run a server: open the store, load the models, serve on uvicorn, drain on a signal.
+
+On SIGTERM or SIGINT the server stops accepting connections, reports not ready,
+503s queued work, finishes and commits the batches in flight, answers what is
+done, and returns (exit 0) within the graceful timeout. A second SIGINT forces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from embedcache.service.app import ServiceState, create_app
+from embedcache.service.batcher import Batcher
+from embedcache.service.metrics import Metrics
+from embedcache.service.registry import ModelRegistry, load_models
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from embedcache.service.settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, draining the queues first and exiting 0 on a signal
+    (uvicorn re-raises the signal it caught once it is done, which would not)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.state.begin_drain(timeout=self.config.timeout_graceful_shutdown or 0)
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+
+def build_state(settings: ServeSettings) -> ServiceState:
+    """Open the store and load every model once; the queues are made, not started."""
+    from embedcache.store import EmbeddingStore
+
+    store = EmbeddingStore(settings.store, options=settings.store_options)
+    registry = ModelRegistry(load_models(settings.models, threads=settings.threads))
+    metrics = Metrics()
+    batchers = {
+        model.name: Batcher(
+            model,
+            store,
+            metrics=metrics,
+            max_queue_tokens=settings.max_queue_tokens,
+            window_seconds=settings.batch_window_ms / 1000,
+        )
+        for model in registry.models
+    }
+    return ServiceState(settings, registry, store, batchers, metrics)
+
+
+def serve(settings: ServeSettings) -> int:
+    """Serve until a signal; 0 once drained."""
+    state = build_state(settings)
+    config = uvicorn.Config(
+        create_app(state),
+        host=settings.host,
+        port=settings.port,
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
+        timeout_graceful_shutdown=max(int(settings.graceful_timeout), 1),
+        lifespan="on",
+        log_config=None,  # the command's logging configuration
+        server_header=False,
+    )
+    server = _DrainingServer(config, state)
+    server.run()
+    if server.started:
+        logger.info("stopped")
+        return 0
+    return 1
+
+
+__all__ = ["build_state", "serve"]
