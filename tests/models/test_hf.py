@@ -21,6 +21,7 @@ from embedcache.models import (
     resolve_device,
 )
 from embedcache.models.hf import kmer_split, token_budget
+from tests.conftest import save_tiny_model
 from tests.models.adapter_contract import AdapterContract, min_cosine
 
 SEQS = ["ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCAACGTAGCATCGA"]
@@ -183,18 +184,14 @@ def tiny_dnabert_dir(tmp_path_factory):
         sep_token="[SEP]",
         mask_token="[MASK]",
     )
-    config = BertConfig(
+    return save_tiny_model(
+        path,
+        tokenizer,
+        BertConfig,
+        BertModel,
         vocab_size=len(vocab),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
         max_position_embeddings=64,
     )
-    torch.manual_seed(0)
-    BertModel(config).eval().save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def test_kmer_split_text():
