@@ -28,7 +28,7 @@ from embedcache.models.caduceus import (
     load_caduceus_adapter,
     tokenize,
 )
-from tests.models.adapter_contract import AdapterContract, expected_fixture, min_cosine
+from tests.models import adapter_contract as contract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 VARIANTS = ("ph", "ps", "ps_unfused")
@@ -39,7 +39,7 @@ def fixture_sequences() -> list[str]:
     return (FIXTURES / "sequences.txt").read_text().split()
 
 
-expected = expected_fixture(FIXTURES)
+expected = contract.expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_is_caduceus_config():
     assert not is_caduceus_config({"model_type": "bert"})
 
 
-class TestContract(AdapterContract):
+class TestContract(contract.AdapterContract):
     @pytest.fixture(params=["ph", "ps"])
     def adapter(self, adapters, request):
         return adapters[(request.param, "average", "numba")]
@@ -194,9 +194,7 @@ def test_revision_is_a_content_digest(tmp_path):
     path = copy_model("ph", tmp_path / "m")
     first = load_caduceus_adapter(path).key.revision
     assert load_caduceus_adapter(path).key.revision == first
-    config = json.loads((path / "config.json").read_text())
-    config["norm_epsilon"] = 1e-6
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, norm_epsilon=1e-6)
     assert load_caduceus_adapter(path).key.revision != first
     with pytest.raises(errors.AdapterOptionError, match="content digest"):
         load_caduceus_adapter(path, revision="main")
@@ -259,9 +257,7 @@ def test_missing_weight_is_a_clear_error(tmp_path, missing):
 
 def test_wrong_shape_is_a_clear_error(tmp_path):
     path = copy_model("ph", tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["d_model"] = 48
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, d_model=48)
     with pytest.raises(errors.CheckpointError, match="shape"):
         load_caduceus_adapter(path)
 
@@ -332,7 +328,7 @@ def test_bfloat16_stays_close(adapters, variant):
         load_caduceus_adapter(FIXTURES / variant, dtype="bfloat16").key.dtype
         == "bfloat16"
     )
-    assert min_cosine(exact, fast) > 0.999
+    assert contract.min_cosine(exact, fast) > 0.999
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 

@@ -344,9 +344,7 @@ def test_wrong_mapping_is_refused(tmp_path, change, match):
 
 def test_wrong_shape_is_refused(tmp_path):
     path = copy_model(tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["intermediate_size"] = 48
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, intermediate_size=48)
     with pytest.raises(errors.CheckpointError, match="shape"):
         load_adapter(str(path), device="cpu")
 
@@ -370,9 +368,7 @@ def test_bfloat16_checkpoint_computes_in_the_asked_dtype(tmp_path, adapters):
 
 def test_unbuildable_config_is_refused(tmp_path):
     path = copy_model(tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["hidden_size"] = 15  # not a multiple of the 4 heads
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, hidden_size=15)  # not a multiple of the 4 heads
     with pytest.raises(errors.CheckpointError, match="does not describe a Llama model"):
         load_adapter(str(path), device="cpu")
 

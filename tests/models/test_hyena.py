@@ -364,9 +364,7 @@ def test_renamed_tensor_is_refused(tmp_path):
 
 def test_wrong_shape_is_a_clear_error(tmp_path):
     path = copy_model("tiny", tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["max_seq_len"] = 400
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, max_seq_len=400)
     with pytest.raises(errors.CheckpointError, match="shape"):
         load_adapter(str(path), device="cpu")
 
