@@ -3,7 +3,7 @@
 The corner-case sequences and soft-masked long ones several families are checked on,
 the reverse complement, moving every weight off its init, the hub layout a
 ``save_pretrained`` leaves once the copied remote code is removed, the pooled-vector
-tables, and writing ``expected.npz``, ``sequences.txt``, ``tokens.json`` and
+tables and the padded-batch check of the official code, and writing ``expected.npz``, ``sequences.txt``, ``tokens.json`` and
 ``meta.json``. The scripts run in a scratch environment with the official code (not
 here): this module needs only the standard library until a function is called.
 """
@@ -118,6 +118,34 @@ def check_padded_batch(
     assert gap < 1e-5, gap
 
 
+def record_official_vectors(
+    name: str,
+    model: torch.nn.Module,
+    tokenizer: Callable[..., Any],
+    seqs: list[str],
+    *,
+    pool: Callable[[str], dict],
+    padded_batch: Callable[[list[str]], tuple[dict, torch.Tensor]],
+    expected: dict[str, np.ndarray],
+    tokens: dict[str, Any],
+    whats: Iterable[str] = ("none", "include", "cls", "layer0", "layer1"),
+) -> None:
+    """Pool each sequence and its reverse complement alone (``pool``) into
+    ``expected``, keep the token ids in ``tokens``, and check the official code's
+    padded batch (``padded_batch`` gives the batch and its special-token mask)."""
+    import torch
+
+    rows = [pool(s) for s in seqs]
+    rc_rows = [pool(reverse_complement(s)) for s in seqs]
+    expected.update(pooled_table(name, rows, rc_rows, whats))
+    tokens[name] = tokenizer(seqs)["input_ids"]
+    batch, special = padded_batch(seqs)
+    with torch.no_grad():
+        hidden = model(**batch, output_hidden_states=True).hidden_states[-1]
+    keep = batch["attention_mask"].bool() & ~special
+    check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
+
+
 def write_fixtures(
     out: Path,
     *,
@@ -145,6 +173,7 @@ __all__ = [
     "check_padded_batch",
     "perturb",
     "pooled_table",
+    "record_official_vectors",
     "reverse_complement",
     "save_hub_layout",
     "soft_masked",

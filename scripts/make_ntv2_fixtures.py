@@ -37,6 +37,7 @@ and in ``expected.npz`` the official model's vectors for ``sequences.txt``.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -49,10 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
-    check_padded_batch,
     perturb,
-    pooled_table,
-    reverse_complement,
+    record_official_vectors,
     save_hub_layout,
     write_fixtures,
 )
@@ -149,6 +148,14 @@ def published_format(template: dict, values: dict) -> dict:
             raise SystemExit(msg)
         out[key] = value
     return out
+
+
+def padded_batch(tokenizer, special_ids, seqs: list[str]) -> tuple:  # noqa: ANN001
+    """The official tokenizer's padded batch of ``seqs``; special tokens found by id."""
+    import torch
+
+    batch = tokenizer(seqs, return_tensors="pt", padding=True)
+    return batch, torch.isin(batch["input_ids"], special_ids)
 
 
 def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
@@ -251,22 +258,19 @@ def main() -> int:
         # EsmTokenizer's special_tokens_mask assumes an <eos> that NT-v2 does not add
         # (one flag too many), so special tokens are found by id
         special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
-        rows = [pooled(loaded, tokenizer, s, special_ids) for s in upper]
-        rc_rows = [
-            pooled(loaded, tokenizer, reverse_complement(s), special_ids) for s in upper
-        ]
-        whats = ("none", "include", "cls", "layer0", "layer1")
-        expected.update(pooled_table(name, rows, rc_rows, whats))
-        tokens[name] = tokenizer(upper)["input_ids"]
 
         # the official code with padding gives the same vectors (a check of the
         # reference itself: masked positions must not leak into real ones)
-        batch = tokenizer(upper, return_tensors="pt", padding=True)
-        special = torch.isin(batch["input_ids"], special_ids)
-        with torch.no_grad():
-            hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
-        keep = batch["attention_mask"].bool() & ~special
-        check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
+        record_official_vectors(
+            name,
+            loaded,
+            tokenizer,
+            upper,
+            pool=functools.partial(pooled, loaded, tokenizer, special_ids=special_ids),
+            padded_batch=functools.partial(padded_batch, tokenizer, special_ids),
+            expected=expected,
+            tokens=tokens,
+        )
         print(
             name,
             "->",
