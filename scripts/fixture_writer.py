@@ -10,13 +10,14 @@ here): this module needs only the standard library until a function is called.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from pathlib import Path
 
     import numpy as np
     import torch
@@ -37,6 +38,15 @@ CORNER_SEQUENCES = [
     "ACGCGTTAGCATGCAANCGATCGATGCATG",
     "ACGCGTTAGCATGCAANCGATCGATGCATA",
 ]
+
+
+def parse_fixture_args(doc: str, *sources: str) -> argparse.Namespace:
+    """The command line of a script whose only options are required folders or
+    files: each of ``sources`` (``"--official"``, ...) and ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for option in (*sources, "--out"):
+        parser.add_argument(option, type=Path, required=True)
+    return parser.parse_args()
 
 
 def reverse_complement(seq: str) -> str:
@@ -171,6 +181,7 @@ def write_fixtures(
 __all__ = [
     "CORNER_SEQUENCES",
     "check_padded_batch",
+    "parse_fixture_args",
     "perturb",
     "pooled_table",
     "record_official_vectors",

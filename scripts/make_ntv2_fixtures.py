@@ -36,7 +36,6 @@ and in ``expected.npz`` the official model's vectors for ``sequences.txt``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import itertools
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
+    parse_fixture_args,
     perturb,
     record_official_vectors,
     save_hub_layout,
@@ -205,10 +205,7 @@ def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--official", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parse_fixture_args(__doc__, "--official")
     official_hashes = check_official(args.official)
 
     import numpy as np
