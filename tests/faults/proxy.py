@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import socket
 import struct
 import threading
@@ -32,14 +33,15 @@ _ERROR_BODY = (
 
 @dataclass
 class Rule:
-    """Which requests a fault may hit: a method and a substring of the path."""
+    """Which requests a fault may hit: a method and a regular expression searched in
+    the path."""
 
     method: str | None = None
     path: str | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or method == self.method) and (
-            self.path is None or self.path in path
+            self.path is None or re.search(self.path, path) is not None
         )
 
 

@@ -18,6 +18,8 @@ from tests.store.worker import KEY, dataset
 
 N = 240
 MODEL = "kmer-3"
+# a commit record (not the key's commits/zarr.json group document)
+RECORD = r"/commits/[^/]+/zarr\.json"
 
 
 def seqs_of(n: int, seed: int = 0) -> list[str]:
@@ -47,7 +49,7 @@ def test_each_fault_at_a_commit_is_survived_exactly_once(faulty, proxy, fault):
     hashes, vectors = dataset(60)
     store = through.open(auto_merge=0)
     # the fault hits the next conditional create of a commit record
-    proxy.inject(fault, method="PUT", path="/commits/")
+    proxy.inject(fault, method="PUT", path=RECORD)
     assert store.put(KEY, hashes, vectors) == 60
     assert proxy.counts[fault] == 1
     assert store.put(KEY, hashes, vectors) == 0  # idempotent, through the proxy
@@ -64,7 +66,7 @@ def test_a_lost_answer_to_a_commit_is_recognised_as_our_own(faulty, proxy):
     through, direct = faulty
     hashes, vectors = dataset(30)
     store = through.open(auto_merge=0)
-    proxy.inject("reset", "reset", method="PUT", path="/commits/")
+    proxy.inject("reset", "reset", method="PUT", path=RECORD)
     assert store.put(KEY, hashes, vectors) == 30
     assert proxy.counts["reset"] == 2
     assert n_commit_records(direct) == 1
@@ -151,7 +153,7 @@ def test_a_failing_compact_names_the_store_and_leaves_every_row(faulty, proxy):
     for i in range(0, 60, 20):
         store.put(KEY, hashes[i : i + 20], vectors[i : i + 20])
     flaky = through.open(auto_merge=0)
-    proxy.inject(rate=1.0, kinds=("500",), method="PUT", path="/commits/")
+    proxy.inject(rate=1.0, kinds=("500",), method="PUT", path=RECORD)
     with pytest.raises(StoreUnavailableError, match="committing") as err:
         flaky.compact()
     assert through.root in str(err.value)
