@@ -55,7 +55,7 @@ def embed_sequences(
         A sequence exceeds the model's maximum and the key names no truncation policy.
     """
     rule = batch_rule(adapter, token_budget)
-    plan = plan_embedding(adapter, seqs, store, names=names)
+    plan = plan_embedding(adapter, seqs, store, names=names, progress=progress)
     if plan.missing_hashes:
         # one batch a unit: each batch is committed as soon as it is computed
         units = cut_units(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from embedcache.data.seqfile import validate_sequence
 from embedcache.engine.batching import plan_batches
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
+
+# hashes per store look-up call: a progress step, and a bounded temporary array
+LOOKUP_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,12 @@ def plan_embedding(
     store: EmbeddingStore,
     *,
     names: Sequence[str] | None = None,
+    progress: bool = False,
 ) -> EmbedPlan:
     """Validate, hash and length-check every sequence, then look up the store.
+
+    With ``progress``, the hashing and the store look-up show progress bars (on a
+    million short sequences each takes seconds before any batch runs).
 
     Raises
     ------
@@ -133,8 +141,13 @@ def plan_embedding(
     if names is not None and len(names) != n:
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)
-    clean = [validate_sequence(seq, _item_name(names, i)) for i, seq in enumerate(seqs)]
-    hashes = [sequence_key(seq) for seq in clean]
+    clean: list[str] = []
+    hashes: list[str] = []
+    for i, seq in enumerate(
+        tqdm(seqs, desc="hash", unit="seq", disable=not progress, mininterval=0.5)
+    ):
+        clean.append(validate_sequence(seq, _item_name(names, i)))
+        hashes.append(sequence_key(clean[-1]))
 
     # one computation per distinct sequence; remember where it first occurs for messages
     first_index: dict[str, int] = {}
@@ -149,9 +162,20 @@ def plan_embedding(
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
     found = np.ones(len(unique), dtype=bool)
-    for output_key in keys:
-        if unique:
-            found &= np.asarray(store.contains(output_key, unique), dtype=bool)
+    with tqdm(
+        total=len(unique) * len(keys),
+        desc="look up",
+        unit="seq",
+        disable=not progress,
+        mininterval=0.5,
+    ) as bar:
+        for output_key in keys:
+            for lo in range(0, len(unique), LOOKUP_CHUNK):
+                part = unique[lo : lo + LOOKUP_CHUNK]
+                found[lo : lo + len(part)] &= np.asarray(
+                    store.contains(output_key, part), dtype=bool
+                )
+                bar.update(len(part))
     missing = np.flatnonzero(~found).tolist()
     logger.info(
         "%s: %d sequences, %d distinct, %d to compute",
