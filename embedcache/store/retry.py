@@ -130,20 +130,8 @@ def attempt(
     for n in range(1, ATTEMPTS + 1):
         try:
             return fn()
-        except Exception as err:
-            if no_space(err):
-                raise full_error(location, op, where, err) from err
-            if not isinstance(err, GenericError):
-                raise
-            if n == ATTEMPTS or not transient(err):
-                raise unavailable_error(location, op, where, err, n) from err
-            logger.warning(
-                "%s %s failed (%s); retrying in %.1f s",
-                op,
-                where,
-                str(err).splitlines()[0],
-                pause,
-            )
+        except (GenericError, OSError) as err:
+            _check_retry(err, n, location=location, op=op, where=where, pause=pause)
             if on_retry is not None:
                 on_retry(err)
             time.sleep(pause)
@@ -159,17 +147,30 @@ async def attempt_async(
     for n in range(1, ATTEMPTS + 1):
         try:
             return await fn()
-        except Exception as err:
-            if no_space(err):
-                raise full_error(location, op, where, err) from err
-            if not isinstance(err, GenericError):
-                raise
-            if n == ATTEMPTS or not transient(err):
-                raise unavailable_error(location, op, where, err, n) from err
-            logger.warning("%s %s failed; retrying in %.1f s", op, where, pause)
+        except (GenericError, OSError) as err:
+            _check_retry(err, n, location=location, op=op, where=where, pause=pause)
             await asyncio.sleep(pause)
             pause *= 2
     raise AssertionError  # unreachable: the last attempt returns or raises
+
+
+def _check_retry(
+    err: Exception, n: int, *, location: str, op: str, where: str, pause: float
+) -> None:
+    """Return if attempt ``n`` may be followed by another; else raise the error."""
+    if no_space(err):
+        raise full_error(location, op, where, err) from err
+    if not isinstance(err, GenericError):
+        raise err
+    if n == ATTEMPTS or not transient(err):
+        raise unavailable_error(location, op, where, err, n) from err
+    logger.warning(
+        "%s %s failed (%s); retrying in %.1f s",
+        op,
+        where,
+        str(err).splitlines()[0],
+        pause,
+    )
 
 
 class RetryingStore(WrapperStore):

@@ -39,6 +39,15 @@ def assert_whole(store, hashes, vectors) -> None:
     assert store.verify() == []
 
 
+def fill(handle, n: int, per_shard: int):
+    """Put rows 0..n-1 directly (not through the proxy), ``per_shard`` a commit."""
+    hashes, vectors = dataset(n)
+    store = handle.open(auto_merge=0)
+    for i in range(0, n, per_shard):
+        store.put(KEY, hashes[i : i + per_shard], vectors[i : i + per_shard])
+    return hashes, vectors
+
+
 def n_commit_records(handle) -> int:
     return len(handle.paths("*/commits/*/zarr.json"))
 
@@ -126,10 +135,7 @@ def test_a_dead_store_fails_with_one_clear_error_and_a_rerun_completes(faulty, p
 
 def test_verify_compact_and_reads_survive_faults(faulty, proxy):
     through, direct = faulty
-    hashes, vectors = dataset(120)
-    store = direct.open(auto_merge=0)
-    for i in range(0, 120, 20):
-        store.put(KEY, hashes[i : i + 20], vectors[i : i + 20])
+    hashes, vectors = fill(direct, 120, 20)
     flaky = through.open(auto_merge=0)
     proxy.inject(rate=0.2, kinds=("refuse", "500", "503", "reset"))
     assert flaky.verify() == []
@@ -148,10 +154,7 @@ def test_verify_compact_and_reads_survive_faults(faulty, proxy):
 
 def test_a_failing_compact_names_the_store_and_leaves_every_row(faulty, proxy):
     through, direct = faulty
-    hashes, vectors = dataset(60)
-    store = direct.open(auto_merge=0)
-    for i in range(0, 60, 20):
-        store.put(KEY, hashes[i : i + 20], vectors[i : i + 20])
+    hashes, vectors = fill(direct, 60, 20)
     flaky = through.open(auto_merge=0)
     proxy.inject(rate=1.0, kinds=("500",), method="PUT", path=RECORD)
     with pytest.raises(StoreUnavailableError, match="committing") as err:
