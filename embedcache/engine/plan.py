@@ -141,23 +141,24 @@ def plan_embedding(
     if names is not None and len(names) != n:
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)
-    clean: list[str] = []
+    # one computation per distinct sequence; remember where it first occurs for
+    # messages. Only the distinct sequences are kept (a million inputs: memory).
     hashes: list[str] = []
+    first_index: dict[str, int] = {}
+    unique_seqs: list[str] = []
     for i, seq in enumerate(
         tqdm(seqs, desc="hash", unit="seq", disable=not progress, mininterval=0.5)
     ):
-        clean.append(validate_sequence(seq, _item_name(names, i)))
-        hashes.append(sequence_key(clean[-1]))
-
-    # one computation per distinct sequence; remember where it first occurs for messages
-    first_index: dict[str, int] = {}
-    for i, digest in enumerate(hashes):
-        first_index.setdefault(digest, i)
+        clean = validate_sequence(seq, _item_name(names, i))
+        digest = sequence_key(clean)
+        hashes.append(digest)
+        if digest not in first_index:
+            first_index[digest] = i
+            unique_seqs.append(clean)
     unique = list(first_index)
-    unique_seqs = [clean[first_index[h]] for h in unique]
 
     n_tokens = _count_tokens(adapter, unique_seqs)
-    _check_lengths(adapter, n_tokens, [first_index[h] for h in unique], clean, names)
+    _check_lengths(adapter, n_tokens, list(first_index.values()), unique_seqs, names)
 
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
@@ -259,6 +260,8 @@ def _check_lengths(
     seqs: Sequence[str],
     names: Sequence[str] | None,
 ) -> None:
+    """Raise for the first too-long sequence; ``n_tokens``, ``positions`` (input
+    indices) and ``seqs`` describe the distinct sequences, aligned."""
     limit = adapter.max_tokens
     if limit is None or adapter.key.truncation != "error":
         return
@@ -273,7 +276,7 @@ def _check_lengths(
         else ""
     )
     msg = (
-        f"{_item_name(names, index)}: a {len(seqs[index])} bp sequence is {n_tokens[j]} tokens "
+        f"{_item_name(names, index)}: a {len(seqs[j])} bp sequence is {n_tokens[j]} tokens "
         f"for {adapter.key.model_id}, whose maximum is {limit}{others}. Shorten it, or "
         "truncate explicitly (--truncate right), which is recorded in the key."
     )
