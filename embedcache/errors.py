@@ -101,3 +101,11 @@ class InvalidAliasError(EmbedcacheError, ValueError):
 
 class ClusterError(EmbedcacheError, RuntimeError):
     """A Dask cluster cannot be started or reached, or a work unit failed on a worker."""
+
+
+class StoreUnavailableError(StoreError):
+    """The object store kept failing an operation (after retries); nothing half-written is visible."""
+
+
+class StoreFullError(StoreError):
+    """The store's disk is full (ENOSPC); earlier commits are intact."""

@@ -22,6 +22,7 @@ data_dir = None
 n_boot = 1000
 seed = 0
 results_csv = None  # set by `embedcache report`: where to write results.csv
+overlap = None  # a TOML of declared pretraining corpora (`embedcache report --overlap`)
 
 # %%
 from pathlib import Path
@@ -29,11 +30,13 @@ from pathlib import Path
 from embedcache.analysis.curves import write_curves
 from embedcache.analysis.evaluation import evaluate
 from embedcache.analysis.leakage import audit_table
+from embedcache.analysis.predictions import predictions_frame, write_predictions
 from embedcache.analysis.results import write_results
 from embedcache.analysis.suite import run_analyses
 from embedcache.data.subsets import draw_version
 from embedcache.data.versions import load_version
 from embedcache.report import sections
+from embedcache.report.overlap import read_declarations
 from embedcache.store import EmbeddingStore
 
 spec = load_version(version)
@@ -46,6 +49,11 @@ if results_csv:
     # the board's rows plus the accuracy_clean and accuracy_cluster_ci rows
     write_results(analyses.results(evaluation), results_csv)
     write_curves(analyses.curves.frame, Path(results_csv).with_name("curves.csv"))
+    # one row per (model, test item): accuracy from it equals results.csv's
+    write_predictions(
+        predictions_frame(evaluation, analyses.audits),
+        Path(results_csv).with_name("predictions.parquet"),
+    )
 context = sections.ReportContext(
     evaluation=evaluation,
     subset=subset,
@@ -60,6 +68,7 @@ context = sections.ReportContext(
         "seed": seed,
     },
     store_keys=emb_store.keys(),
+    declared=read_declarations(overlap) if overlap else {},
 )
 
 # %%

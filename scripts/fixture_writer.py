@@ -3,20 +3,21 @@
 The corner-case sequences and soft-masked long ones several families are checked on,
 the reverse complement, moving every weight off its init, the hub layout a
 ``save_pretrained`` leaves once the copied remote code is removed, the pooled-vector
-tables, and writing ``expected.npz``, ``sequences.txt``, ``tokens.json`` and
+tables and the padded-batch check of the official code, and writing ``expected.npz``, ``sequences.txt``, ``tokens.json`` and
 ``meta.json``. The scripts run in a scratch environment with the official code (not
 here): this module needs only the standard library until a function is called.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from pathlib import Path
 
     import numpy as np
     import torch
@@ -37,6 +38,15 @@ CORNER_SEQUENCES = [
     "ACGCGTTAGCATGCAANCGATCGATGCATG",
     "ACGCGTTAGCATGCAANCGATCGATGCATA",
 ]
+
+
+def parse_fixture_args(doc: str, *sources: str) -> argparse.Namespace:
+    """The command line of a script whose only options are required folders or
+    files: each of ``sources`` (``"--official"``, ...) and ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for option in (*sources, "--out"):
+        parser.add_argument(option, type=Path, required=True)
+    return parser.parse_args()
 
 
 def reverse_complement(seq: str) -> str:
@@ -118,6 +128,34 @@ def check_padded_batch(
     assert gap < 1e-5, gap
 
 
+def record_official_vectors(
+    name: str,
+    model: torch.nn.Module,
+    tokenizer: Callable[..., Any],
+    seqs: list[str],
+    *,
+    pool: Callable[[str], dict],
+    padded_batch: Callable[[list[str]], tuple[dict, torch.Tensor]],
+    expected: dict[str, np.ndarray],
+    tokens: dict[str, Any],
+    whats: Iterable[str] = ("none", "include", "cls", "layer0", "layer1"),
+) -> None:
+    """Pool each sequence and its reverse complement alone (``pool``) into
+    ``expected``, keep the token ids in ``tokens``, and check the official code's
+    padded batch (``padded_batch`` gives the batch and its special-token mask)."""
+    import torch
+
+    rows = [pool(s) for s in seqs]
+    rc_rows = [pool(reverse_complement(s)) for s in seqs]
+    expected.update(pooled_table(name, rows, rc_rows, whats))
+    tokens[name] = tokenizer(seqs)["input_ids"]
+    batch, special = padded_batch(seqs)
+    with torch.no_grad():
+        hidden = model(**batch, output_hidden_states=True).hidden_states[-1]
+    keep = batch["attention_mask"].bool() & ~special
+    check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
+
+
 def write_fixtures(
     out: Path,
     *,
@@ -143,8 +181,10 @@ def write_fixtures(
 __all__ = [
     "CORNER_SEQUENCES",
     "check_padded_batch",
+    "parse_fixture_args",
     "perturb",
     "pooled_table",
+    "record_official_vectors",
     "reverse_complement",
     "save_hub_layout",
     "soft_masked",

@@ -39,6 +39,7 @@ official model's vectors for ``sequences.txt``.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import random
@@ -51,10 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
-    check_padded_batch,
     perturb,
-    pooled_table,
-    reverse_complement,
+    record_official_vectors,
     save_hub_layout,
     write_fixtures,
 )
@@ -164,6 +163,14 @@ def check_like_published(ours: dict, published: Path) -> None:
         if ours["model"].get(key) != theirs["model"].get(key):
             msg = f"tokenizer.json model.{key} differs from the published one"
             raise SystemExit(msg)
+
+
+def padded_batch(tokenizer, seqs: list[str]) -> tuple:  # noqa: ANN001
+    """The official tokenizer's padded batch of ``seqs`` and its special-token mask."""
+    batch = tokenizer(
+        seqs, return_tensors="pt", padding=True, return_special_tokens_mask=True
+    )
+    return batch, batch.pop("special_tokens_mask").bool()
 
 
 def pooled(model, tokenizer, seq: str) -> dict:  # noqa: ANN001
@@ -278,20 +285,16 @@ def main() -> int:
         has_last_ln = hasattr(loaded.bert.encoder, "last_layer_ln")
         assert has_last_ln == (name == "gena_lastln"), has_last_ln
 
-        rows = [pooled(loaded, tokenizer, s) for s in upper]
-        rc_rows = [pooled(loaded, tokenizer, reverse_complement(s)) for s in upper]
-        whats = ("none", "include", "cls", "layer0", "layer1")
-        expected.update(pooled_table(name, rows, rc_rows, whats))
-        tokens[name] = tokenizer(upper)["input_ids"]
-
-        batch = tokenizer(
-            upper, return_tensors="pt", padding=True, return_special_tokens_mask=True
+        record_official_vectors(
+            name,
+            loaded,
+            tokenizer,
+            upper,
+            pool=functools.partial(pooled, loaded, tokenizer),
+            padded_batch=functools.partial(padded_batch, tokenizer),
+            expected=expected,
+            tokens=tokens,
         )
-        special = batch.pop("special_tokens_mask").bool()
-        with torch.no_grad():
-            hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
-        keep = batch["attention_mask"].bool() & ~special
-        check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
         print(
             name,
             "->",

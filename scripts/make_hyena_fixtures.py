@@ -35,7 +35,6 @@ the sequence and of its reverse complement.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import json
@@ -48,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixture_writer import (
     CORNER_SEQUENCES,
+    parse_fixture_args,
     reverse_complement,
     soft_masked,
     write_fixtures,
@@ -207,10 +207,7 @@ def _pooled(model: object, tokenizer: object, seq: str) -> dict[str, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hub-code", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parse_fixture_args(__doc__, "--hub-code")
 
     hub_files = _check_hub_code(args.hub_code)
     configuration, modeling, tokenization = _import_hub_code(args.hub_code)

@@ -36,7 +36,7 @@ and in ``expected.npz`` the official model's vectors for ``sequences.txt``.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -49,10 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
-    check_padded_batch,
+    parse_fixture_args,
     perturb,
-    pooled_table,
-    reverse_complement,
+    record_official_vectors,
     save_hub_layout,
     write_fixtures,
 )
@@ -151,6 +150,14 @@ def published_format(template: dict, values: dict) -> dict:
     return out
 
 
+def padded_batch(tokenizer, special_ids, seqs: list[str]) -> tuple:  # noqa: ANN001
+    """The official tokenizer's padded batch of ``seqs``; special tokens found by id."""
+    import torch
+
+    batch = tokenizer(seqs, return_tensors="pt", padding=True)
+    return batch, torch.isin(batch["input_ids"], special_ids)
+
+
 def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
     """The official model's pooled vectors of one sequence (no padding involved)."""
     import torch
@@ -198,10 +205,7 @@ def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--official", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parse_fixture_args(__doc__, "--official")
     official_hashes = check_official(args.official)
 
     import numpy as np
@@ -251,22 +255,19 @@ def main() -> int:
         # EsmTokenizer's special_tokens_mask assumes an <eos> that NT-v2 does not add
         # (one flag too many), so special tokens are found by id
         special_ids = torch.tensor(sorted(tokenizer.all_special_ids))
-        rows = [pooled(loaded, tokenizer, s, special_ids) for s in upper]
-        rc_rows = [
-            pooled(loaded, tokenizer, reverse_complement(s), special_ids) for s in upper
-        ]
-        whats = ("none", "include", "cls", "layer0", "layer1")
-        expected.update(pooled_table(name, rows, rc_rows, whats))
-        tokens[name] = tokenizer(upper)["input_ids"]
 
         # the official code with padding gives the same vectors (a check of the
         # reference itself: masked positions must not leak into real ones)
-        batch = tokenizer(upper, return_tensors="pt", padding=True)
-        special = torch.isin(batch["input_ids"], special_ids)
-        with torch.no_grad():
-            hidden = loaded(**batch, output_hidden_states=True).hidden_states[-1]
-        keep = batch["attention_mask"].bool() & ~special
-        check_padded_batch(name, hidden, keep, expected[f"{name}_none"])
+        record_official_vectors(
+            name,
+            loaded,
+            tokenizer,
+            upper,
+            pool=functools.partial(pooled, loaded, tokenizer, special_ids=special_ids),
+            padded_batch=functools.partial(padded_batch, tokenizer, special_ids),
+            expected=expected,
+            tokens=tokens,
+        )
         print(
             name,
             "->",

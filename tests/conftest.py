@@ -90,50 +90,71 @@ def make_dna_tokenizer(*, style: str = "bert", model_max_length: int | None = No
     )
 
 
-def save_tiny_bert(path: Path, *, max_position_embeddings: int = 64) -> Path:
-    """Random-initialised 2-layer, hidden-16 BERT over the character vocabulary."""
-    import torch
-    from transformers import BertConfig, BertModel
+def save_tiny_model(
+    path: Path,
+    tokenizer,
+    config_cls: type,
+    model_cls: type,
+    /,
+    *,
+    model_options: dict | None = None,
+    **fields,
+) -> Path:
+    """Save a random-initialised 2-layer, hidden-16 ``model_cls`` and ``tokenizer``.
 
-    tokenizer = make_dna_tokenizer(style="bert")
-    config = BertConfig(
-        vocab_size=len(tokenizer),
+    ``fields`` go to ``config_cls`` beside the tiny sizes, ``model_options`` to
+    ``model_cls``; the weights come from ``torch.manual_seed(0)``.
+    """
+    import torch
+
+    config = config_cls(
         hidden_size=16,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=32,
-        max_position_embeddings=max_position_embeddings,
-        pad_token_id=tokenizer.pad_token_id,
+        **fields,
     )
     torch.manual_seed(0)
-    BertModel(config).eval().save_pretrained(path)
+    model_cls(config, **(model_options or {})).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
+def save_tiny_bert(path: Path, *, max_position_embeddings: int = 64) -> Path:
+    """Random-initialised 2-layer, hidden-16 BERT over the character vocabulary."""
+    from transformers import BertConfig, BertModel
+
+    tokenizer = make_dna_tokenizer(style="bert")
+    return save_tiny_model(
+        path,
+        tokenizer,
+        BertConfig,
+        BertModel,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
 def save_tiny_esm(path: Path, *, model_max_length: int = 48) -> Path:
     """Random-initialised 2-layer, hidden-16 ESM with rotary positions (NT-v2 style)."""
-    import torch
     from transformers import EsmConfig, EsmModel
 
     tokenizer = make_dna_tokenizer(style="esm", model_max_length=model_max_length)
-    config = EsmConfig(
+    return save_tiny_model(
+        path,
+        tokenizer,
+        EsmConfig,
+        EsmModel,
         vocab_size=len(tokenizer),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
         max_position_embeddings=model_max_length + 2,
         position_embedding_type="rotary",
         pad_token_id=tokenizer.pad_token_id,
         mask_token_id=tokenizer.mask_token_id,
         token_dropout=False,
         emb_layer_norm_before=False,
+        model_options={"add_pooling_layer": False},
     )
-    torch.manual_seed(0)
-    EsmModel(config, add_pooling_layer=False).eval().save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="session")

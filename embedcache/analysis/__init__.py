@@ -11,6 +11,8 @@
 - ``leakage`` (with ``_overlap``): duplicate audit of test items against train
 - ``clusters``, ``clean``: cluster-aware intervals, leakage-clean accuracy
 - ``curves``, ``layers``, ``pretraining``: label efficiency, layer sweep, pretraining gain
+- ``predictions``: per-item predictions (predictions.parquet), agreement, items all get wrong
+- ``rc``: reverse-complement robustness (accuracy_rc, strand cosines)
 - ``suite``: run every analysis for a report
 
 Imports the bottom floor, ``data``, ``models`` and ``store``; never ``engine``,

@@ -26,7 +26,12 @@ from embedcache.analysis.bootstrap import (
     percentile_ci,
 )
 from embedcache.analysis.paired import paired_differences, significance_ranks
-from embedcache.analysis.probe import ProbeConfig, fit_probe, majority_label
+from embedcache.analysis.probe import (
+    ProbeConfig,
+    ProbeFit,
+    fit_probe,
+    majority_label,
+)
 from embedcache.analysis.results import results_frame
 from embedcache.analysis.selection import (
     FLOOR_ADAPTER,
@@ -35,7 +40,11 @@ from embedcache.analysis.selection import (
     key_of,
     select_models,
 )
-from embedcache.analysis.vectors import check_complete, load_vectors, predict_stored
+from embedcache.analysis.vectors import (
+    check_complete,
+    load_vectors,
+    predict_with_proba,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -66,6 +75,12 @@ class Evaluation:
     probe_config: ProbeConfig
     seed: int
     results: pl.DataFrame = field(repr=False)
+    # dataset -> (M, n) probability of label 1, rows as `entries` (predictions.parquet)
+    probabilities: dict[str, NDArray[np.float64]] = field(
+        default_factory=dict, repr=False
+    )
+    # (model, dataset) -> the fitted probe, reused by scores on other inputs (RC)
+    fits: dict[tuple[str, str], ProbeFit] = field(default_factory=dict, repr=False)
 
     @property
     def entries(self) -> tuple[ModelEntry, ...]:
@@ -162,6 +177,8 @@ def evaluate(
             check_complete(store, e.key, all_hashes, version=version.name)
     labels: dict[str, NDArray[np.int64]] = {}
     preds: dict[str, NDArray[np.int64]] = {}
+    probas: dict[str, NDArray[np.float64]] = {}
+    fits: dict[tuple[str, str], ProbeFit] = {}
     item_ids: dict[str, list[str]] = {}
     probe_rows = []
     usual_n: dict[str, int] = {}
@@ -174,20 +191,25 @@ def evaluate(
         item_ids[draw.name] = test["item_id"].to_list()
         usual_n[draw.name] = draw.n_test if draw.n_test is not None else test.height
         test_hashes = test["seq_sha256"].to_list()
-        rows = []
+        rows, p_rows = [], []
         for e in entries:
             if e.key is None:
                 rows.append(
                     np.full(test.height, majority_label(y_train), dtype=np.int64)
                 )
+                # the majority floor's probability: the train share of label 1
+                p_rows.append(np.full(test.height, float(y_train.mean())))
                 continue
             x_train = load_vectors(
                 store, e.key, train["seq_sha256"].to_list(), version=version.name
             )
             fit = fit_probe(x_train, y_train, config=config)
-            rows.append(
-                predict_stored(fit, store, e.key, test_hashes, version=version.name)
+            fits[(e.name, draw.name)] = fit
+            pred, p1 = predict_with_proba(
+                fit, store, e.key, test_hashes, version=version.name
             )
+            rows.append(pred)
+            p_rows.append(p1)
             probe_rows.append(
                 {
                     "model": e.name,
@@ -200,6 +222,7 @@ def evaluate(
             )
             logger.info("probed %s on %s: C=%g", e.name, draw.name, fit.C_)
         preds[draw.name] = np.stack(rows)
+        probas[draw.name] = np.stack(p_rows)
     usual_n[MEAN] = sum(usual_n[d] for d in datasets)
     boot = bootstrap_scores(
         {d: labels[d] for d in datasets},
@@ -232,6 +255,8 @@ def evaluate(
         probe_config=config,
         seed=seed,
         results=results,
+        probabilities=probas,
+        fits=fits,
     )
 
 

@@ -98,14 +98,24 @@ def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFr
     )
 
 
-def write_frame(frame: pl.DataFrame, path: Path | str, columns: Sequence[str]) -> Path:
-    """Write ``frame``'s ``columns`` as CSV atomically (a reader never sees half a file)."""
+def write_frame(
+    frame: pl.DataFrame,
+    path: Path | str,
+    columns: Sequence[str],
+    *,
+    parquet: bool = False,
+) -> Path:
+    """Write ``frame``'s ``columns`` as CSV (or Parquet) atomically: a reader never
+    sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        frame.select(columns).write_csv(tmp)
+        if parquet:
+            frame.select(columns).write_parquet(tmp)
+        else:
+            frame.select(columns).write_csv(tmp)
         Path(tmp).replace(path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -4,7 +4,8 @@ Leakage-clean accuracy (:mod:`embedcache.analysis.clean`), cluster-aware interva
 (:mod:`embedcache.analysis.clusters`), the optional full-train audit
 (:func:`embedcache.analysis.leakage.full_train_audit`), label-efficiency curves
 (:mod:`embedcache.analysis.curves`), the pretraining gain (:mod:`embedcache.analysis.pretraining`) and
-the layer sweep (:mod:`embedcache.analysis.layers`), computed once and handed to the report.
+the layer sweep (:mod:`embedcache.analysis.layers`) and reverse-complement robustness
+(:mod:`embedcache.analysis.rc`), computed once and handed to the report.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from embedcache.analysis.curves import N_TRAIN_GRID, Curves, label_efficiency
 from embedcache.analysis.layers import LayerSweeps, layer_sweeps
 from embedcache.analysis.leakage import DatasetAudit, audit_datasets, full_train_audit
 from embedcache.analysis.pretraining import pretraining_gain
+from embedcache.analysis.rc import RcScores, rc_scores
 from embedcache.analysis.results import analysis_results
 
 if TYPE_CHECKING:
@@ -56,16 +58,19 @@ class Analyses:
     pretraining: pl.DataFrame  # gain of each trained model over its random-init twin
     layers: LayerSweeps | None
     seconds: dict[str, float] = field(default_factory=dict)
+    rc: RcScores | None = None  # accuracy_rc and cosines, models with stored RCs
 
     def results(self, evaluation: Evaluation) -> pl.DataFrame:
-        """``evaluation.results`` plus the accuracy_clean and accuracy_cluster_ci rows."""
-        return pl.concat(
-            [
-                evaluation.results,
-                analysis_results(evaluation, self.clean.summary()),
-                analysis_results(evaluation, self.clustered.results_summary()),
-            ]
-        )
+        """``evaluation.results`` plus the accuracy_clean, accuracy_cluster_ci and
+        (last, where reverse complements are stored) accuracy_rc rows."""
+        frames = [
+            evaluation.results,
+            analysis_results(evaluation, self.clean.summary()),
+            analysis_results(evaluation, self.clustered.results_summary()),
+        ]
+        if self.rc is not None and self.rc.bootstrap is not None:
+            frames.append(analysis_results(evaluation, self.rc.summary()))
+        return pl.concat(frames)
 
 
 def run_analyses(
@@ -78,6 +83,7 @@ def run_analyses(
     full_train: bool = True,
     curves: bool = True,
     layers: bool = True,
+    rc: bool = True,
 ) -> Analyses:
     """Audit, cluster, clean-score, full-train-audit and curve one evaluated subset.
 
@@ -134,6 +140,11 @@ def run_analyses(
             probe_config=evaluation.probe_config,
         )
     timed("pretraining gain and layer sweep", t)
+    robustness = None
+    if rc:
+        t = time.perf_counter()
+        robustness = rc_scores(subset, store, evaluation)
+        timed("reverse-complement robustness", t)
     return Analyses(
         audits=audits,
         clusters=test_clusters,
@@ -146,4 +157,5 @@ def run_analyses(
         pretraining=pretraining,
         layers=sweeps,
         seconds=seconds,
+        rc=robustness,
     )

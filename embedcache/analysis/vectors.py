@@ -108,6 +108,22 @@ def predict_stored(
     )
 
 
+def predict_with_proba(
+    fit: ProbeFit,
+    store: VectorStore,
+    key: ModelKey,
+    hashes: Sequence[str],
+    *,
+    version: str,
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Like :func:`predict_stored`, with the probability of label 1 beside each label."""
+    preds, probas = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    for x in vector_chunks(store, key, hashes, version=version):
+        preds.append(fit.predict(x))
+        probas.append(fit.predict_proba(x))
+    return np.concatenate(preds), np.concatenate(probas)
+
+
 def model_vectors(
     subset: Subset,
     store: VectorStore,

@@ -66,6 +66,12 @@ def add_embed_commands(sub: argparse._SubParsersAction) -> None:
         help="version name (e.g. atlas-full-v1) or a .toml file",
     )
     add_data_dir_argument(p)
+    p.add_argument(
+        "--with-rc",
+        action="store_true",
+        help="also embed the reverse complement of every test item (for the "
+        "report's accuracy_rc; doubles the test set's cost)",
+    )
     p.set_defaults(func=_cmd_embeddings)
 
 
@@ -351,16 +357,29 @@ def _cmd_embeddings(args: argparse.Namespace) -> int:
     if server is not None:
         from embedcache.client import embed_version_on_server
 
+        if args.with_rc:
+            print(
+                "embedcache: error: --with-rc is not available with --server; "
+                "run `embedcache embeddings --with-rc` without --server on a machine "
+                "that opens the store",
+                file=sys.stderr,
+            )
+            return 2
         subset, result = embed_version_on_server(
             args.version, args.model, data_dir=data_dir, **server
         )
     else:
         subset, result = embed_version(
-            args.version, args.model, data_dir=data_dir, **_engine_arguments(args)
+            args.version,
+            args.model,
+            data_dir=data_dir,
+            with_rc=args.with_rc,
+            **_engine_arguments(args),
         )
+    rc = " and the test items' reverse complements" if args.with_rc else ""
     print(
         f"{subset.version.name} (subset {subset.subset_id}): {subset.items.height} "
-        f"items embedded with {args.model}"
+        f"items{rc} embedded with {args.model}"
     )
     print(f"computed={result.n_computed} cached={result.n_cached}")
     return 0

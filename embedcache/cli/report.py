@@ -35,6 +35,15 @@ def add_report_commands(sub: argparse._SubParsersAction) -> None:
         "--n-boot", type=positive_int, default=1000, help="bootstrap resamples"
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--overlap",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="declare models' pretraining corpora for the board's Overlap column: "
+        'one table per model id, ["owner/model"] with pretraining_data, '
+        'human_genome ("" for none) and source',
+    )
     p.set_defaults(func=_cmd_report)
 
 
@@ -62,6 +71,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         output_dir=args.output_dir,
         n_boot=args.n_boot,
         seed=args.seed,
+        overlap=args.overlap,
     )
     print(summarize_report(args.version, paths))
     return 0
@@ -74,13 +84,24 @@ def _demo_steps(store: str, output_dir: Path, version: str) -> list[list[str]]:
     manifest = str(output_dir / version / "manifest.tsv")
     steps = [["subset", "--version", version, "--output", manifest]]
     steps += [
-        ["embeddings", "--model", m, "--version", version, "--store", store]
+        [
+            "embeddings",
+            "--model",
+            m,
+            "--version",
+            version,
+            "--store",
+            store,
+            "--with-rc",
+        ]
         for m in BUILTIN_MODELS
     ]
     # the neural row: a random-init Caduceus (shipped config, no trained weights),
     # labelled as a control, with every layer for the layer sweep
     control = ["--model", "caduceus-tiny", "--random-init", "0", "--layers", "all"]
-    steps.append(["embeddings", *control, "--version", version, "--store", store])
+    steps.append(
+        ["embeddings", *control, "--version", version, "--store", store, "--with-rc"]
+    )
     out = ["--output-dir", str(output_dir)]
     steps.append(["report", "--version", version, "--store", store, *out])
     return steps

@@ -25,6 +25,7 @@ from embedcache.hashing import normalise_sequence
 logger = logging.getLogger(__name__)
 
 _INVALID = re.compile(r"[^ACGTNacgtn]")
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,13 @@ def _read_lines(path: Path) -> list[str]:
     except OSError as err:
         msg = f"cannot read input file {path}: {err}"
         raise InputFileError(msg) from err
-    # errors="replace" keeps a non-ASCII byte visible as U+FFFD, so validation names its position
-    return text.splitlines()
+    # errors="replace" keeps a non-ASCII byte visible as U+FFFD, so validation names its
+    # position. Lines end only at \n, \r\n or \r: str.splitlines also splits at form
+    # feeds and other control characters, which would turn one bad line into two rows.
+    lines = _LINE_END.split(text)
+    if lines and not lines[-1]:
+        lines.pop()  # the newline ending the last line
+    return lines
 
 
 def _reject_blank_lines(lines: list[str], path: Path, *, what: str) -> None:

@@ -92,24 +92,61 @@ def load_version(name_or_path: str | Path) -> VersionSpec:
         raise
 
 
+_VERSION_FIELDS = ("name", "description", "seed", "comparable", "datasets")
+_DRAW_FIELDS = ("name", "n_train", "n_test", "test_split", "train_split", "source")
+
+
+def _is_int(value: object) -> bool:
+    """An integer, and not a boolean (TOML's ``true`` is no count or seed)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_fields(table: dict, known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        msg = (
+            f"{where} has the unknown field {unknown[0]!r}; known fields: "
+            f"{', '.join(known)} (check its spelling)"
+        )
+        raise VersionSpecError(msg)
+
+
 def _parse_version(raw: dict, path: Path) -> VersionSpec:
     for field in ("name", "seed", "datasets"):
         if field not in raw:
             msg = f"version file lacks the field {field!r}"
             raise VersionSpecError(msg)
-    if not isinstance(raw["seed"], int):
+    _check_fields(raw, _VERSION_FIELDS, "the version file")
+    if not isinstance(raw["name"], str) or not raw["name"].strip():
+        msg = f"name must be a non-empty string, got {raw['name']!r}"
+        raise VersionSpecError(msg)
+    if not _is_int(raw["seed"]):
         msg = f"seed must be an integer, got {raw['seed']!r}"
         raise VersionSpecError(msg)
-    draws = tuple(_parse_draw(entry) for entry in raw["datasets"])
+    if not isinstance(raw.get("description", ""), str):
+        msg = f"description must be a string, got {raw['description']!r}"
+        raise VersionSpecError(msg)
+    if not isinstance(raw.get("comparable", False), bool):
+        msg = f"comparable must be true or false, got {raw['comparable']!r}"
+        raise VersionSpecError(msg)
+    entries = raw["datasets"]
+    if (
+        not isinstance(entries, list)
+        or not entries
+        or not all(isinstance(e, dict) for e in entries)
+    ):
+        msg = f"datasets must be one or more [[datasets]] tables, got {entries!r}"
+        raise VersionSpecError(msg)
+    draws = tuple(_parse_draw(entry) for entry in entries)
     names = [draw.name for draw in draws]
     if len(set(names)) != len(names):
         msg = f"a dataset is listed twice: {names}"
         raise VersionSpecError(msg)
     return VersionSpec(
-        name=str(raw["name"]),
-        description=str(raw.get("description", "")),
+        name=raw["name"],
+        description=raw.get("description", ""),
         seed=raw["seed"],
-        comparable=bool(raw.get("comparable", False)),
+        comparable=raw.get("comparable", False),
         datasets=draws,
         path=path,
     )
@@ -120,22 +157,30 @@ def _parse_draw(entry: dict) -> DatasetDraw:
     if name is None:
         msg = "a [[datasets]] entry lacks 'name'"
         raise VersionSpecError(msg)
+    if not isinstance(name, str):
+        msg = f"a [[datasets]] entry's name must be a string, got {name!r}"
+        raise VersionSpecError(msg)
+    _check_fields(entry, _DRAW_FIELDS, f"the [[datasets]] entry {name!r}")
     dataset_spec(name)  # unknown names fail here, listing the known ones
     test_split = entry.get("test_split", "test")
     train_split = entry.get("train_split", "train")
+    for field, split in (("test_split", test_split), ("train_split", train_split)):
+        if not isinstance(split, str) or not split:
+            msg = f"{name}: {field} must be a split name (a string), got {split!r}"
+            raise VersionSpecError(msg)
     source = entry.get("source", "auto")
     if source not in _SOURCES:
         msg = f"{name}: source {source!r} is not one of {', '.join(_SOURCES)}"
         raise VersionSpecError(msg)
     n_train = entry.get("n_train")
-    if not isinstance(n_train, int) or n_train < 2:
+    if not _is_int(n_train) or n_train < 2:
         msg = f"{name}: n_train must be an integer >= 2 (a probe needs both classes), got {n_train!r}"
         raise VersionSpecError(msg)
     n_test_raw = entry.get("n_test")
     allowed_word = "rest" if test_split == train_split else "all"
     if n_test_raw == allowed_word:
         n_test = None
-    elif isinstance(n_test_raw, int) and n_test_raw > 0:
+    elif _is_int(n_test_raw) and n_test_raw > 0:
         n_test = n_test_raw
     else:
         msg = f"{name}: n_test must be a positive integer or {allowed_word!r}, got {n_test_raw!r}"

@@ -227,17 +227,21 @@ def embed_version(
     store: EmbeddingStore | str | os.PathLike[str],
     *,
     data_dir: Path | None = None,
+    with_rc: bool = False,
     **kwargs: Any,  # noqa: ANN401 - embed_into_store's options
 ) -> tuple[Subset, EmbedResult]:
     """Draw a version (a shipped name, a ``.toml`` or a spec) and embed all its items.
 
-    Train and test items alike, named by item id in error messages. Other options
-    are those of :func:`embed_into_store`.
+    Train and test items alike, named by item id in error messages. With
+    ``with_rc``, the reverse complements of the test items follow (named
+    ``<item_id>:rc``), stored like any sequence, for the report's ``accuracy_rc``.
+    Other options are those of :func:`embed_into_store`.
 
     Returns
     -------
     tuple
-        The drawn subset and the result, rows in the subset's item order.
+        The drawn subset and the result, rows in the subset's item order (then,
+        with ``with_rc``, the test items' reverse complements in that order).
     """
     from embedcache.data.subsets import draw_version
     from embedcache.data.versions import VersionSpec, load_version
@@ -245,13 +249,14 @@ def embed_version(
     spec = version if isinstance(version, VersionSpec) else load_version(version)
     subset = draw_version(spec, data_dir=data_dir)
     items = subset.items
-    result = embed_into_store(
-        model,
-        items["seq"].to_list(),
-        store,
-        names=items["item_id"].to_list(),
-        **kwargs,
-    )
+    seqs, names = items["seq"].to_list(), items["item_id"].to_list()
+    if with_rc:
+        from embedcache.hashing import reverse_complement
+
+        test = items.filter(items["split"] == "test")
+        seqs += [reverse_complement(s) for s in test["seq"].to_list()]
+        names += [f"{i}:rc" for i in test["item_id"].to_list()]
+    result = embed_into_store(model, seqs, store, names=names, **kwargs)
     return subset, result
 
 

@@ -117,7 +117,7 @@ def embed_on_cluster(
     client_store = store if isinstance(store, EmbeddingStore) else ref.open(create=True)
     adapter = spec.load(device="cpu")
     key, dim, alias = adapter.key, adapter.dim, getattr(adapter, "alias", None)
-    plan = plan_embedding(adapter, seqs, client_store, names=names)
+    plan = plan_embedding(adapter, seqs, client_store, names=names, progress=progress)
     if plan.missing_hashes:
         rule = batch_rule(adapter, token_budget)
         if rule.token_budget > MAX_UNIT_TOKENS:

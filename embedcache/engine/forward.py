@@ -137,6 +137,8 @@ def gather_vectors(
         n_missing = int((~np.asarray(found)).sum())
         msg = f"{n_missing} of {len(unique)} vectors are still missing from the store after embedding"
         raise MissingEmbeddingsError(msg)
+    if len(unique) == len(hashes):  # no repeats: already in input order, no copy
+        return np.asarray(stored, dtype=np.float32)
     row_of = {digest: row for row, digest in enumerate(unique)}
     return np.asarray(stored, dtype=np.float32)[[row_of[h] for h in hashes]]
 

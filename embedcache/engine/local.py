@@ -54,7 +54,7 @@ def embed_sequences(
         computed.
     """
     rule = batch_rule(adapter, token_budget)
-    plan = plan_embedding(adapter, seqs, store, names=names)
+    plan = plan_embedding(adapter, seqs, store, names=names, progress=progress)
     if plan.missing_hashes:
         # one batch a unit: each batch is committed as soon as it is computed
         units = cut_units(

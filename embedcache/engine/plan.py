@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from embedcache.data.seqfile import validate_sequence
 from embedcache.engine.batching import plan_batches
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
+
+# hashes per store look-up call: a progress step, and a bounded temporary array
+LOOKUP_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,12 @@ def plan_embedding(
     store: EmbeddingStore,
     *,
     names: Sequence[str] | None = None,
+    progress: bool = False,
 ) -> EmbedPlan:
     """Validate, hash and length-check every sequence, then look up the store.
+
+    With ``progress``, the hashing and the store look-up show progress bars (on a
+    million short sequences each takes seconds before any batch runs).
 
     Raises
     ------
@@ -133,25 +141,42 @@ def plan_embedding(
     if names is not None and len(names) != n:
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)
-    clean = [validate_sequence(seq, _item_name(names, i)) for i, seq in enumerate(seqs)]
-    hashes = [sequence_key(seq) for seq in clean]
-
-    # one computation per distinct sequence; remember where it first occurs for messages
+    # one computation per distinct sequence; remember where it first occurs for
+    # messages. Only the distinct sequences are kept (a million inputs: memory).
+    hashes: list[str] = []
     first_index: dict[str, int] = {}
-    for i, digest in enumerate(hashes):
-        first_index.setdefault(digest, i)
+    unique_seqs: list[str] = []
+    for i, seq in enumerate(
+        tqdm(seqs, desc="hash", unit="seq", disable=not progress, mininterval=0.5)
+    ):
+        clean = validate_sequence(seq, _item_name(names, i))
+        digest = sequence_key(clean)
+        hashes.append(digest)
+        if digest not in first_index:
+            first_index[digest] = i
+            unique_seqs.append(clean)
     unique = list(first_index)
-    unique_seqs = [clean[first_index[h]] for h in unique]
 
     n_tokens = _count_tokens(adapter, unique_seqs)
-    _check_lengths(adapter, n_tokens, [first_index[h] for h in unique], clean, names)
+    _check_lengths(adapter, n_tokens, list(first_index.values()), unique_seqs, names)
 
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
     found = np.ones(len(unique), dtype=bool)
-    for output_key in keys:
-        if unique:
-            found &= np.asarray(store.contains(output_key, unique), dtype=bool)
+    with tqdm(
+        total=len(unique) * len(keys),
+        desc="look up",
+        unit="seq",
+        disable=not progress,
+        mininterval=0.5,
+    ) as bar:
+        for output_key in keys:
+            for lo in range(0, len(unique), LOOKUP_CHUNK):
+                part = unique[lo : lo + LOOKUP_CHUNK]
+                found[lo : lo + len(part)] &= np.asarray(
+                    store.contains(output_key, part), dtype=bool
+                )
+                bar.update(len(part))
     missing = np.flatnonzero(~found).tolist()
     logger.info(
         "%s: %d sequences, %d distinct, %d to compute",
@@ -235,6 +260,8 @@ def _check_lengths(
     seqs: Sequence[str],
     names: Sequence[str] | None,
 ) -> None:
+    """Raise for the first too-long sequence; ``n_tokens``, ``positions`` (input
+    indices) and ``seqs`` describe the distinct sequences, aligned."""
     limit = adapter.max_tokens
     if limit is None or adapter.key.truncation != "error":
         return
@@ -249,7 +276,7 @@ def _check_lengths(
         else ""
     )
     msg = (
-        f"{_item_name(names, index)}: a {len(seqs[index])} bp sequence is {n_tokens[j]} tokens "
+        f"{_item_name(names, index)}: a {len(seqs[j])} bp sequence is {n_tokens[j]} tokens "
         f"for {adapter.key.model_id}, whose maximum is {limit}{others}. Shorten it, or "
         "truncate explicitly (--truncate right), which is recorded in the key."
     )

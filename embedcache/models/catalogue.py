@@ -28,6 +28,9 @@ class CatalogueEntry:
     rc_default: str
     licence: str
     loading: str
+    pretraining_data: str  # the corpus the published weights saw
+    pretraining_source: str  # where that is stated: model card, paper
+    human_genome: str  # the human genome in that corpus; "" when none
 
 
 def load_catalogue() -> list[CatalogueEntry]:
@@ -63,4 +66,9 @@ def load_catalogue() -> list[CatalogueEntry]:
     return sorted(entries, key=lambda e: (e.family, e.hub_id))
 
 
-__all__ = ["CatalogueEntry", "CatalogueError", "load_catalogue"]
+def catalogue_entry(hub_id: str) -> CatalogueEntry | None:
+    """The catalogue's entry for ``hub_id`` (None when the checkpoint is not listed)."""
+    return next((e for e in load_catalogue() if e.hub_id == hub_id), None)
+
+
+__all__ = ["CatalogueEntry", "CatalogueError", "catalogue_entry", "load_catalogue"]

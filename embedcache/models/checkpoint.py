@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from embedcache.errors import AdapterOptionError, CheckpointError
 from embedcache.models.options import non_default, random_init_revision
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from embedcache.models.options import EmbedOptions
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,28 @@ def refuse_options(
     if flags:
         msg = f"{before}{', '.join(flags)}{after}"
         raise AdapterOptionError(msg)
+
+
+def read_encoder_arch(
+    source: Source, arch_from_config: Callable[..., T], *, family: str, label: str
+) -> T:
+    """The architecture in ``source``'s config.json, once the options a BERT-style
+    encoder cannot take (``kmer_split``, ``family_options``) are refused.
+
+    Raises
+    ------
+    AdapterOptionError
+        One of those options is set.
+    CheckpointError
+        The config does not describe the family (from ``arch_from_config``).
+    """
+    refuse_options(
+        source.options,
+        ("kmer_split", "family_options"),
+        before=f"{source.where} ({family}): ",
+        after=f" do(es) not apply to {label}",
+    )
+    return arch_from_config(source.config, where=f"{source.folder}/config.json")
 
 
 def compute_dtype(options: EmbedOptions) -> torch.dtype:

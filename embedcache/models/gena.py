@@ -25,7 +25,7 @@ from embedcache.models.checkpoint import (
     Source,
     build_filled,
     check_tokenizer_class,
-    refuse_options,
+    read_encoder_arch,
 )
 from embedcache.models.encoder import EncoderAdapter, EncoderTraits
 from embedcache.models.tokenizer_json import JsonTokenizer, read_tokenizer_json
@@ -125,21 +125,12 @@ def load(source: Source) -> EncoderAdapter:
     AdapterOptionError
         An option does not apply to GENA-LM.
     """
-    from embedcache.models._gena_model import (
-        GenaNetwork,
-        arch_from_config,
-        init_weights,
-    )
+    from embedcache.models import _gena_model
 
-    folder, config, options = source.folder, source.config, source.options
-    where = source.where
-    refuse_options(
-        options,
-        ("kmer_split", "family_options"),
-        before=f"{where} (gena): ",
-        after=" do(es) not apply to GENA-LM",
+    folder, where = source.folder, source.where
+    arch = read_encoder_arch(
+        source, _gena_model.arch_from_config, family="gena", label="GENA-LM"
     )
-    arch = arch_from_config(config, where=f"{folder}/config.json")
     check_tokenizer_class(
         folder,
         "PreTrainedTokenizerFast",
@@ -154,9 +145,9 @@ def load(source: Source) -> EncoderAdapter:
         )
         raise CheckpointError(msg)
     network, source, key_options = build_filled(
-        lambda: GenaNetwork(arch),
+        lambda: _gena_model.GenaNetwork(arch),
         source,
-        init=lambda net, seed: init_weights(net, seed=seed),
+        init=lambda net, seed: _gena_model.init_weights(net, seed=seed),
         state=lambda state: encoder_state(state, where=str(folder)),
         family="GENA-LM",
     )

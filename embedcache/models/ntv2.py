@@ -30,7 +30,7 @@ from embedcache.models.checkpoint import (
     auto_map_targets,
     build_filled,
     check_tokenizer_class,
-    refuse_options,
+    read_encoder_arch,
 )
 from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
 
@@ -160,21 +160,12 @@ def load(source: Source) -> EncoderAdapter:
     AdapterOptionError
         An option does not apply to NT-v2.
     """
-    from embedcache.models._ntv2_model import (
-        NTv2Network,
-        arch_from_config,
-        init_weights,
-    )
+    from embedcache.models import _ntv2_model
 
-    folder, config, options = source.folder, source.config, source.options
-    where = source.where
-    refuse_options(
-        options,
-        ("kmer_split", "family_options"),
-        before=f"{where} (ntv2): ",
-        after=" do(es) not apply to NT-v2",
+    folder, where = source.folder, source.where
+    arch = read_encoder_arch(
+        source, _ntv2_model.arch_from_config, family="ntv2", label="NT-v2"
     )
-    arch = arch_from_config(config, where=f"{folder}/config.json")
     tokenizer = load_tokenizer(folder, where=where)
     if len(tokenizer) > arch.vocab_size:
         msg = (
@@ -183,9 +174,9 @@ def load(source: Source) -> EncoderAdapter:
         )
         raise CheckpointError(msg)
     network, source, key_options = build_filled(
-        lambda: NTv2Network(arch),
+        lambda: _ntv2_model.NTv2Network(arch),
         source,
-        init=lambda net, seed: init_weights(net, seed=seed),
+        init=lambda net, seed: _ntv2_model.init_weights(net, seed=seed),
         state=lambda state: encoder_state(
             state, head_dim=arch.head_dim, where=str(folder)
         ),

@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,16 +38,20 @@ class Table:
     caption: str = ""
     note: str = ""
     css_class: str = "embedcache"  # e.g. "embedcache published": styled apart
+    raw_columns: tuple[str, ...] = ()  # columns whose cells are HTML already
 
     def to_html(self) -> str:
         head = "".join(
             f'<th style="{_CELL_CSS};background:#f0f0f0">{html.escape(c)}</th>'
             for c in self.frame.columns
         )
+        raw = [c in self.raw_columns for c in self.frame.columns]
         body = "".join(
             "<tr>"
             + "".join(
-                f'<td style="{_CELL_CSS}">{html.escape(_cell(v))}</td>' for v in row
+                f'<td style="{_CELL_CSS}">'
+                f"{_cell(v) if is_raw else html.escape(_cell(v))}</td>"
+                for v, is_raw in zip(row, raw, strict=True)
             )
             + "</tr>"
             for row in self.frame.iter_rows()
@@ -125,3 +132,15 @@ def comparable_title(evaluation: Evaluation, text: str) -> str:
     if evaluation.comparable:
         return text
     return f"{text} ({evaluation.version}: {NOT_COMPARABLE})"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a reader sees the old file or the new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        Path(tmp).replace(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

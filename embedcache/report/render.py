@@ -8,7 +8,6 @@ file opens offline and loads nothing from the network.
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import papermill
 from nbconvert import HTMLExporter
 
 from embedcache.errors import EmbedcacheError
+from embedcache.report.parts import atomic_write_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -128,20 +128,9 @@ def notebook_to_html(notebook: Path, output: Path, *, title: str | None = None) 
     if title:
         nb.metadata["title"] = title
     body, _ = exporter.from_notebook_node(nb)
-    _atomic_write_text(output, body)
+    atomic_write_text(output, body)
     logger.info("rendered %s (%d bytes)", output, len(body))
     return output
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        Path(tmp).replace(path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def render_report(
@@ -155,18 +144,26 @@ def render_report(
     seed: int = 0,
     kernel_name: str = KERNEL,
     source: Path | None = None,
+    overlap: Path | str | None = None,
 ) -> ReportPaths:
     """Execute the leaderboard notebook for ``version`` and render it.
 
-    Writes ``<output_dir>/<name>/leaderboard.ipynb``, ``index.html`` and
-    ``results.csv``, where ``<name>`` is the version's name (a version file's stem).
+    Writes ``<output_dir>/<name>/leaderboard.ipynb``, ``index.html``,
+    ``results.csv``, ``curves.csv`` and ``predictions.parquet``, where ``<name>`` is
+    the version's name (a version file's stem), then rewrites the reports home page
+    ``<output_dir>/index.html``. ``overlap``: a TOML declaring models' pretraining
+    corpora (:mod:`embedcache.report.overlap`).
     """
     from embedcache.data.versions import load_version
+    from embedcache.report.home import write_home
+    from embedcache.report.overlap import read_declarations
     from embedcache.store import EmbeddingStore, is_url
 
-    # Fail before the slow kernel start on a wrong version or store path.
+    # Fail before the slow kernel start on a wrong version, store path or overlap file.
     load_version(version)
     EmbeddingStore(store, create=False)
+    if overlap is not None:
+        read_declarations(overlap)
     name = Path(version).stem if str(version).endswith(".toml") else str(version)
     out = Path(output_dir) / name
     paths = ReportPaths(
@@ -182,6 +179,7 @@ def render_report(
         "n_boot": int(n_boot),
         "seed": int(seed),
         "results_csv": str(paths.results.resolve()),
+        "overlap": str(Path(overlap).resolve()) if overlap is not None else None,
     }
     execute_notebook(
         source or notebook_source("leaderboard"),
@@ -194,6 +192,7 @@ def render_report(
         paths.html,
         title=f"{name}: Genomic Benchmarks probe leaderboard",
     )
+    write_home(output_dir)
     return paths
 
 

@@ -46,6 +46,11 @@ from embedcache.report.provenance import (
     store_keys_table,
 )
 from embedcache.report.published import PublishedSource, published_for
+from embedcache.report.robustness_tables import (
+    agreement_tables,
+    always_wrong_table,
+    rc_table,
+)
 from embedcache.report.tables import (
     caveats,
     dataset_table,
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from embedcache.analysis.evaluation import Evaluation
     from embedcache.analysis.suite import Analyses
     from embedcache.data.subsets import Subset
+    from embedcache.report.overlap import Declaration
 
     Part = Table | Plot | Html
 
@@ -103,6 +109,8 @@ class ReportContext:
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     # leakage-clean accuracy, clusters, curves, pretraining gain, layer sweep
     analyses: Analyses | None = None
+    # a user's overlap declarations (`embedcache report --overlap FILE`), by model
+    declared: Mapping[str, Declaration] = field(default_factory=dict)
 
     def published_sources(self) -> tuple[PublishedSource, ...]:
         """The published sources shown beside this version (only its own)."""
@@ -144,7 +152,7 @@ def leaderboard_section(context: ReportContext) -> Section:
     return Section(
         "leaderboard",
         "Leaderboard",
-        (leaderboard_table(context.evaluation),),
+        (leaderboard_table(context.evaluation, declared=context.declared),),
         heading=False,
     )
 
@@ -158,7 +166,10 @@ def published_section(context: ReportContext) -> Section | None:
     return Section(
         "published",
         "Published results (context, not ranked)",
-        tuple(published_table(source, datasets) for source in sources),
+        tuple(
+            published_table(source, datasets, declared=context.declared)
+            for source in sources
+        ),
     )
 
 
@@ -177,7 +188,7 @@ def macro_f1_section(context: ReportContext) -> Section:
         "macro-f1",
         "Macro F1",
         (
-            leaderboard_table(ev, metric="macro_f1"),
+            leaderboard_table(ev, metric="macro_f1", declared=context.declared),
             dataset_table(ev, metric="macro_f1"),
         ),
         collapsed=True,
@@ -194,6 +205,28 @@ def figures_section(context: ReportContext) -> Section:
         "figures",
         "Figures",
         (accuracy_figure(ev), paired_difference_figure(ev)),
+    )
+
+
+def agreement_section(context: ReportContext) -> Section:
+    """Pairwise agreement per dataset and the items every ranked model gets wrong."""
+    ev = context.evaluation
+    return Section(
+        "agreement",
+        "Agreement between models and items all get wrong",
+        (always_wrong_table(ev), *agreement_tables(ev)),
+        collapsed=True,
+    )
+
+
+def rc_section(context: ReportContext) -> Section | None:
+    """accuracy_rc beside accuracy, for the models whose reverse complements are stored."""
+    return _analysis_section(
+        context,
+        "rc-robustness",
+        "Reverse-complement robustness",
+        (rc_table,),
+        shown=lambda a: a.rc is not None and a.rc.bootstrap is not None,
     )
 
 
@@ -317,6 +350,8 @@ SECTIONS: tuple[Callable[[ReportContext], Section | None], ...] = (
     macro_f1_section,
     floors_section,
     figures_section,
+    agreement_section,
+    rc_section,
     clean_section,
     clusters_section,
     leakage_section,

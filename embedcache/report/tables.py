@@ -17,6 +17,7 @@ import polars as pl
 
 from embedcache.analysis.bootstrap import MEAN, percentile_ci
 from embedcache.analysis.leakage import METHOD as LEAKAGE_METHOD
+from embedcache.report.overlap import OVERLAP_NOTE, entry_overlap, name_overlap
 from embedcache.report.parts import (
     NOT_COMPARABLE,
     Html,
@@ -27,13 +28,17 @@ from embedcache.report.parts import (
 from embedcache.report.published import STATUS as PUBLISHED_STATUS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from embedcache.analysis.evaluation import Evaluation
     from embedcache.analysis.probe import ProbeConfig
+    from embedcache.report.overlap import Declaration
     from embedcache.report.published import PublishedSource
 
 NEQ = "≠"
+REPRODUCED = "reproduced"  # the hub's word for a row computed here from the store
+PUBLISHED = "published"
+BY_DATASET = "By dataset"
 CAVEATS = (
     (
         "Random train/test splits: near-duplicate windows can sit on both sides "
@@ -46,10 +51,38 @@ CAVEATS = (
 )
 
 
-def leaderboard_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Table:
-    """rank, model, Value, 95% CI, n, ≠ and the paired difference to the top model."""
+def by_dataset_details(evaluation: Evaluation, model: str, *, metric: str) -> str:
+    """A row's per-dataset values, CI and n in a closed ``<details>`` (no script)."""
+    boot = evaluation.bootstrap
+    i = boot.models.index(model)
+    rows = []
+    for name in evaluation.datasets:
+        low, high = percentile_ci(boot.samples(metric, name)[:, i], level=boot.level)
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td>"
+            f"<td>{boot.point(metric, name)[i]:.3f}</td>"
+            f"<td>{fmt_ci(float(low), float(high))}</td><td>{boot.n(name)}</td></tr>"
+        )
+    head = "<tr><th>dataset</th><th>Value</th><th>95% CI</th><th>n</th></tr>"
+    k = len(evaluation.datasets)
+    return (
+        f'<details class="ec-by-dataset"><summary>{BY_DATASET}: {k} levels</summary>'
+        f'<table style="font-size:12px">{head}{"".join(rows)}</table></details>'
+    )
+
+
+def leaderboard_table(
+    evaluation: Evaluation,
+    *,
+    metric: str = "accuracy",
+    declared: Mapping[str, Declaration] | None = None,
+) -> Table:
+    """rank, model, Value, 95% CI, n, ≠, the paired difference to the top model,
+    Source, Overlap (:mod:`embedcache.report.overlap`) and the row's per-dataset values.
+    """
     ranking = evaluation.ranking(metric=metric)
     usual = evaluation.usual_n[MEAN]
+    entries = {e.name: e for e in evaluation.entries}
     frame = pl.DataFrame(
         {
             "rank": ranking["rank"].to_list(),
@@ -70,6 +103,12 @@ def leaderboard_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Ta
                     strict=True,
                 )
             ],
+            "Source": [REPRODUCED] * ranking.height,
+            "Overlap": [entry_overlap(entries[m], declared) for m in ranking["model"]],
+            BY_DATASET: [
+                by_dataset_details(evaluation, m, metric=metric)
+                for m in ranking["model"]
+            ],
         },
         schema_overrides={"rank": pl.Int64},
     )
@@ -79,14 +118,21 @@ def leaderboard_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Ta
         f"weight); 95% percentile bootstrap CI, {evaluation.bootstrap.n_boot} resamples "
         f"within each dataset. Rank = 1 + number of models significantly better (paired "
         f"bootstrap CI of the difference entirely above 0); tied models share a rank. "
-        f"{NEQ}: n differs from this board's usual n = {usual}."
+        f"{NEQ}: n differs from this board's usual n = {usual}. Source: {REPRODUCED} "
+        f"(computed here from the store; published rows are context, never ranked). "
+        f"{OVERLAP_NOTE}"
     )
     if evaluation.fallback:
         note += (
             " The store holds no model besides the built-in k-mer floors, so they are "
             "ranked here for demonstration."
         )
-    return Table(frame, comparable_title(evaluation, f"Leaderboard ({what})"), note)
+    return Table(
+        frame,
+        comparable_title(evaluation, f"Leaderboard ({what})"),
+        note,
+        raw_columns=(BY_DATASET,),
+    )
 
 
 def dataset_table(evaluation: Evaluation, *, metric: str = "accuracy") -> Table:
@@ -230,7 +276,12 @@ def leakage_table(leakage: pl.DataFrame) -> Table:
     )
 
 
-def published_table(source: PublishedSource, datasets: Sequence[str]) -> Table:
+def published_table(
+    source: PublishedSource,
+    datasets: Sequence[str],
+    *,
+    declared: Mapping[str, Declaration] | None = None,
+) -> Table:
     """A source's published numbers as context rows: marked, with its differences."""
     rows = []
     for row in source.rows:
@@ -250,6 +301,8 @@ def published_table(source: PublishedSource, datasets: Sequence[str]) -> Table:
         entry["macro F1"] = "-" if row.macro_f1 is None else f"{row.macro_f1:.3f}"
         entry["n"] = "-" if source.n_test is None else str(source.n_test)
         entry["status"] = PUBLISHED_STATUS
+        entry["Source"] = PUBLISHED
+        entry["Overlap"] = name_overlap(row.model, declared)
         rows.append(entry)
     note = (
         f"Context, never ranked: {source.metric}, from {source.citation}. "

@@ -27,6 +27,13 @@ from obstore.exceptions import (
 from obstore.store import LocalStore, MemoryStore
 
 from embedcache.errors import StoreError
+from embedcache.store.retry import (
+    CLIENT_DEFAULTS,
+    RETRY_KEYS,
+    RetryingStore,
+    attempt,
+    retry_config,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -102,18 +109,24 @@ def open_object_store(
             msg = f"cannot open the folder {path} as a store ({err})"
             raise StoreError(msg) from err
     config: dict[str, str] = {}
-    client: dict[str, str] = {}
+    client: dict[str, str] = dict(CLIENT_DEFAULTS)
+    retries: dict[str, str] = {}
     for name, value in options.items():
         bare = name.lower()
         for cloud in ("aws_", "google_", "azure_"):
             bare = bare.removeprefix(cloud)
         if bare in _CLIENT_KEYS:
             client[bare] = str(value)
+        elif bare in RETRY_KEYS:
+            retries[bare] = str(value)
         else:
             config[name.lower()] = str(value)
     try:
         return obstore.store.from_url(
-            text, config=config or None, client_options=client or None
+            text,
+            config=config or None,
+            client_options=client,
+            retry_config=retry_config(retries),  # type: ignore[arg-type]
         )
     except Exception as err:
         msg = (
@@ -184,9 +197,15 @@ class Backend:
 
     # --- objects -----------------------------------------------------------------
 
+    def _attempt(self, fn: Callable[[], T], op: str, path: str) -> T:
+        """``fn()`` with transient faults retried and failures named (``retry``)."""
+        return attempt(fn, location=self.location, op=op, where=self.describe(path))
+
     def read(self, path: str) -> bytes:
         """The bytes of one object; FileNotFoundError if there is none."""
-        return bytes(obstore.get(self.store, path).bytes())
+        return self._attempt(
+            lambda: bytes(obstore.get(self.store, path).bytes()), "reading", path
+        )
 
     def read_or_none(self, path: str) -> bytes | None:
         try:
@@ -200,35 +219,61 @@ class Backend:
 
     def exists(self, path: str) -> bool:
         try:
-            obstore.head(self.store, path)
+            self._attempt(lambda: obstore.head(self.store, path), "checking", path)
         except FileNotFoundError:
             return False
         return True
 
     def write(self, path: str, data: bytes) -> None:
         """Write (or overwrite) one object; atomic on every backend."""
-        obstore.put(self.store, path, data)
+        self._attempt(lambda: obstore.put(self.store, path, data), "writing", path)
 
     def create(self, path: str, data: bytes) -> bool:
-        """Put-if-absent: write ``path`` unless it exists; True if this call made it."""
-        try:
-            obstore.put(self.store, path, data, mode="create")
-        except AlreadyExistsError:
-            return False
-        self.sync([path])
-        return True
+        """Put-if-absent: write ``path`` unless it exists; True if this call made it.
+
+        A create whose answer was lost may have succeeded: when a retry then finds
+        the object, it is ours if it holds exactly ``data`` (records name their
+        writer's shard and time, so another writer's never match).
+        """
+        retried = False
+
+        def note(_: BaseException) -> None:
+            nonlocal retried
+            retried = True
+
+        def once() -> bool:
+            try:
+                obstore.put(self.store, path, data, mode="create")
+            except AlreadyExistsError:
+                return retried and self.read_or_none(path) == data
+            return True
+
+        made = attempt(
+            once,
+            location=self.location,
+            op="committing (conditional create)",
+            where=self.describe(path),
+            on_retry=note,
+        )
+        if made:
+            self.sync([path])
+        return made
 
     def delete(self, path: str) -> None:
         """Remove one object; nothing happens if it is gone already."""
         with contextlib.suppress(FileNotFoundError):
-            obstore.delete(self.store, path)
+            self._attempt(lambda: obstore.delete(self.store, path), "deleting", path)
 
     def delete_many(self, paths: Iterable[str]) -> None:
         """Remove objects (in bulk where the backend can); missing ones are fine."""
         paths = list(paths)
         if self.local is None and paths:
             with contextlib.suppress(FileNotFoundError):
-                obstore.delete(self.store, paths)  # S3: 1,000 per request
+                self._attempt(
+                    lambda: obstore.delete(self.store, paths),  # S3: 1,000 a request
+                    "deleting",
+                    paths[0],
+                )
                 return
         self.map(self.delete, paths)
 
@@ -264,16 +309,24 @@ class Backend:
 
     def list(self, prefix: str) -> list[Entry]:
         """Every object whose path starts with ``prefix``, sorted by path."""
-        entries = [
-            Entry(m["path"], int(m["size"]), m["last_modified"].timestamp())
-            for batch in obstore.list(self.store, prefix or None)
-            for m in batch
-        ]
+        entries = self._attempt(
+            lambda: [
+                Entry(m["path"], int(m["size"]), m["last_modified"].timestamp())
+                for batch in obstore.list(self.store, prefix or None)
+                for m in batch
+            ],
+            "listing",
+            prefix,
+        )
         return sorted(entries, key=lambda e: e.path)
 
     def list_dir(self, prefix: str) -> tuple[list[str], list[Entry]]:
         """The child folder names and the objects directly under ``prefix``."""
-        res = obstore.list_with_delimiter(self.store, prefix.rstrip("/") or None)
+        res = self._attempt(
+            lambda: obstore.list_with_delimiter(self.store, prefix.rstrip("/") or None),
+            "listing",
+            prefix,
+        )
         base = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
         dirs = sorted(p[len(base) :].rstrip("/") for p in res["common_prefixes"])
         files = [
@@ -323,7 +376,11 @@ class Backend:
         if self._zarr_store is None:
             from zarr.storage import ObjectStore as ZarrObjectStore
 
-            self._zarr_store = ZarrObjectStore(self.store)
+            self._zarr_store = RetryingStore(
+                ZarrObjectStore(self.store),
+                describe=self.describe,
+                location=self.location,
+            )
         return self._zarr_store
 
     # --- capabilities -----------------------------------------------------------
@@ -336,14 +393,18 @@ class Backend:
         """
         path = f".embedcache-probe-{secrets.token_hex(8)}"
         try:
-            obstore.put(self.store, path, b"1", mode="create")
+            self.create(path, b"1")
         except PermissionDeniedError:
             logger.info("no write permission at %s: opened read-only", self.location)
             return False
         except NotSupportedError as err:
             raise self._no_create(err) from err
         try:
-            obstore.put(self.store, path, b"2", mode="create")
+            self._attempt(
+                lambda: obstore.put(self.store, path, b"2", mode="create"),
+                "probing put-if-absent at",
+                path,
+            )
         except AlreadyExistsError:
             return True
         except NotSupportedError as err:

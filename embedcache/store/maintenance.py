@@ -165,11 +165,16 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     folders, _ = backend.list_dir(prefix)
     for name in set(folders) - newest.keys():
         newest[name] = time.time()
+    # a folder named in a committed record's supersedes whose own record is gone
+    # was retired half way (records go first): never a shard still being written
+    retired = {old for r in view.records.values() for old in r.supersedes}
     out = []
     for name in sorted(newest.keys() | view.hidden.keys()):
         folder = (shard_prefix(view.digest, name),) if name in newest else ()
         if name in view.hidden:  # superseded by a committed shard
             out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
+        elif name in retired and name not in view.records:
+            out.append(Leftover(name, folder, True))
         elif name not in view.records:  # never committed
             old = time.time() - newest[name] > GARBAGE_GRACE_S
             out.append(Leftover(name, folder, old or _dead(name, writer)))

@@ -156,7 +156,10 @@ def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitReco
     out = {}
     for entry in backend.list(prefix):
         name = entry.path[len(prefix) :]
+        # zarr.json: the schema-2 group an interrupted migration made already
         if "/" in name or name.startswith(".") or not name.endswith(".json"):
+            continue
+        if name == META:
             continue
         shard = name.removesuffix(".json")
         where = backend.describe(entry.path)

@@ -18,13 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    DeviceUnavailableError,
-    InvalidSequenceError,
-    UnknownModelError,
-)
+from embedcache import errors
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter
 from embedcache.models._caduceus_weights import arch_from_config
@@ -34,7 +28,7 @@ from embedcache.models.caduceus import (
     load_caduceus_adapter,
     tokenize,
 )
-from tests.models.adapter_contract import AdapterContract, expected_fixture, min_cosine
+from tests.models import adapter_contract as contract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 VARIANTS = ("ph", "ps", "ps_unfused")
@@ -45,7 +39,7 @@ def fixture_sequences() -> list[str]:
     return (FIXTURES / "sequences.txt").read_text().split()
 
 
-expected = expected_fixture(FIXTURES)
+expected = contract.expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +164,7 @@ def test_is_caduceus_config():
     assert not is_caduceus_config({"model_type": "bert"})
 
 
-class TestContract(AdapterContract):
+class TestContract(contract.AdapterContract):
     @pytest.fixture(params=["ph", "ps"])
     def adapter(self, adapters, request):
         return adapters[(request.param, "average", "numba")]
@@ -200,11 +194,9 @@ def test_revision_is_a_content_digest(tmp_path):
     path = copy_model("ph", tmp_path / "m")
     first = load_caduceus_adapter(path).key.revision
     assert load_caduceus_adapter(path).key.revision == first
-    config = json.loads((path / "config.json").read_text())
-    config["norm_epsilon"] = 1e-6
-    (path / "config.json").write_text(json.dumps(config))
+    contract.edit_config(path, norm_epsilon=1e-6)
     assert load_caduceus_adapter(path).key.revision != first
-    with pytest.raises(AdapterOptionError, match="content digest"):
+    with pytest.raises(errors.AdapterOptionError, match="content digest"):
         load_caduceus_adapter(path, revision="main")
 
 
@@ -257,24 +249,23 @@ def test_missing_weight_is_a_clear_error(tmp_path, missing):
     del state[missing]
     save_file(state, path / "model.safetensors")
     with pytest.raises(
-        CheckpointError, match=missing.removeprefix("caduceus.").replace(".", r"\.")
+        errors.CheckpointError,
+        match=missing.removeprefix("caduceus.").replace(".", r"\."),
     ):
         load_caduceus_adapter(path)
 
 
 def test_wrong_shape_is_a_clear_error(tmp_path):
     path = copy_model("ph", tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["d_model"] = 48
-    (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="shape"):
+    contract.edit_config(path, d_model=48)
+    with pytest.raises(errors.CheckpointError, match="shape"):
         load_caduceus_adapter(path)
 
 
 def test_missing_weights_file(tmp_path):
     path = copy_model("ph", tmp_path / "m")
     (path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+    with pytest.raises(errors.CheckpointError, match=r"model\.safetensors"):
         load_caduceus_adapter(path)
 
 
@@ -291,38 +282,40 @@ def test_hub_id_resolves_offline_from_the_cache(monkeypatch, tmp_path):
     assert adapter.key.adapter == "caduceus"
     assert adapter.key.revision == commit
     assert adapter.key.model_id == "someone/caduceus-tiny"
-    with pytest.raises(UnknownModelError, match="someone/not-cached"):
+    with pytest.raises(errors.UnknownModelError, match="someone/not-cached"):
         load_adapter("someone/not-cached")
-    with pytest.raises(UnknownModelError, match="load hub ids with load_adapter"):
+    with pytest.raises(
+        errors.UnknownModelError, match="load hub ids with load_adapter"
+    ):
         load_caduceus_adapter("someone/caduceus-tiny")
 
 
 def test_options_are_checked():
-    with pytest.raises(AdapterOptionError, match="rc mode"):
+    with pytest.raises(errors.AdapterOptionError, match="rc mode"):
         load_caduceus_adapter(FIXTURES / "ph", rc_mode="both")
     for option, flag in [
         ({"pooling": "cls"}, "pooling 'cls'"),
         ({"layers": (4,)}, "layer 4 does not exist"),  # the fixture has 3 blocks
         ({"kmer_split": 3}, "--kmer-split"),
     ]:
-        with pytest.raises(AdapterOptionError, match=flag):
+        with pytest.raises(errors.AdapterOptionError, match=flag):
             load_adapter(str(FIXTURES / "ph"), device="cpu", **option)
-    with pytest.raises(AdapterOptionError, match="last layer only"):
+    with pytest.raises(errors.AdapterOptionError, match="last layer only"):
         load_adapter(str(FIXTURES / "ps"), device="cpu", layers=(1, -1))
-    with pytest.raises(AdapterOptionError, match="dtype"):
+    with pytest.raises(errors.AdapterOptionError, match="dtype"):
         load_caduceus_adapter(FIXTURES / "ph", dtype="float16")
-    with pytest.raises(UnknownModelError):
+    with pytest.raises(errors.UnknownModelError):
         load_caduceus_adapter(FIXTURES / "does-not-exist")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here")
 def test_absent_cuda_raises():
-    with pytest.raises(DeviceUnavailableError, match="CUDA"):
+    with pytest.raises(errors.DeviceUnavailableError, match="CUDA"):
         load_caduceus_adapter(FIXTURES / "ph", device="cuda")
 
 
 def test_empty_sequence_raises(adapters):
-    with pytest.raises(InvalidSequenceError, match="empty"):
+    with pytest.raises(errors.InvalidSequenceError, match="empty"):
         adapters[("ph", "none", "numba")].embed_batch(["ACGT", ""])
 
 
@@ -335,7 +328,7 @@ def test_bfloat16_stays_close(adapters, variant):
         load_caduceus_adapter(FIXTURES / variant, dtype="bfloat16").key.dtype
         == "bfloat16"
     )
-    assert min_cosine(exact, fast) > 0.999
+    assert contract.min_cosine(exact, fast) > 0.999
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 

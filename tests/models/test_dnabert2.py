@@ -27,14 +27,7 @@ from embedcache.models._dnabert2_model import (
     arch_from_config,
 )
 from embedcache.models.checkpoint import Source
-from tests.models.adapter_contract import (
-    AdapterContract,
-    embed_cli,
-    expected_fixture,
-    min_cosine,
-    raw_sequences,
-    seeded_twins,
-)
+from tests.models import adapter_contract as contract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dnabert2"
 MODELS = ("dnabert2", "dnabert_s")
@@ -45,14 +38,14 @@ PUBLISHED = {
 }
 
 
-fixture_sequences = partial(raw_sequences, FIXTURES)
+fixture_sequences = partial(contract.raw_sequences, FIXTURES)
 
 
 def upper_sequences() -> list[str]:
     return [s.upper() for s in fixture_sequences()]
 
 
-expected = expected_fixture(FIXTURES)
+expected = contract.expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -145,11 +138,11 @@ def test_batched_equals_one_by_one(adapters, name):
 def test_embed_command_matches_official_code(expected, tmp_path):
     # lower case on purpose: the engine upper-cases before the tokenizer
     model = FIXTURES / "dnabert2"
-    _, got = embed_cli(tmp_path, model, fixture_sequences(), "--no-progress")
+    _, got = contract.embed_cli(tmp_path, model, fixture_sequences(), "--no-progress")
     np.testing.assert_allclose(got, expected["dnabert2_last"], atol=1e-4, rtol=0)
 
 
-class TestContract(AdapterContract):
+class TestContract(contract.AdapterContract):
     @pytest.fixture(params=MODELS)
     def adapter(self, request):
         return load_adapter(str(FIXTURES / request.param), device="cpu")
@@ -376,7 +369,7 @@ def test_key_and_cls_pooling(adapters, expected):
 def test_random_init_is_seeded_and_follows_the_official_init():
     path = str(FIXTURES / "dnabert_s")
     seqs = upper_sequences()[:5]
-    first = seeded_twins(path, seqs, seeds=(1, 2), min_diff=1e-3)
+    first = contract.seeded_twins(path, seqs, seeds=(1, 2), min_diff=1e-3)
     net = first.network
     block = net.encoder.layer[0]
     assert torch.all(block.attention["output"]["LayerNorm"].weight == 1)
@@ -393,7 +386,7 @@ def test_bfloat16_stays_close_to_float32(adapters):
     fp32 = adapters[("dnabert2", "none")].embed_batch(seqs)
     bf16 = load_adapter(str(FIXTURES / "dnabert2"), device="cpu", dtype="bfloat16")
     assert bf16.key.dtype == "bfloat16"
-    assert min_cosine(bf16.embed_batch(seqs), fp32) > 0.99
+    assert contract.min_cosine(bf16.embed_batch(seqs), fp32) > 0.99
 
 
 def test_unknown_remote_code_family_is_still_refused(tmp_path):

@@ -18,29 +18,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    SequenceTooLongError,
-    UnknownModelError,
-)
+from embedcache import errors
 from embedcache.models import gena as gena_family
 from embedcache.models import hf as hf_family
 from embedcache.models import load_adapter, read_config, recognise_family
 from embedcache.models._gena_model import GenaNetwork, arch_from_config
 from embedcache.models.checkpoint import Source
 from embedcache.models.options import EmbedOptions
-from tests.models.adapter_contract import (
-    AdapterContract,
-    OfficialCodeContract,
-    RCAverageContract,
-    edit_config,
-    expected_fixture,
-    fixture_sequences,
-    min_cosine,
-    seeded_twins,
-    variant_fixtures,
-)
+from tests.models import adapter_contract as contract
 
 DATA = Path(__file__).parents[1] / "fixtures" / "gena"
 VARIANTS = ("gena_base", "gena_lastln")
@@ -48,8 +33,8 @@ PUBLISHED = sorted((DATA / "published").glob("*.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-expected = expected_fixture(DATA)
-adapters, variant = variant_fixtures(DATA, VARIANTS)
+expected = contract.expected_fixture(DATA)
+adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "gena_base") -> Path:
@@ -66,7 +51,7 @@ def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-class TestGenaOfficialCode(OfficialCodeContract):
+class TestGenaOfficialCode(contract.OfficialCodeContract):
     data = DATA
     cli_variant = "gena_lastln"
 
@@ -81,7 +66,7 @@ def test_final_layernorm_follows_the_config(adapters):
 
 
 def test_a_run_of_n_is_one_dash_token(adapters, variant):
-    ours = adapters[variant].tokenizer.encode_many(fixture_sequences(DATA))
+    ours = adapters[variant].tokenizer.encode_many(contract.fixture_sequences(DATA))
     dash = ours[11]  # TTTTTTTTTTTTNNNNNNNNNNNNAAAAAAAAAAAA
     assert 5 in dash.ids
     assert 9 not in dash.ids
@@ -96,7 +81,7 @@ def test_native_bert_path_refuses_gena_weights():
     assert config["model_type"] == "bert"
     assert recognise_family(config, folder).FAMILY == "gena"
     # what the fallback would do with it: native BertModel, strict weight check
-    with pytest.raises(CheckpointError, match=r"pre_attention_ln|missing"):
+    with pytest.raises(errors.CheckpointError, match=r"pre_attention_ln|missing"):
         hf_family.load(
             Source(
                 folder=folder,
@@ -111,31 +96,33 @@ def test_native_bert_path_refuses_gena_weights():
 
 def test_recognised_by_weight_names_when_the_config_lacks_gena_fields(tmp_path):
     folder = copy_model(tmp_path)
-    edit_config(folder, drop=("pre_layer_norm", "last_layer_norm", "auto_map"))
+    contract.edit_config(folder, drop=("pre_layer_norm", "last_layer_norm", "auto_map"))
     config = read_config(folder)
     # a single pickle cannot be listed cheaply: no GENA evidence, so the native path,
     # which refuses the weights rather than loading them into the wrong class
     assert recognise_family(config, folder).FAMILY == "hf-encoder"
-    with pytest.raises(CheckpointError, match="wrong class"):
+    with pytest.raises(errors.CheckpointError, match="wrong class"):
         load_adapter(str(folder), device="cpu")
     to_safetensors(folder)
     assert recognise_family(read_config(folder), folder).FAMILY == "gena"
     # recognised, but the config does not say pre-LN: refused, not guessed
-    with pytest.raises(CheckpointError, match="pre_layer_norm"):
+    with pytest.raises(errors.CheckpointError, match="pre_layer_norm"):
         load_adapter(str(folder), device="cpu")
 
 
 def test_safetensors_checkpoint_loads_the_same(tmp_path, expected):
     folder = copy_model(tmp_path, "gena_lastln")
     to_safetensors(folder)
-    got = load_adapter(str(folder), device="cpu").embed_batch(fixture_sequences(DATA))
+    got = load_adapter(str(folder), device="cpu").embed_batch(
+        contract.fixture_sequences(DATA)
+    )
     np.testing.assert_allclose(got, expected["gena_lastln_none"], atol=1e-4, rtol=0)
 
 
 def test_auto_map_without_gena_evidence_needs_remote_code(tmp_path):
     folder = copy_model(tmp_path)
-    edit_config(folder, drop=("pre_layer_norm", "last_layer_norm"))
-    with pytest.raises(UnknownModelError, match="trust-remote-code"):
+    contract.edit_config(folder, drop=("pre_layer_norm", "last_layer_norm"))
+    with pytest.raises(errors.UnknownModelError, match="trust-remote-code"):
         load_adapter(str(folder), device="cpu")
 
 
@@ -180,14 +167,16 @@ def test_renamed_or_missing_tensor_is_refused(tmp_path):
     name = "bert.encoder.layer.1.post_attention_ln.weight"
     state["bert.encoder.layer.1.post_attention_norm.weight"] = state.pop(name)
     torch.save(state, folder / "pytorch_model.bin")
-    with pytest.raises(CheckpointError, match=r"missing 1 tensors .*post_attention_ln"):
+    with pytest.raises(
+        errors.CheckpointError, match=r"missing 1 tensors .*post_attention_ln"
+    ):
         load_adapter(str(folder), device="cpu")
 
 
 def test_final_layernorm_the_config_does_not_have_is_refused(tmp_path):
     folder = copy_model(tmp_path, "gena_lastln")
-    edit_config(folder, last_layer_norm=False)
-    with pytest.raises(CheckpointError, match="last_layer_ln"):
+    contract.edit_config(folder, last_layer_norm=False)
+    with pytest.raises(errors.CheckpointError, match="last_layer_ln"):
         load_adapter(str(folder), device="cpu")
 
 
@@ -198,7 +187,7 @@ def test_odd_position_ids_buffer_is_refused(tmp_path):
         -1
     )
     torch.save(state, folder / "pytorch_model.bin")
-    with pytest.raises(CheckpointError, match="position_ids"):
+    with pytest.raises(errors.CheckpointError, match="position_ids"):
         load_adapter(str(folder), device="cpu")
 
 
@@ -213,26 +202,26 @@ def test_odd_position_ids_buffer_is_refused(tmp_path):
 )
 def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
     folder = copy_model(tmp_path)
-    edit_config(folder, **{field: value})
+    contract.edit_config(folder, **{field: value})
     match = "sparse attention" if field == "sparse_config_cls" else field
-    with pytest.raises(CheckpointError, match=match):
+    with pytest.raises(errors.CheckpointError, match=match):
         load_adapter(str(folder), device="cpu")
 
 
 def test_missing_tokenizer_is_a_clear_error(tmp_path):
     folder = copy_model(tmp_path)
     (folder / "tokenizer.json").unlink()
-    with pytest.raises(CheckpointError, match=r"no tokenizer\.json"):
+    with pytest.raises(errors.CheckpointError, match=r"no tokenizer\.json"):
         load_adapter(str(folder), device="cpu")
 
 
 def test_options_that_do_not_apply_are_refused():
     path = str(DATA / "gena_base")
-    with pytest.raises(AdapterOptionError, match="kmer-split"):
+    with pytest.raises(errors.AdapterOptionError, match="kmer-split"):
         load_adapter(path, device="cpu", kmer_split=3)
-    with pytest.raises(AdapterOptionError, match="causal"):
+    with pytest.raises(errors.AdapterOptionError, match="causal"):
         load_adapter(path, device="cpu", pooling="last")
-    with pytest.raises(AdapterOptionError, match="layer 3"):
+    with pytest.raises(errors.AdapterOptionError, match="layer 3"):
         load_adapter(path, device="cpu", layers=(3,))
 
 
@@ -241,7 +230,7 @@ def test_context_is_the_position_table(adapters):
     assert adapter.key.max_length == 160  # max_position_embeddings of the tiny model
     long = "ACGT" * 400
     assert adapter.n_tokens(long) > 160
-    with pytest.raises(SequenceTooLongError, match="160"):
+    with pytest.raises(errors.SequenceTooLongError, match="160"):
         adapter.embed_batch([long])
     cut = load_adapter(str(DATA / "gena_base"), device="cpu", truncation="right")
     assert cut.embed_batch([long]).shape == (1, 16)
@@ -249,8 +238,8 @@ def test_context_is_the_position_table(adapters):
 
 def test_random_init_is_seeded_and_uses_the_official_init():
     path = str(DATA / "gena_lastln")
-    seqs = fixture_sequences(DATA)[:6]
-    first = seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
+    seqs = contract.fixture_sequences(DATA)[:6]
+    first = contract.seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
     network = first.network
     out = network.encoder.layer[1].output.dense.weight.detach()
     assert abs(float(out.std()) - 0.02) < 0.004  # no 1/sqrt(2 n_layers) in practice
@@ -260,13 +249,13 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 
 
 def test_bfloat16_is_close_to_float32(adapters):
-    seqs = fixture_sequences(DATA)
+    seqs = contract.fixture_sequences(DATA)
     fp32 = adapters["gena_lastln"].embed_batch(seqs)
     bf16 = load_adapter(str(DATA / "gena_lastln"), device="cpu", dtype="bfloat16")
     got = bf16.embed_batch(seqs)
     assert got.dtype == np.float32
     assert bf16.key.dtype == "bfloat16"
-    assert min_cosine(fp32, got) > 0.99
+    assert contract.min_cosine(fp32, got) > 0.99
 
 
 def test_key_records_family(adapters):
@@ -274,7 +263,7 @@ def test_key_records_family(adapters):
     assert (key.adapter, key.adapter_version, key.rc_mode) == ("gena", "1", "none")
 
 
-class TestGenaContract(AdapterContract):
+class TestGenaContract(contract.AdapterContract):
     @pytest.fixture
     def adapter(self, adapters):
         return adapters["gena_base"]
@@ -285,7 +274,7 @@ def rc_average_adapter():
     return load_adapter(str(DATA / "gena_lastln"), device="cpu", rc_mode="average")
 
 
-class TestGenaRCAverageContract(RCAverageContract):
+class TestGenaRCAverageContract(contract.RCAverageContract):
     @pytest.fixture
     def adapter(self, rc_average_adapter):
         return rc_average_adapter

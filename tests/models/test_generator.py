@@ -22,24 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    InvalidSequenceError,
-    SequenceTooLongError,
-)
+from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import generator as gen
 from embedcache.models import load_adapter, read_config, recognise_family
-from tests.models.adapter_contract import (
-    AdapterContract,
-    assert_batched_equals_alone,
-    embed_cli,
-    expected_fixture,
-    min_cosine,
-    raw_sequences,
-    seeded_twins,
-)
+from tests.models import adapter_contract as contract
 from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "generator"
@@ -49,11 +36,11 @@ REPO = Path(__file__).parents[2]
 TOKENIZER_FILES = ("vocab.txt", "special_tokens_map.json", "tokenizer_config.json")
 
 
-fixture_sequences = partial(raw_sequences, FIXTURES)
+fixture_sequences = partial(contract.raw_sequences, FIXTURES)
 upper_sequences = partial(normalised_sequences, FIXTURES)
 
 
-expected = expected_fixture(FIXTURES)
+expected = contract.expected_fixture(FIXTURES)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +103,7 @@ def test_remainder_policies():
     assert oov.token_ids("acgtac") == oov.token_ids("ACGTAC")  # upper-cased
     encoded = oov.encode(seq)
     assert encoded.special == (True, False, False, False)  # only BOS is special
-    with pytest.raises(AdapterOptionError, match="remainder"):
+    with pytest.raises(errors.AdapterOptionError, match="remainder"):
         gen.KmerTokenizer(remainder="pad")
 
 
@@ -195,7 +182,9 @@ def test_equals_plain_transformers_llama_and_masked_mean():
 def test_batched_equals_one_by_one(adapters, remainder):
     # rc average: the forward and reverse-complement passes share one padded batch
     seqs = [s for s in upper_sequences() if len(s) >= 6]
-    assert_batched_equals_alone(adapters[(remainder, "average")], seqs, atol=1e-5)
+    contract.assert_batched_equals_alone(
+        adapters[(remainder, "average")], seqs, atol=1e-5
+    )
 
 
 def test_average_is_rc_invariant(adapters):
@@ -214,7 +203,7 @@ def test_average_is_rc_invariant(adapters):
     )
 
 
-class TestContract(AdapterContract):
+class TestContract(contract.AdapterContract):
     @pytest.fixture(params=["oov", "last"])
     def adapter(self, adapters, request):
         if request.param == "last":
@@ -224,7 +213,7 @@ class TestContract(AdapterContract):
 
 def test_cli_embed_equals_reference(tmp_path, expected):
     seqs = fixture_sequences()  # lower case included: the engine upper-cases
-    last, got = embed_cli(tmp_path, TINY, seqs, "--rc", "average")
+    last, got = contract.embed_cli(tmp_path, TINY, seqs, "--rc", "average")
     assert last == "computed=23 cached=1"
     np.testing.assert_allclose(got, expected["oov_average"], atol=1e-4, rtol=0)
 
@@ -349,16 +338,14 @@ def test_wrong_mapping_is_refused(tmp_path, change, match):
     else:
         state["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(16)
     save_file(state, path / "model.safetensors")
-    with pytest.raises(CheckpointError, match=match):
+    with pytest.raises(errors.CheckpointError, match=match):
         load_adapter(str(path), device="cpu")
 
 
 def test_wrong_shape_is_refused(tmp_path):
     path = copy_model(tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["intermediate_size"] = 48
-    (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="shape"):
+    contract.edit_config(path, intermediate_size=48)
+    with pytest.raises(errors.CheckpointError, match="shape"):
         load_adapter(str(path), device="cpu")
 
 
@@ -381,10 +368,8 @@ def test_bfloat16_checkpoint_computes_in_the_asked_dtype(tmp_path, adapters):
 
 def test_unbuildable_config_is_refused(tmp_path):
     path = copy_model(tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["hidden_size"] = 15  # not a multiple of the 4 heads
-    (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="does not describe a Llama model"):
+    contract.edit_config(path, hidden_size=15)  # not a multiple of the 4 heads
+    with pytest.raises(errors.CheckpointError, match="does not describe a Llama model"):
         load_adapter(str(path), device="cpu")
 
 
@@ -406,7 +391,7 @@ def test_other_vocabulary_is_refused(tmp_path, change):
         tok["k"] = 5
         (path / "tokenizer_config.json").write_text(json.dumps(tok))
         match = "k=5"
-    with pytest.raises(CheckpointError, match=match):
+    with pytest.raises(errors.CheckpointError, match=match):
         load_adapter(str(path), device="cpu")
 
 
@@ -428,7 +413,9 @@ def test_first_upload_vocab_layout_is_accepted(tmp_path, adapters):
 
 
 def test_cls_pooling_is_refused_and_says_why():
-    with pytest.raises(AdapterOptionError, match="BOS <s>, not a classification token"):
+    with pytest.raises(
+        errors.AdapterOptionError, match="BOS <s>, not a classification token"
+    ):
         load_adapter(str(TINY), device="cpu", pooling="cls")
 
 
@@ -440,17 +427,17 @@ def test_cls_pooling_is_refused_and_says_why():
     ],
 )
 def test_family_options_are_checked(pairs, match):
-    with pytest.raises(AdapterOptionError, match=match):
+    with pytest.raises(errors.AdapterOptionError, match=match):
         load_adapter(str(TINY), device="cpu", family_options=pairs)
 
 
 def test_kmer_split_is_refused():
-    with pytest.raises(AdapterOptionError, match="--kmer-split"):
+    with pytest.raises(errors.AdapterOptionError, match="--kmer-split"):
         load_adapter(str(TINY), device="cpu", kmer_split=6)
 
 
 def test_trim_leaves_nothing_of_a_short_sequence(adapters):
-    with pytest.raises(InvalidSequenceError, match="no tokens left"):
+    with pytest.raises(errors.InvalidSequenceError, match="no tokens left"):
         adapters[("trim", "none")].embed_batch(["ACGTACGT", "ACG"])
 
 
@@ -458,7 +445,7 @@ def test_too_long_raises_unless_truncation():
     adapter = load_adapter(str(TINY), device="cpu")
     long = "ACGTAC" * 70  # 70 tokens + BOS > 64
     assert adapter.n_tokens(long) == 71
-    with pytest.raises(SequenceTooLongError, match="more than the 64"):
+    with pytest.raises(errors.SequenceTooLongError, match="more than the 64"):
         adapter.embed_batch(["ACGT", long])
     cut = load_adapter(str(TINY), device="cpu", truncation="right")
     np.testing.assert_allclose(
@@ -468,7 +455,7 @@ def test_too_long_raises_unless_truncation():
 
 def test_random_init_is_seeded_and_uses_llama_init():
     seqs = ["ACGTACGTACGTAA", "GGGCCC"]
-    first = seeded_twins(str(TINY), seqs, seeds=(3, 4), min_diff=1e-4)
+    first = contract.seeded_twins(str(TINY), seqs, seeds=(3, 4), min_diff=1e-4)
     weight = first.network.model.embed_tokens.weight.detach()
     assert abs(float(weight.std()) - 0.02) < 0.002  # initializer_range
     assert torch.equal(first.network.model.norm.weight, torch.ones(16))
@@ -483,7 +470,7 @@ def test_bfloat16_stays_close(adapters):
     assert adapter.key.dtype == "bfloat16"
     assert adapter.network.model.embed_tokens.weight.dtype == torch.bfloat16
     fast = adapter.embed_batch(seqs)
-    assert min_cosine(exact, fast) > 0.99
+    assert contract.min_cosine(exact, fast) > 0.99
     assert not np.array_equal(exact, fast)
 
 

@@ -11,13 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel, AutoTokenizer
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    DeviceUnavailableError,
-    SequenceTooLongError,
-    UnknownModelError,
-)
+from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import (
     load_adapter,
@@ -27,6 +21,7 @@ from embedcache.models import (
     resolve_device,
 )
 from embedcache.models.hf import kmer_split, token_budget
+from tests.conftest import save_tiny_model
 from tests.models.adapter_contract import AdapterContract, min_cosine
 
 SEQS = ["ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCAACGTAGCATCGA"]
@@ -96,7 +91,7 @@ def test_layer_option_pools_that_hidden_state(model_dir):
         rtol=0,
     )
     assert adapter.key.layer == 1
-    with pytest.raises(AdapterOptionError, match="layer 9"):
+    with pytest.raises(errors.AdapterOptionError, match="layer 9"):
         load_adapter(str(model_dir), device="cpu", layers=(9,))
 
 
@@ -129,7 +124,7 @@ def test_local_revision_follows_content(tiny_bert_dir, tmp_path):
 
 
 def test_revision_for_local_dir_must_match(tiny_bert_dir):
-    with pytest.raises(AdapterOptionError, match="drop --revision"):
+    with pytest.raises(errors.AdapterOptionError, match="drop --revision"):
         load_adapter(str(tiny_bert_dir), device="cpu", revision="v1.0")
     good = local_revision(tiny_bert_dir)
     assert (
@@ -142,7 +137,7 @@ def test_too_long_raises_unless_truncation(tiny_bert_dir):
     adapter = load_adapter(str(tiny_bert_dir), device="cpu")
     long = "ACGT" * 16  # 64 bases + [CLS] + [SEP] = 66 tokens > 64
     assert adapter.n_tokens(long) == 66
-    with pytest.raises(SequenceTooLongError, match="more than the 64"):
+    with pytest.raises(errors.SequenceTooLongError, match="more than the 64"):
         adapter.embed_batch(["ACGT", long])
     cut = load_adapter(str(tiny_bert_dir), device="cpu", truncation="right")
     assert cut.key.truncation == "right"
@@ -189,18 +184,14 @@ def tiny_dnabert_dir(tmp_path_factory):
         sep_token="[SEP]",
         mask_token="[MASK]",
     )
-    config = BertConfig(
+    return save_tiny_model(
+        path,
+        tokenizer,
+        BertConfig,
+        BertModel,
         vocab_size=len(vocab),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
         max_position_embeddings=64,
     )
-    torch.manual_seed(0)
-    BertModel(config).eval().save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def test_kmer_split_text():
@@ -274,19 +265,19 @@ def test_batching_follows_the_width_and_the_heads(tiny_esm_dir):
 
 def test_unknown_model_names_say_what_a_name_looks_like(tmp_path):
     for name in ("not-a-model", "./no/such/dir", str(tmp_path / "missing")):
-        with pytest.raises(UnknownModelError, match="kmer-1") as info:
+        with pytest.raises(errors.UnknownModelError, match="kmer-1") as info:
             load_adapter(name)
         assert "local directory" in str(info.value)
         assert "owner/name" in str(info.value)
 
 
 def test_directory_without_config_is_rejected(tmp_path):
-    with pytest.raises(UnknownModelError, match=r"no config\.json"):
+    with pytest.raises(errors.UnknownModelError, match=r"no config\.json"):
         load_adapter(str(tmp_path))
 
 
 def test_offline_hub_id_is_a_clear_error():
-    with pytest.raises(UnknownModelError, match="offline") as info:
+    with pytest.raises(errors.UnknownModelError, match="offline") as info:
         load_adapter("someone/not-cached-model")
     assert "HF_HOME" in str(info.value)
 
@@ -295,9 +286,11 @@ def test_resolve_device():
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(DeviceUnavailableError, match="CUDA is not available"):
+        with pytest.raises(
+            errors.DeviceUnavailableError, match="CUDA is not available"
+        ):
             resolve_device("cuda")
-    with pytest.raises(DeviceUnavailableError, match="unknown device"):
+    with pytest.raises(errors.DeviceUnavailableError, match="unknown device"):
         resolve_device("tpu-please")
 
 
@@ -308,7 +301,7 @@ def test_bad_options_are_named(tiny_bert_dir):
         ({"truncation": "left"}, "truncation policy"),
         ({"rc_mode": "flip"}, "rc mode"),
     ]:
-        with pytest.raises(AdapterOptionError, match=match):
+        with pytest.raises(errors.AdapterOptionError, match=match):
             load_adapter(str(tiny_bert_dir), device="cpu", **kwargs)
 
 
@@ -326,7 +319,7 @@ def test_remote_code_of_no_known_family_is_refused_by_name(tiny_bert_dir, tmp_pa
     config = json.loads((copy / "config.json").read_text())
     config["auto_map"] = {"AutoModel": "modeling_dna.DnaModel"}
     (copy / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UnknownModelError, match="--trust-remote-code") as err:
+    with pytest.raises(errors.UnknownModelError, match="--trust-remote-code") as err:
         load_adapter(str(copy), device="cpu")
     assert "modeling_dna.DnaModel" in str(err.value)
 
@@ -342,12 +335,14 @@ def test_native_looking_checkpoint_with_foreign_weights_is_refused(
     # a pre-LN BERT (GENA-LM) says model_type bert but carries extra norms
     state["encoder.layer.0.pre_attention_ln.weight"] = torch.ones(16)
     save_file(state, copy / "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"unexpected 1 \(encoder.layer.0.pre"):
+    with pytest.raises(
+        errors.CheckpointError, match=r"unexpected 1 \(encoder.layer.0.pre"
+    ):
         load_adapter(str(copy), device="cpu")
     del state["encoder.layer.0.pre_attention_ln.weight"]
     del state["encoder.layer.1.output.dense.weight"]
     save_file(state, copy / "model.safetensors")
-    with pytest.raises(CheckpointError, match="missing 1"):
+    with pytest.raises(errors.CheckpointError, match="missing 1"):
         load_adapter(str(copy), device="cpu")
 
 
@@ -379,7 +374,7 @@ def test_cached_hub_id_resolves_to_its_commit_offline(tiny_bert_dir):
     np.testing.assert_allclose(
         adapter.embed_batch(SEQS), direct_mean(tiny_bert_dir, SEQS), atol=1e-5, rtol=0
     )
-    with pytest.raises(UnknownModelError, match="offline"):
+    with pytest.raises(errors.UnknownModelError, match="offline"):
         load_adapter("someone/tiny-dna-bert", revision="v2", device="cpu")
 
 
@@ -394,7 +389,7 @@ def test_cls_pooling_is_the_first_tokens_state(tiny_bert_dir):
         want.append(out.last_hidden_state[0, 0].numpy())
     np.testing.assert_allclose(adapter.embed_batch(SEQS), want, atol=1e-5, rtol=0)
     assert adapter.key.pooling == "cls"
-    with pytest.raises(AdapterOptionError, match="causal"):
+    with pytest.raises(errors.AdapterOptionError, match="causal"):
         load_adapter(str(tiny_bert_dir), device="cpu", pooling="last")
 
 

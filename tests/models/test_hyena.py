@@ -19,27 +19,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    InvalidSequenceError,
-    SequenceTooLongError,
-)
+from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter, recognise_family
 from embedcache.models._hyena_checkpoint import arch_from_config
 from embedcache.models._hyena_filter import fft_size, positional_features
 from embedcache.models._hyena_model import HyenaBackbone
 from embedcache.models.hyena import HyenaTokenizer, is_hyena_config
-from tests.models.adapter_contract import (
-    AdapterContract,
-    assert_batched_equals_alone,
-    embed_cli,
-    expected_fixture,
-    min_cosine,
-    raw_sequences,
-    seeded_twins,
-)
+from tests.models import adapter_contract as contract
 from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hyena"
@@ -59,11 +46,11 @@ CASES = {
 }
 
 
-fixture_sequences = partial(raw_sequences, FIXTURES)
+fixture_sequences = partial(contract.raw_sequences, FIXTURES)
 upper_sequences = partial(normalised_sequences, FIXTURES)
 
 
-expected = expected_fixture(FIXTURES)
+expected = contract.expected_fixture(FIXTURES)
 
 
 def load(variant: str = "tiny", **options):
@@ -112,7 +99,9 @@ def test_fixture_vectors_are_not_degenerate(expected):
     ("variant", "case"), [("tiny", "mean"), ("tiny", "last"), ("alt", "average")]
 )
 def test_batched_equals_one_by_one(adapters, variant, case):
-    assert_batched_equals_alone(adapters[(variant, case)], upper_sequences(), atol=1e-5)
+    contract.assert_batched_equals_alone(
+        adapters[(variant, case)], upper_sequences(), atol=1e-5
+    )
 
 
 def test_left_padding_would_change_real_positions(adapters):
@@ -186,7 +175,7 @@ def test_rc_average_is_invariant(adapters):
     np.testing.assert_allclose(forward, reverse, atol=1e-6, rtol=0)
 
 
-class TestContract(AdapterContract):
+class TestContract(contract.AdapterContract):
     @pytest.fixture(params=VARIANTS)
     def adapter(self, adapters, request):
         return adapters[(request.param, "mean")]
@@ -202,7 +191,7 @@ def test_bfloat16_stays_close(expected, variant):
     seqs = upper_sequences()
     fast = adapter.embed_batch(seqs)
     exact = expected[f"{variant}_mean_none"]
-    assert min_cosine(fast, exact) > 0.999
+    assert contract.min_cosine(fast, exact) > 0.999
     assert 0 < np.abs(fast - exact).max() < 0.1
     if variant == "tiny":
         alone = np.stack([adapter.embed_batch([s])[0] for s in seqs])
@@ -262,7 +251,7 @@ def test_unsupported_architectures_are_refused():
         ({"emb_dim": 4}, "emb_dim"),
         ({"d_model": "256"}, "d_model"),
     ]:
-        with pytest.raises(CheckpointError, match=match):
+        with pytest.raises(errors.CheckpointError, match=match):
             arch_from_config({**base, **change}, where="x")
 
 
@@ -342,7 +331,7 @@ def test_shared_frequency_stored_under_another_index(tmp_path, expected):
 def test_disagreeing_frequency_copies_are_refused(tmp_path):
     path = copy_model("tiny", tmp_path / "m")
     edit_weights(path, lambda s: s.__setitem__(FREQ.format(3), s[FREQ.format(1)] + 1))
-    with pytest.raises(CheckpointError, match="shared sine frequency"):
+    with pytest.raises(errors.CheckpointError, match="shared sine frequency"):
         load_adapter(str(path), device="cpu")
 
 
@@ -359,7 +348,7 @@ def test_missing_tensor_is_a_clear_error(tmp_path, missing):
     path = copy_model("tiny", tmp_path / "m")
     edit_weights(path, lambda s: s.pop(missing))
     name = missing.removeprefix("hyena.backbone.")
-    with pytest.raises(CheckpointError, match=name.replace(".", r"\.")):
+    with pytest.raises(errors.CheckpointError, match=name.replace(".", r"\.")):
         load_adapter(str(path), device="cpu")
 
 
@@ -369,16 +358,14 @@ def test_renamed_tensor_is_refused(tmp_path):
     edit_weights(
         path, lambda s: s.__setitem__(old.replace("in_proj", "inproj"), s.pop(old))
     )
-    with pytest.raises(CheckpointError, match="inproj"):
+    with pytest.raises(errors.CheckpointError, match="inproj"):
         load_adapter(str(path), device="cpu")
 
 
 def test_wrong_shape_is_a_clear_error(tmp_path):
     path = copy_model("tiny", tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-    config["max_seq_len"] = 400
-    (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="shape"):
+    contract.edit_config(path, max_seq_len=400)
+    with pytest.raises(errors.CheckpointError, match="shape"):
         load_adapter(str(path), device="cpu")
 
 
@@ -396,7 +383,7 @@ def test_local_dir_needs_no_network_and_no_code(monkeypatch, tmp_path):
 
 
 def test_cli_embed_equals_the_official_code(tmp_path, expected):
-    last, got = embed_cli(
+    last, got = contract.embed_cli(
         tmp_path, FIXTURES / "tiny", fixture_sequences(), "--no-progress"
     )
     # a duplicate sequence is computed once and still fills both rows
@@ -414,13 +401,13 @@ def test_options_that_do_not_apply_are_refused():
         ({"kmer_split": 3}, "kmer-split"),
         ({"layers": (3,)}, "layer 3"),
     ]:
-        with pytest.raises(AdapterOptionError, match=match):
+        with pytest.raises(errors.AdapterOptionError, match=match):
             load(**option)
 
 
 def test_too_long_raises_unless_truncation_is_asked_for(adapters):
     long = "ACGT" * 83  # 332 bases + [SEP] > 330
-    with pytest.raises(SequenceTooLongError, match="330"):
+    with pytest.raises(errors.SequenceTooLongError, match="330"):
         adapters[("tiny", "mean")].embed_batch([long])
     cut = load(truncation="right")
     assert cut.key.truncation == "right"
@@ -430,7 +417,7 @@ def test_too_long_raises_unless_truncation_is_asked_for(adapters):
 
 
 def test_empty_sequence_is_refused(adapters):
-    with pytest.raises(InvalidSequenceError, match="no tokens"):
+    with pytest.raises(errors.InvalidSequenceError, match="no tokens"):
         adapters[("tiny", "mean")].embed_batch(["ACGT", ""])
 
 
@@ -442,7 +429,7 @@ def test_random_init_is_seeded_and_official(tmp_path):
         (FIXTURES / "tiny" / "config.json").read_text()
     )
     seqs = ["ACGTACGTTT", "GGA"]
-    first = seeded_twins(str(tmp_path), seqs, seeds=(1, 2), min_diff=1e-4)
+    first = contract.seeded_twins(str(tmp_path), seqs, seeds=(1, 2), min_diff=1e-4)
     net = first.network
     w = net.layers[0].mlp.fc1.weight
     assert 0.015 < float(w.detach().std()) < 0.025

@@ -16,30 +16,23 @@ from embedcache.models import load_adapter
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
+# key digest, model (a fixture folder if it has a "/"), flags ("-" for none)
+PINNED_ROWS = """
+2fce9d0360494c8e68dfd6d5459a90fc9c74c30865e8becc2dce2f20a604b79c kmer-4 -
+9f484b8e252accc7780f8295adf5aea1beb8e87566c560d56e53253b10c00437 gc -
+c3c8dfba24ef598732bc42cbaa10e8fef21b76f72649f191e87152a88cea4b47 caduceus/ph -
+20f5b69d5a4c56d2f4fd22297447a6f88897fc26aec29f59ee022f976d6bc281 caduceus/ph bf16,rc
+e6bede14834d8f9692e81d9c5390090ac3d71bfd6be6cc2a298cb4c35d254d30 dnabert2/dnabert2 -
+b1484ad7964ba21add3ff80fe7476d5485f7ef4a02664dd65da4e5bd803c4f21 ntv2/ntv2 bf16,rc
+6ea2b30dec5dc090d3374764d537ffb40742ac875695b01ce5b7416026bbfe0e hyena/tiny -
+df935763d6121e4c9bf0580f541a0c33a9bc6da39ca1388c749a8cf6a4776cc6 generator/tiny bf16,rc
+2583599c47bd9af86e2eab53cb222f4e1a4da40e315de3a160744bf350b77c7a gena/gena_base -
+"""
 PINNED = {
-    ("kmer-4", ()): "2fce9d0360494c8e68dfd6d5459a90fc9c74c30865e8becc2dce2f20a604b79c",
-    ("gc", ()): "9f484b8e252accc7780f8295adf5aea1beb8e87566c560d56e53253b10c00437",
-    ("caduceus/ph", ()): (
-        "c3c8dfba24ef598732bc42cbaa10e8fef21b76f72649f191e87152a88cea4b47"
-    ),
-    ("caduceus/ph", ("bf16", "rc")): (
-        "20f5b69d5a4c56d2f4fd22297447a6f88897fc26aec29f59ee022f976d6bc281"
-    ),
-    ("dnabert2/dnabert2", ()): (
-        "e6bede14834d8f9692e81d9c5390090ac3d71bfd6be6cc2a298cb4c35d254d30"
-    ),
-    ("ntv2/ntv2", ("bf16", "rc")): (
-        "b1484ad7964ba21add3ff80fe7476d5485f7ef4a02664dd65da4e5bd803c4f21"
-    ),
-    ("hyena/tiny", ()): (
-        "6ea2b30dec5dc090d3374764d537ffb40742ac875695b01ce5b7416026bbfe0e"
-    ),
-    ("generator/tiny", ("bf16", "rc")): (
-        "df935763d6121e4c9bf0580f541a0c33a9bc6da39ca1388c749a8cf6a4776cc6"
-    ),
-    ("gena/gena_base", ()): (
-        "2583599c47bd9af86e2eab53cb222f4e1a4da40e315de3a160744bf350b77c7a"
-    ),
+    (model, tuple(flags.split(",")) if flags != "-" else ()): digest
+    for digest, model, flags in (
+        row.split() for row in PINNED_ROWS.strip().splitlines()
+    )
 }
 
 

@@ -5,11 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embedcache.errors import (
-    AdapterOptionError,
-    InvalidSequenceError,
-    UnknownModelError,
-)
+from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import BUILTIN_MODELS, load_adapter
 from embedcache.models.kmer import KmerAdapter, kmer_names, kmer_spectrum
@@ -80,9 +76,9 @@ def test_spectrum_without_valid_kmer_is_zero():
 
 
 def test_spectrum_rejects_other_characters():
-    with pytest.raises(InvalidSequenceError, match=r"'X' at position 3"):
+    with pytest.raises(errors.InvalidSequenceError, match=r"'X' at position 3"):
         kmer_spectrum("ACXT", 2)
-    with pytest.raises(InvalidSequenceError, match="position 1"):
+    with pytest.raises(errors.InvalidSequenceError, match="position 1"):
         kmer_spectrum("acgt", 2)  # the engine upper-cases before calling an adapter
 
 
@@ -122,15 +118,15 @@ def test_key_records_k_and_rc_mode():
     ],
 )
 def test_options_that_do_not_apply_raise(kwargs, match):
-    with pytest.raises(AdapterOptionError, match=match):
+    with pytest.raises(errors.AdapterOptionError, match=match):
         load_adapter("kmer-2", **kwargs)
 
 
 def test_near_miss_names_are_unknown():
     for name in ("kmer-7", "kmer-0", "kmer4", "k-mer-4"):
-        with pytest.raises(UnknownModelError, match="kmer-1"):
+        with pytest.raises(errors.UnknownModelError, match="kmer-1"):
             load_adapter(name)
-    with pytest.raises(AdapterOptionError):
+    with pytest.raises(errors.AdapterOptionError):
         KmerAdapter(7)
 
 

@@ -21,27 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from embedcache.errors import (
-    AdapterOptionError,
-    CheckpointError,
-    SequenceTooLongError,
-    UnknownModelError,
-)
+from embedcache import errors
 from embedcache.models import load_adapter, recognise_family
 from embedcache.models import ntv2 as ntv2_family
 from embedcache.models._ntv2_model import NTv2Network, arch_from_config
-from tests.models.adapter_contract import (
-    AdapterContract,
-    OfficialCodeContract,
-    RCAverageContract,
-    edit_config,
-    expected_fixture,
-    fixture_sequences,
-    min_cosine,
-    raw_sequences,
-    seeded_twins,
-    variant_fixtures,
-)
+from tests.models import adapter_contract as contract
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
 VARIANTS = ("ntv2", "ntv2_3mer_bias")
@@ -49,8 +33,8 @@ PUBLISHED = sorted((DATA / "published").glob("*.config.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-expected = expected_fixture(DATA)
-adapters, variant = variant_fixtures(DATA, VARIANTS)
+expected = contract.expected_fixture(DATA)
+adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
 
 
 def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
@@ -59,7 +43,7 @@ def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
     return folder
 
 
-class TestNTv2OfficialCode(OfficialCodeContract):
+class TestNTv2OfficialCode(contract.OfficialCodeContract):
     data = DATA
     cli_variant = "ntv2"
 
@@ -70,7 +54,7 @@ class TestNTv2OfficialCode(OfficialCodeContract):
 
 def test_fixture_holds_lower_case():
     # lower case reaches us upper-cased
-    assert any(r != r.upper() for r in raw_sequences(DATA))
+    assert any(r != r.upper() for r in contract.raw_sequences(DATA))
 
 
 def test_rc_average_changes_the_fixture_vectors(expected):
@@ -146,7 +130,7 @@ def test_native_esm_and_other_configs_are_not_ntv2(tmp_path):
     assert not ntv2_family.recognise(no_field, tmp_path)
     other_code = {**config, "auto_map": {"AutoModel": "segment_nt.SegmentNT"}}
     assert not ntv2_family.recognise(other_code, tmp_path)
-    with pytest.raises(UnknownModelError, match="trust-remote-code"):
+    with pytest.raises(errors.UnknownModelError, match="trust-remote-code"):
         recognise_family(other_code, tmp_path)
 
 
@@ -157,19 +141,21 @@ def test_renamed_or_missing_tensor_is_refused(tmp_path):
     state["esm.encoder.layer.0.intermediate.gate.weight"] = state.pop(name)
     save_file(state, folder / "model.safetensors")
     with pytest.raises(
-        CheckpointError, match=r"missing 1 tensors .*intermediate\.dense"
+        errors.CheckpointError, match=r"missing 1 tensors .*intermediate\.dense"
     ):
         load_adapter(str(folder), device="cpu")
     del state["esm.encoder.layer.0.intermediate.gate.weight"]
     save_file(state, folder / "model.safetensors")
-    with pytest.raises(CheckpointError, match="missing"):
+    with pytest.raises(errors.CheckpointError, match="missing"):
         load_adapter(str(folder), device="cpu")
 
 
 def test_bias_the_config_does_not_have_is_refused(tmp_path):
     folder = copy_model(tmp_path)  # saved with add_bias_fnn: true
-    edit_config(folder, add_bias_fnn=False)
-    with pytest.raises(CheckpointError, match=r"unexpected tensors .*dense\.bias"):
+    contract.edit_config(folder, add_bias_fnn=False)
+    with pytest.raises(
+        errors.CheckpointError, match=r"unexpected tensors .*dense\.bias"
+    ):
         load_adapter(str(folder), device="cpu")
 
 
@@ -179,7 +165,7 @@ def test_other_rotary_frequencies_are_refused(tmp_path):
     name = "esm.encoder.layer.1.attention.self.rotary_embeddings.inv_freq"
     state[name] = state[name] * 2
     save_file(state, folder / "model.safetensors")
-    with pytest.raises(CheckpointError, match="rotary frequencies"):
+    with pytest.raises(errors.CheckpointError, match="rotary frequencies"):
         load_adapter(str(folder), device="cpu")
 
 
@@ -194,9 +180,10 @@ def test_other_rotary_frequencies_are_refused(tmp_path):
 )
 def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
     folder = copy_model(tmp_path)
-    edit_config(folder, **{field: value})
+    contract.edit_config(folder, **{field: value})
     with pytest.raises(
-        CheckpointError, match=field if field != "num_attention_heads" else "head"
+        errors.CheckpointError,
+        match=field if field != "num_attention_heads" else "head",
     ):
         load_adapter(str(folder), device="cpu")
 
@@ -204,19 +191,19 @@ def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, valu
 def test_missing_vocab_is_a_clear_error(tmp_path):
     folder = copy_model(tmp_path)
     (folder / "vocab.txt").unlink()
-    with pytest.raises(CheckpointError, match=r"no vocab\.txt"):
+    with pytest.raises(errors.CheckpointError, match=r"no vocab\.txt"):
         load_adapter(str(folder), device="cpu")
 
 
 def test_options_that_do_not_apply_are_refused():
     path = str(DATA / "ntv2")
-    with pytest.raises(AdapterOptionError, match="kmer-split"):
+    with pytest.raises(errors.AdapterOptionError, match="kmer-split"):
         load_adapter(path, device="cpu", kmer_split=3)
-    with pytest.raises(AdapterOptionError, match="family-option"):
+    with pytest.raises(errors.AdapterOptionError, match="family-option"):
         load_adapter(path, device="cpu", family_options=(("x", "1"),))
-    with pytest.raises(AdapterOptionError, match="causal"):
+    with pytest.raises(errors.AdapterOptionError, match="causal"):
         load_adapter(path, device="cpu", pooling="last")
-    with pytest.raises(AdapterOptionError, match="layer 9"):
+    with pytest.raises(errors.AdapterOptionError, match="layer 9"):
         load_adapter(path, device="cpu", layers=(9,))
 
 
@@ -224,7 +211,7 @@ def test_context_is_the_tokenizers_2048_tokens():
     adapter = load_adapter(str(DATA / "ntv2"), device="cpu")
     assert adapter.key.max_length == 2048
     long = "ACGTAC" * 2047 + "A"  # 2047 six-mers + 1 base + <cls> = 2049 tokens
-    with pytest.raises(SequenceTooLongError, match="2048"):
+    with pytest.raises(errors.SequenceTooLongError, match="2048"):
         adapter.embed_batch([long])
     cut = load_adapter(str(DATA / "ntv2"), device="cpu", truncation="right")
     np.testing.assert_allclose(
@@ -241,8 +228,8 @@ def test_key_records_family_and_revision(adapters):
 
 def test_random_init_is_seeded_and_uses_the_official_init():
     path = str(DATA / "ntv2")
-    seqs = fixture_sequences(DATA)[:6]
-    first = seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
+    seqs = contract.fixture_sequences(DATA)[:6]
+    first = contract.seeded_twins(path, seqs, seeds=(3, 4), min_diff=1e-3)
     network = first.network
     emb = network.embeddings.word_embeddings.weight
     assert torch.count_nonzero(emb[network.arch.pad_token_id]) == 0
@@ -256,7 +243,7 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 
 
 def test_bfloat16_is_close_to_float32(adapters):
-    seqs = fixture_sequences(DATA)
+    seqs = contract.fixture_sequences(DATA)
     fp32 = adapters["ntv2_3mer_bias"].embed_batch(seqs)
     bf16_adapter = load_adapter(
         str(DATA / "ntv2_3mer_bias"), device="cpu", dtype="bfloat16"
@@ -264,11 +251,11 @@ def test_bfloat16_is_close_to_float32(adapters):
     bf16 = bf16_adapter.embed_batch(seqs)
     assert bf16.dtype == np.float32
     assert bf16_adapter.key.dtype == "bfloat16"
-    assert min_cosine(fp32, bf16) > 0.99
+    assert contract.min_cosine(fp32, bf16) > 0.99
     assert not np.array_equal(fp32, bf16)
 
 
-class TestNTv2Contract(AdapterContract):
+class TestNTv2Contract(contract.AdapterContract):
     @pytest.fixture
     def adapter(self, adapters):
         return adapters["ntv2"]
@@ -279,7 +266,7 @@ def rc_average_adapter():
     return load_adapter(str(DATA / "ntv2_3mer_bias"), device="cpu", rc_mode="average")
 
 
-class TestNTv2RCAverageContract(RCAverageContract):
+class TestNTv2RCAverageContract(contract.RCAverageContract):
     @pytest.fixture
     def adapter(self, rc_average_adapter):
         return rc_average_adapter

@@ -43,6 +43,7 @@ ORDER = [
     "macro-f1",
     "floors",
     "figures",
+    "agreement",
     "leakage",
     "caveats",
     "probes",
@@ -98,7 +99,14 @@ def test_contents_link_every_section_shown(tiny_page):
 def test_details_are_collapsed_and_the_board_is_not(tiny_context):
     built = {s.anchor: s for s in sections.build_sections(tiny_context)}
     collapsed = {a for a, s in built.items() if s.collapsed}
-    assert collapsed == {"per-dataset", "macro-f1", "probes", "run", "provenance"}
+    assert collapsed == {
+        "per-dataset",
+        "macro-f1",
+        "agreement",
+        "probes",
+        "run",
+        "provenance",
+    }
     assert "<details>" not in built["leaderboard"].to_html()
     per_dataset = built["per-dataset"].to_html()
     assert per_dataset.index("<details><summary><h2>") < per_dataset.index("<table")

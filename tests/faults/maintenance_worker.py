@@ -1,0 +1,88 @@
+"""Run ``compact`` or ``migrate`` and SIGKILL this process at a named point (a script).
+
+The points are set by wrapping store functions here, in the test's subprocess;
+the package has no hooks for it. A run that reaches its point never returns:
+the test sees exit status -9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from embedcache.store import EmbeddingStore, maintenance, migrate, migrate_store
+from embedcache.store.backend import Backend
+
+
+def die(*_args: object, **_kwargs: object) -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def is_record(path: str) -> bool:
+    """A commit record ``<digest>/commits/<shard>/zarr.json`` (not a group doc)."""
+    parts = path.split("/")
+    return len(parts) >= 4 and parts[-3] == "commits" and parts[-1] == "zarr.json"
+
+
+def kill_at(point: str) -> None:
+    """Wrap the function the point names so that calling it kills the process."""
+    create, write, delete_prefixes = (
+        Backend.create,
+        Backend.write,
+        Backend.delete_prefixes,
+    )
+
+    def create_or_die(self: Backend, path: str, data: bytes) -> bool:
+        if is_record(path):
+            die()
+        return create(self, path, data)
+
+    def write_or_die(self: Backend, path: str, data: bytes) -> None:
+        if path == "zarr.json":  # the root group: migrate flips it last
+            die()
+        write(self, path, data)
+
+    def delete_or_die(self: Backend, prefixes: object) -> None:
+        die()
+        delete_prefixes(self, prefixes)
+
+    wraps = {
+        # compact: before the merged shard is written; written, not committed;
+        # committed, old shards not retired; old records deleted, folders not
+        "before-write": (maintenance, "commit_shard", die),
+        "before-commit": (Backend, "create", create_or_die),
+        "before-retire": (maintenance, "retire", die),
+        "mid-retire": (Backend, "delete_prefixes", delete_or_die),
+        # migrate: schema-2 groups made, first record not; every key converted,
+        # the root not flipped; converted, schema-1 leftovers not removed
+        "migrate-before-records": (Backend, "create", create_or_die),
+        "migrate-before-root": (Backend, "write", write_or_die),
+        "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
+    }
+    owner, name, fn = wraps[point]
+    setattr(owner, name, fn)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("op", choices=["compact", "migrate"])
+    parser.add_argument("point")
+    parser.add_argument("--options", default=None, help="obstore options as JSON")
+    args = parser.parse_args()
+    options = json.loads(args.options) if args.options else None
+    kill_at(args.point)
+    if args.op == "compact":
+        EmbeddingStore(args.store, options=options).compact()
+    else:
+        migrate_store(args.store, options=options)
+    sys.stdout.write("finished without reaching the point\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
