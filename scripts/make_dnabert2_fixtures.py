@@ -125,6 +125,20 @@ def _long_sequences() -> list[str]:
     return out
 
 
+def _tiny_sizes(
+    hidden_size: int, num_attention_heads: int, intermediate_size: int, **extra: int
+) -> dict[str, int]:
+    """The config sizes of a tiny variant: 2 layers, an ALiBi table of 16 positions."""
+    return {
+        "hidden_size": hidden_size,
+        "num_attention_heads": num_attention_heads,
+        "num_hidden_layers": 2,
+        "intermediate_size": intermediate_size,
+        "alibi_starting_size": 16,
+        **extra,
+    }
+
+
 def _git_show(repo: Path, rev: str, path: str) -> bytes:
     return subprocess.run(
         ["git", "-C", str(repo), "show", f"{rev}:{path}"],
@@ -245,27 +259,14 @@ def main() -> int:
         "dnabert2": {
             "code": {n: hub[n] for n in CODE_FILES},
             "config": json.loads(hub["config.json"]),
-            "sizes": {
-                "hidden_size": 12,
-                "num_attention_heads": 6,
-                "num_hidden_layers": 2,
-                "intermediate_size": 20,
-                "alibi_starting_size": 16,
-            },
+            "sizes": _tiny_sizes(12, 6, 20),
             "class": "bert_layers.BertForMaskedLM",
             "tokenizer": hub["tokenizer.json"],
         },
         "dnabert_s": {
             "code": {n: dnaberts[n] for n in CODE_FILES},
             "config": json.loads(dnaberts["config.json"]),
-            "sizes": {
-                "hidden_size": 16,
-                "num_attention_heads": 4,
-                "num_hidden_layers": 2,
-                "intermediate_size": 24,
-                "alibi_starting_size": 16,
-                "vocab_size": 96,
-            },
+            "sizes": _tiny_sizes(16, 4, 24, vocab_size=96),
             "class": "bert_layers.BertModel",
             "tokenizer": (
                 json.dumps(_small_bpe(tokenizer_json, 96), indent=2) + "\n"

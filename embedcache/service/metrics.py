@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -33,6 +35,21 @@ _LATENCY_BUCKETS = (
 _TOKEN_BUCKETS = tuple(2**i for i in range(4, 22))
 
 
+_PER_MODEL_HELP = {
+    "embedcache_cache_hits": "sequences answered from the store",
+    "embedcache_cache_misses": "sequences the store lacked when their request arrived",
+    "embedcache_sequences_computed": "distinct sequences run through the model and "
+    "committed",
+    "embedcache_sequences_dropped": "queued sequences dropped because every client "
+    "waiting for them left",
+    "embedcache_queue_sequences": "sequences waiting for a batch",
+    "embedcache_queue_tokens": "tokens waiting for a batch",
+    "embedcache_batch_tokens": "padded tokens per forward pass",
+    "embedcache_forward_seconds": "seconds per window of batches, forward and commit",
+}
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+
+
 class Metrics:
     """Counters, gauges and histograms of one server, exposed at /metrics."""
 
@@ -54,55 +71,25 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.hits = Counter(
-            "embedcache_cache_hits",
-            "sequences answered from the store",
-            ["model"],
-            registry=r,
+        self.hits = self._per_model(Counter, "embedcache_cache_hits")
+        self.misses = self._per_model(Counter, "embedcache_cache_misses")
+        self.computed = self._per_model(Counter, "embedcache_sequences_computed")
+        self.dropped = self._per_model(Counter, "embedcache_sequences_dropped")
+        self.queue_seqs = self._per_model(Gauge, "embedcache_queue_sequences")
+        self.queue_tokens = self._per_model(Gauge, "embedcache_queue_tokens")
+        self.batch_tokens = self._per_model(
+            Histogram, "embedcache_batch_tokens", buckets=_TOKEN_BUCKETS
         )
-        self.misses = Counter(
-            "embedcache_cache_misses",
-            "sequences the store lacked when their request arrived",
-            ["model"],
-            registry=r,
+        self.forward_seconds = self._per_model(
+            Histogram, "embedcache_forward_seconds", buckets=_LATENCY_BUCKETS
         )
-        self.computed = Counter(
-            "embedcache_sequences_computed",
-            "distinct sequences run through the model and committed",
-            ["model"],
-            registry=r,
-        )
-        self.dropped = Counter(
-            "embedcache_sequences_dropped",
-            "queued sequences dropped because every client waiting for them left",
-            ["model"],
-            registry=r,
-        )
-        self.queue_seqs = Gauge(
-            "embedcache_queue_sequences",
-            "sequences waiting for a batch",
-            ["model"],
-            registry=r,
-        )
-        self.queue_tokens = Gauge(
-            "embedcache_queue_tokens",
-            "tokens waiting for a batch",
-            ["model"],
-            registry=r,
-        )
-        self.batch_tokens = Histogram(
-            "embedcache_batch_tokens",
-            "padded tokens per forward pass",
-            ["model"],
-            buckets=_TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.forward_seconds = Histogram(
-            "embedcache_forward_seconds",
-            "seconds per window of batches, forward and commit",
-            ["model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+
+    def _per_model(
+        self, kind: type[_Metric], name: str, **options: tuple[float, ...]
+    ) -> _Metric:
+        """A metric labelled by model, with its help from ``_PER_MODEL_HELP``."""
+        return kind(
+            name, _PER_MODEL_HELP[name], ["model"], registry=self.registry, **options
         )
 
     def render(self) -> bytes:

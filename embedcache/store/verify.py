@@ -45,19 +45,27 @@ class Fault:
 
 def verify_store(backend: Backend) -> list[Fault]:
     """Every fault in the store, sorted by location (``[]``: healthy)."""
-    doc = backend.read_or_none(META)
-    try:
-        if doc is None:
-            msg = "missing: no embedcache store here"
-            raise StoreError(msg)
-        group_attrs(doc, backend.describe(META), kind=STORE_KIND)
-    except (StoreError, CorruptStoreError) as err:
-        return [Fault(backend.describe(META), str(err))]
+    fault = _group_fault(backend, META, STORE_KIND, "no embedcache store here")
+    if fault is not None:
+        return [fault]
     faults = []
     folders, _ = backend.list_dir("")
     for digest in filter(is_key_digest, folders):
         faults.extend(verify_key(backend, digest))
     return sorted(faults, key=lambda f: (f.path, f.problem))
+
+
+def _group_fault(backend: Backend, path: str, kind: str, absent: str) -> Fault | None:
+    """The fault of the group metadata at ``path``, or None when it is sound."""
+    doc = backend.read_or_none(path)
+    try:
+        if doc is None:
+            msg = f"missing: {absent}"
+            raise StoreError(msg)
+        group_attrs(doc, backend.describe(path), kind=kind)
+    except (StoreError, CorruptStoreError) as err:
+        return Fault(backend.describe(path), str(err))
+    return None
 
 
 def verify_key(backend: Backend, digest: str) -> list[Fault]:
@@ -75,14 +83,9 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
         (commits_prefix(digest), COMMITS_KIND),
     ):
         path = f"{folder}/{META}"
-        group = backend.read_or_none(path)
-        try:
-            if group is None:
-                msg = "missing: the folder is not a zarr group"
-                raise StoreError(msg)
-            group_attrs(group, backend.describe(path), kind=kind)
-        except (StoreError, CorruptStoreError) as err:
-            faults.append(Fault(backend.describe(path), str(err)))
+        fault = _group_fault(backend, path, kind, "the folder is not a zarr group")
+        if fault is not None:
+            faults.append(fault)
     records = {}
     for name in sorted(list_records(backend, digest)):
         path = record_path(digest, name)
