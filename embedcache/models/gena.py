@@ -118,12 +118,9 @@ def encoder_state(
 def load(source: Source) -> EncoderAdapter:
     """A GENA-LM adapter from a hub-layout folder (config, weights, ``tokenizer.json``).
 
-    Raises
-    ------
-    CheckpointError
-        The config, tokenizer or weights do not describe a GENA-LM BERT model.
-    AdapterOptionError
-        An option does not apply to GENA-LM.
+    Raises :class:`CheckpointError` when the config, tokenizer or weights do not
+    describe a GENA-LM BERT model, :class:`AdapterOptionError` for an option that
+    does not apply to it.
     """
     from embedcache.models import _gena_model
 

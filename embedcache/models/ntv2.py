@@ -153,12 +153,9 @@ def encoder_state(
 def load(source: Source) -> EncoderAdapter:
     """An NT-v2 adapter from a hub-layout folder (config, weights, ``vocab.txt``).
 
-    Raises
-    ------
-    CheckpointError
-        The config, tokenizer or weights do not describe an NT-v2 model.
-    AdapterOptionError
-        An option does not apply to NT-v2.
+    Raises :class:`CheckpointError` when the config, tokenizer or weights do not
+    describe an NT-v2 model, :class:`AdapterOptionError` for an option that does not
+    apply to it.
     """
     from embedcache.models import _ntv2_model
 
