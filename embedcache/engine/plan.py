@@ -125,7 +125,11 @@ def plan_embedding(
     names: Sequence[str] | None = None,
     progress: bool = False,
 ) -> EmbedPlan:
-    """Validate, hash and length-check every sequence, then look up the store.
+    """Validate and hash every sequence, look up the store, length-check the missing.
+
+    Only the missing sequences are tokenised: a stored vector was computed under
+    this very key, so its sequence passed the same length rule (a run answered
+    from the store tokenises nothing).
 
     With ``progress``, the hashing and the store look-up show progress bars (on a
     million short sequences each takes seconds before any batch runs).
@@ -157,9 +161,6 @@ def plan_embedding(
             unique_seqs.append(clean)
     unique = list(first_index)
 
-    n_tokens = _count_tokens(adapter, unique_seqs)
-    _check_lengths(adapter, n_tokens, list(first_index.values()), unique_seqs, names)
-
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
     found = np.ones(len(unique), dtype=bool)
@@ -178,6 +179,10 @@ def plan_embedding(
                 )
                 bar.update(len(part))
     missing = np.flatnonzero(~found).tolist()
+    missing_seqs = [unique_seqs[i] for i in missing]
+    n_tokens = _count_tokens(adapter, missing_seqs)
+    first = list(first_index.values())
+    _check_lengths(adapter, n_tokens, [first[i] for i in missing], missing_seqs, names)
     logger.info(
         "%s: %d sequences, %d distinct, %d to compute",
         adapter.key.short(),
@@ -189,9 +194,9 @@ def plan_embedding(
         keys=keys,
         hashes=hashes,
         unique=unique,
-        missing_seqs=[unique_seqs[i] for i in missing],
+        missing_seqs=missing_seqs,
         missing_hashes=[unique[i] for i in missing],
-        missing_tokens=[n_tokens[i] for i in missing],
+        missing_tokens=n_tokens,
     )
 
 
@@ -261,7 +266,7 @@ def _check_lengths(
     names: Sequence[str] | None,
 ) -> None:
     """Raise for the first too-long sequence; ``n_tokens``, ``positions`` (input
-    indices) and ``seqs`` describe the distinct sequences, aligned."""
+    indices) and ``seqs`` describe the distinct sequences to compute, aligned."""
     limit = adapter.max_tokens
     if limit is None or adapter.key.truncation != "error":
         return
