@@ -2,8 +2,9 @@
 
 Requests enqueue the distinct sequences the store lacks; the same sequence asked for
 by several requests in flight is one job with several waiters, so it is computed
-once. The thread takes a window of about one token budget of queued sequences and
-cuts it into forward passes with the engine's own rule
+once. The thread takes a window of the queued sequences of one round (below), at
+most :data:`WINDOW_BUDGETS` token budgets, and cuts it into length-sorted forward
+passes with the engine's own rule
 (:func:`~embedcache.engine.batching.plan_batches`); each window runs through
 :func:`~embedcache.engine.forward.run_unit`, the forward-and-commit step of
 `embedcache embed`, so a vector is committed to the store before any request that
@@ -45,6 +46,13 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
+
+# A window spans at most this many token budgets of one round: concurrent requests'
+# sequences are then sorted by length across requests, as one `embed` run sorts its
+# input, instead of padding short and long ones together batch by batch. Later rounds
+# never join, so a stream of large requests still adds one budget to a small
+# request's wait.
+WINDOW_BUDGETS = 8
 
 
 class Ticket:
@@ -243,14 +251,16 @@ class Batcher:
                 # a short wait lets concurrent requests join a batch that is not full
                 self._cond.wait(self.window_seconds)
             jobs: list[_Job] = []
-            size = 0
-            while self._heap and (not jobs or size < budget):
+            size, limit, window_round = 0, budget * WINDOW_BUDGETS, None
+            while self._heap and (not jobs or size < limit):
                 priority, _, job = heapq.heappop(self._heap)
                 if job.running or self._jobs.get(job.digest) is not job:
                     continue  # dropped, or pushed again with a better priority
                 if priority != job.priority:
                     continue
-                if jobs and size + job.tokens > budget:
+                if window_round is None:
+                    window_round = priority[0]
+                if jobs and (size + job.tokens > limit or priority[0] != window_round):
                     heapq.heappush(self._heap, (priority, next(self._counter), job))
                     break
                 job.running = True
