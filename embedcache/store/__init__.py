@@ -13,6 +13,8 @@ modules, one job each:
 - ``verify``: full checks; ``maintenance``: compaction and garbage collection
 - ``migrate``: convert a schema-1 store in place
 - ``options``: a URL's backend options from its cloud's environment variables
+- ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
+- ``retry``: retries of transient object-store errors, and the errors that name them
 - ``embedding_store``: :class:`EmbeddingStore`, the public API
 """
 

@@ -374,10 +374,10 @@ class Backend:
     def zarr_store(self) -> Any:  # noqa: ANN401 (a zarr.storage.ObjectStore)
         """This store as zarr sees it, for array I/O."""
         if self._zarr_store is None:
-            from zarr.storage import ObjectStore as ZarrObjectStore
+            from embedcache.store.zarr_objects import ThreadedObjectStore
 
             self._zarr_store = RetryingStore(
-                ZarrObjectStore(self.store),
+                ThreadedObjectStore(self.store),
                 describe=self.describe,
                 location=self.location,
             )

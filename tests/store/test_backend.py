@@ -95,3 +95,29 @@ def test_credentials_that_may_only_read_open_read_only(s3_handle, monkeypatch):
     np.testing.assert_array_equal(reader.get(KEY, HASHES)[0], VECTORS)
     with pytest.raises(StoreError, match="read-only"):
         reader.put(KEY, [hashlib.sha256(b"new").hexdigest()], VECTORS[:1])
+
+
+def test_no_async_obstore_call_reaches_python_from_rust_threads(tmp_path, monkeypatch):
+    # obstore's *_async calls resolve on tokio threads that take the GIL; one still
+    # doing so while the interpreter exits aborts the process (SIGABRT). Every store
+    # operation must use the blocking calls instead.
+    def refuse(name):
+        def call(*args, **kwargs):
+            msg = f"obstore.{name} was called"
+            raise AssertionError(msg)
+
+        return call
+
+    for name in [n for n in dir(obstore) if n.endswith("_async")]:
+        monkeypatch.setattr(obstore, name, refuse(name))
+    for location in (tmp_path / "s", "memory://"):
+        if not isinstance(location, str):
+            location.mkdir()
+        store = EmbeddingStore(location)
+        store.put(KEY, HASHES[:3], VECTORS[:3])
+        store.put(KEY, HASHES[3:], VECTORS[3:])
+        store.compact(KEY)
+        assert not store.verify()
+        got, found = store.get(KEY, HASHES[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, VECTORS[::-1])
