@@ -9,7 +9,12 @@ random init) in a temporary directory and embeds random 500 bp sequences in rc m
   selective scan (precomputed exp, Python loop over time with einsum), as mamba_ssm's
   ``selective_scan_ref``; forward and RC passes one after the other;
 - the adapter in float32 and in bfloat16 (in/out projections), equal-length batches,
-  the RC pass batched with the forward pass, compiled numba kernels on CPU.
+  the RC pass batched with the forward pass, compiled numba kernels on CPU;
+- ``embedcache embed`` end to end (``--end-to-end-seqs``, default 256, in the faster
+  dtype): a fresh interpreter on a fresh store, from launch to exit, start-up,
+  imports, tokenising, the store's commit and the .npy included; its vectors are
+  checked against the in-process adapter's. An untimed two-sequence run before it
+  fills the CLI's kernel cache (compiled once per machine, ~/.cache/embedcache).
 
 Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
 adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
@@ -27,6 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -227,6 +235,30 @@ def clocks(into: dict[str, float]) -> Iterator[None]:
     into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
 
 
+def end_to_end(
+    path: Path, seqs: list[str], dtype: str, work: Path
+) -> tuple[float, np.ndarray]:
+    """Wall seconds of ``embedcache embed`` on ``seqs`` (fresh store), and its vectors."""
+    inputs, output, store = work / "seqs.txt", work / "out.npy", work / "store"
+    inputs.write_text("\n".join(seqs) + "\n")
+    command = [
+        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(path),
+        "--rc", "average", "--dtype", dtype, "--store", str(store),
+        "--input", str(inputs), "--output", str(output), "--no-progress",
+    ]  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    last = done.stdout.strip().splitlines()[-1]
+    if last != f"computed={len(seqs)} cached=0":
+        sys.exit(f"embedcache embed printed {last!r}, expected every sequence computed")
+    return wall, np.load(output)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
     parser.add_argument(
@@ -239,6 +271,12 @@ def main() -> int:
         help="rounds; each runs the naive loop on one sequence",
     )
     parser.add_argument("--length", type=int, default=500)
+    parser.add_argument(
+        "--end-to-end-seqs",
+        type=int,
+        default=256,
+        help="sequences for the `embedcache embed` run (0: skip it)",
+    )
     parser.add_argument(
         "--dtypes",
         default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
@@ -315,6 +353,24 @@ def main() -> int:
             f"{per_round:.2f} s per round"
         )
     ref = results["float32"]
+    if args.end_to_end_seqs:
+        dtype = faster_dtype()
+        many = [
+            "".join(rng.choice(list("ACGT"), size=args.length))
+            for _ in range(args.end_to_end_seqs)
+        ]
+        work = Path(tempfile.mkdtemp(prefix="caduceus-e2e-"))
+        (work / "warm").mkdir()
+        end_to_end(path, many[:2], dtype, work / "warm")  # the kernel cache
+        wall, vectors = end_to_end(path, many, dtype, work)
+        rate = len(many) * args.length / wall
+        check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
+        print(
+            f"embedcache embed end to end ({dtype}, {len(many)} seqs, start-up "
+            f"included): {wall:.1f} s, {rate:7.0f} tokens/s = {rate / naive_rate:5.1f}x "
+            f"naive; its vectors vs the adapter's: min cosine "
+            f"{cosine_min(vectors[:8], check):.7f}"
+        )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
     print(
