@@ -14,8 +14,9 @@ from benchmarks/shapes.py) and the same sequences:
 (c) fairness: one client streaming 10,000-sequence requests of new sequences while
     eight clients each send one new sequence a request: their p99 latency against
     the time of one forward batch, the mean the server's own /metrics report while
-    the stream runs alone just before (its batches fill the token budget; target
-    <= 2x). The mean batch of the mixed period is printed too: it includes the
+    the stream runs alone just before (``--solo-batches``; its batches fill the token
+    budget; target <= 2x). The mixed period lasts ``--fair-seconds`` or
+    ``--mixed-batches`` batches, whichever is longer. The mean batch of the mixed period is printed too: it includes the
     one-sequence clients' own short batches.
 (d) memory: the server's resident memory sampled through a bounded mixed run of
     hits and misses; growth from the second third to the last (target < 5%).
@@ -170,7 +171,9 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
     }
 
 
-def part_c(server: Server, seconds: float, solo_seconds: float, seed: int) -> dict:
+def part_c(
+    server: Server, seconds: float, solo_batches: int, mixed_batches: int, seed: int
+) -> dict:
     stop = threading.Event()
     stream_rng = np.random.default_rng(seed + 1)
 
@@ -206,22 +209,34 @@ def part_c(server: Server, seconds: float, solo_seconds: float, seed: int) -> di
             server.metric("embedcache_forward_seconds_count"),
         )
 
+    def wait_batches(start: tuple[float, float], count: int) -> tuple[float, float]:
+        deadline = time.monotonic() + 600
+        while (now := forward_totals())[1] - start[1] < count:
+            if time.monotonic() > deadline:
+                sys.exit("(c): the stream's batches did not run within 600 s")
+            time.sleep(0.2)
+        return now
+
     streamer = threading.Thread(target=stream, daemon=True)
     streamer.start()
-    time.sleep(2.0)  # the stream's first request is queued
-    solo_start = forward_totals()
-    time.sleep(solo_seconds)  # the stream alone: full batches
-    mixed_start = forward_totals()
+    # the stream alone: its first batch (its request arriving mid-way) is skipped
+    solo_start = wait_batches(forward_totals(), 1)
+    mixed_start = wait_batches(solo_start, solo_batches)
+    batch = (mixed_start[0] - solo_start[0]) / (mixed_start[1] - solo_start[1])
+    # long enough for many batches: the p99 of a few would be their maximum
+    seconds = max(seconds, mixed_batches * batch)
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(small, w) for w in range(8)]
         time.sleep(seconds)
         stop.set()
         latencies = [x for f in futures for x in f.result()]
     mixed_end = forward_totals()
-    streamer.join(timeout=300)
+    streamer.join(timeout=600)
 
     def mean(start: tuple[float, float], end: tuple[float, float]) -> float:
-        return (end[0] - start[0]) / max(end[1] - start[1], 1)
+        if end[1] == start[1]:
+            sys.exit("no forward batch ran in (c): the stream did not reach the server")
+        return (end[0] - start[0]) / (end[1] - start[1])
 
     return {
         "n_small": len(latencies),
@@ -270,7 +285,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--hit-rounds", type=int, default=12)
     parser.add_argument("--fair-seconds", type=float, default=20.0)
-    parser.add_argument("--solo-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--solo-batches", type=int, default=3, help="(c): the stream alone, batches"
+    )
+    parser.add_argument(
+        "--mixed-batches", type=int, default=12, help="(c): at least this many batches"
+    )
     parser.add_argument("--memory-seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -296,10 +316,16 @@ def main() -> None:
             print(f"(b) load {load()}", flush=True)
             b = part_b(server, seqs, args.hit_rounds)
             print(f"(c) load {load()}", flush=True)
-            c = part_c(server, args.fair_seconds, args.solo_seconds, args.seed)
+            c = part_c(
+                server, args.fair_seconds, args.solo_batches, args.mixed_batches,
+                args.seed,
+            )  # fmt: skip
             print(f"(d) load {load()}", flush=True)
             d = part_d(server, seqs, args.memory_seconds, args.seed)
         finally:
+            if server.proc.poll() is not None:  # died: say how, before the work goes
+                log = (work / "server.log").read_text().splitlines()
+                print("server log, last lines:", *log[-40:], sep="\n")
             code = server.stop()
         local_rate, served_rate = (
             a["tokens"] / a["local_s"],
