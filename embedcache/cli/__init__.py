@@ -3,7 +3,8 @@
 The only package that prints, reads environment variables or configures logging.
 Argument parsing only: one module per command group (``data``, ``store``,
 ``embed``, ``export``, ``models``, ``report``, ``serve``), each handler one package call plus
-printing; ``common`` holds the defaults read from the environment. This module
+printing; ``common`` holds the defaults read from the environment and
+``model_options`` the embedding options `embed`, `embeddings` and `serve` share. This module
 builds the parser and runs a command, turning embedcache errors into exit code 2.
 """
 

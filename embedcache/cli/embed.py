@@ -26,7 +26,7 @@ from embedcache.cli.common import (
     positive_int,
     store_options,
 )
-from embedcache.models.options import POOLINGS
+from embedcache.cli.model_options import add_model_options, embed_options
 
 _COUNTS_NOTE = (
     "The last line printed is `computed=<N> cached=<M>`: N distinct sequences ran "
@@ -80,11 +80,6 @@ def _add_embedding_parser(
 ) -> argparse.ArgumentParser:
     """A command that embeds: the counts note as its description, the model options."""
     p = sub.add_parser(name, help=help_text, description=_COUNTS_NOTE)
-    _add_model_options(p)
-    return p
-
-
-def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         required=True,
@@ -92,93 +87,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         "--server: a name the server serves)",
     )
     add_store_argument(p)
-    p.add_argument(
-        "--revision", default=None, help="hub revision; resolved to a commit sha"
-    )
-    p.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="compute dtype",
-    )
-    p.add_argument(
-        "--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N"
-    )
-    p.add_argument(
-        "--rc",
-        choices=("none", "average"),
-        default=None,
-        help="reverse-complement mode (default: the family's)",
-    )
-    p.add_argument(
-        "--layer", type=int, default=-1, help="hidden layer to pool (-1: last)"
-    )
-    p.add_argument(
-        "--layers",
-        default=None,
-        metavar="all|L1,L2,...",
-        help="a layer sweep from one forward pass, each layer under its own key: "
-        "'all' (the last, -1, then 0 = embeddings and every block before the "
-        "last) or a comma list such as 2,6,12 (the first listed goes to --output)",
-    )
-    p.add_argument(
-        "--pooling",
-        choices=POOLINGS,
-        default="mean",
-        help="mean over the sequence's tokens (the protocol's), cls (the "
-        "classification token, where the family has one) or last (the last "
-        "token, causal families)",
-    )
-    p.add_argument(
-        "--random-init",
-        type=int,
-        default=None,
-        metavar="SEED",
-        help="the architecture with seeded random weights (a pretraining control)",
-    )
-    p.add_argument(
-        "--family-option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an option only the model's family understands (repeatable)",
-    )
-    p.add_argument(
-        "--include-special-tokens",
-        action="store_true",
-        help="pool [CLS]/[SEP]-style tokens too",
-    )
-    p.add_argument(
-        "--truncate",
-        action="store_true",
-        help="cut over-long sequences on the right (recorded in the key)",
-    )
-    p.add_argument(
-        "--kmer-split",
-        type=int,
-        default=None,
-        metavar="K",
-        help="DNABERT-style overlapping K-mer input",
-    )
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the model repository's own code",
-    )
-    p.add_argument(
-        "--token-budget",
-        type=positive_int,
-        default=None,
-        help="padded tokens per forward pass",
-    )
+    add_model_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="torch CPU threads (default: torch's, one per core; on a busy "
-        "shared machine 1 can be faster); with --cluster local:N, threads per worker",
-    )
     p.add_argument(
         "--cluster",
         default=default_cluster(),
@@ -195,6 +105,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
         help="with --cluster: sequence tokens per work unit (default: sized to a "
         "few seconds of a worker's measured rate, 4k-1M tokens)",
     )
+    return p
 
 
 def _add_server_option(p: argparse.ArgumentParser) -> None:
@@ -263,37 +174,6 @@ def _server_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
     }
 
 
-def _family_options(pairs: list[str]) -> tuple[tuple[str, str], ...]:
-    from embedcache.errors import AdapterOptionError
-
-    out = []
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            msg = f"--family-option {pair!r} is not NAME=VALUE"
-            raise AdapterOptionError(msg)
-        out.append((name.strip(), value.strip()))
-    return tuple(out)
-
-
-def _embed_options(args: argparse.Namespace) -> dict[str, object]:
-    """The EmbedOptions fields the embedding commands set; ``layers`` as given."""
-    return {
-        "dtype": args.dtype,
-        "device": args.device,
-        "rc_mode": args.rc,
-        "layers": args.layers,
-        "layer": args.layer,
-        "pooling": args.pooling,
-        "special_tokens": "include" if args.include_special_tokens else "exclude",
-        "truncation": "right" if args.truncate else "error",
-        "kmer_split": args.kmer_split,
-        "random_init": args.random_init,
-        "family_options": _family_options(args.family_option),
-        "trust_remote_code": args.trust_remote_code,
-    }
-
-
 def _engine_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """What both commands pass to the engine besides the model and the sequences."""
     from embedcache.engine.api import wants_cluster
@@ -309,7 +189,7 @@ def _engine_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "store": location,
         "store_options": store_options(location),
         "revision": args.revision,
-        "options": _embed_options(args),
+        "options": embed_options(args),
         "token_budget": args.token_budget,
         "cluster": args.cluster,
         "unit_tokens": args.unit_tokens,

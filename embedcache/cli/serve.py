@@ -11,8 +11,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from embedcache.cli.common import default_store, positive_int, store_options
-from embedcache.cli.embed import _add_model_options, _embed_options
+from embedcache.cli.common import (
+    add_store_argument,
+    default_store,
+    positive_int,
+    store_options,
+)
+from embedcache.cli.model_options import add_model_options, embed_options
 
 _DESCRIPTION = (
     "Serve embeddings over HTTP: POST /v1/embeddings (OpenAI-compatible), POST "
@@ -27,11 +32,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve embeddings over HTTP from the store (a lab's front door)",
         description=_DESCRIPTION,
-        conflict_handler="resolve",
     )
-    _add_model_options(p)
-    # re-declared: repeatable, optional with --config; the run options of `embed`
-    # that do not apply to a server are hidden
+    # repeatable, and optional with --config
     p.add_argument(
         "--model",
         action="append",
@@ -40,8 +42,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="a model to serve (repeatable): kmer-4, a local directory or a hub id, "
         "served as NAME (default: the model, or a directory's folder name)",
     )
-    for hidden in ("--cluster", "--unit-tokens", "--no-progress"):
-        p.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+    add_store_argument(p)
+    add_model_options(p)
     p.add_argument(
         "--config",
         type=Path,
@@ -114,7 +116,7 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
                 name=name,
                 model=model,
                 revision=args.revision,
-                options=_embed_options(args),
+                options=embed_options(args),
                 token_budget=args.token_budget,
             )
         )

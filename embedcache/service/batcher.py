@@ -5,15 +5,18 @@ by several requests in flight is one job with several waiters, so it is computed
 once. The thread takes a window of the queued sequences of one round (below), at
 most :data:`WINDOW_BUDGETS` token budgets, and cuts it into length-sorted forward
 passes with the engine's own rule
-(:func:`~embedcache.engine.batching.plan_batches`); each window runs through
+(:func:`~embedcache.engine.batching.plan_batches`). Each pass runs through
 :func:`~embedcache.engine.forward.run_unit`, the forward-and-commit step of
 `embedcache embed`, so a vector is committed to the store before any request that
-waits for it is answered.
+waits for it is answered, and requests are answered pass by pass.
 
 Order: each request's sequences fall into rounds of one token budget; every
 request's round k goes before any request's round k+1, and within a round requests
-go first come, first served. A one-sequence request therefore waits for at most the
-window being computed and its own, never behind a stream of large requests.
+go first come, first served. Between two passes of a window the thread looks at the
+queue: when a request of an earlier round is waiting (a small request behind a
+stream of large ones), the window's remaining passes go back to the queue. A
+one-sequence request therefore waits for at most the pass being computed and its
+own, never behind a stream of large requests.
 """
 
 from __future__ import annotations
@@ -49,9 +52,8 @@ logger = logging.getLogger(__name__)
 
 # A window spans at most this many token budgets of one round: concurrent requests'
 # sequences are then sorted by length across requests, as one `embed` run sorts its
-# input, instead of padding short and long ones together batch by batch. Later rounds
-# never join, so a stream of large requests still adds one budget to a small
-# request's wait.
+# input, instead of padding short and long ones together batch by batch. An earlier
+# round waiting takes over between two passes, so the window costs no one latency.
 WINDOW_BUDGETS = 8
 
 
@@ -200,8 +202,8 @@ class Batcher:
         self._thread.start()
 
     def stop(self) -> None:
-        """Take no more work; the window in flight is finished and committed, every
-        queued job's requests get 503."""
+        """Take no more work; the pass in flight is finished and committed, every
+        queued job's requests (the rest of its window too) get 503."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -228,16 +230,10 @@ class Batcher:
 
     def _run(self) -> None:
         while True:
-            jobs = self._take_window()
-            if jobs is None:
+            window = self._take_window()
+            if window is None:
                 return
-            try:
-                self._compute(jobs)
-            except Exception as err:  # the thread must survive one bad window
-                logger.exception("%s: a batch failed", self.model.name)
-                self._finish(jobs, error=err)
-            else:
-                self._finish(jobs)
+            self._compute(window)
 
     def _take_window(self) -> list[_Job] | None:
         budget = self.model.rule.token_budget
@@ -254,9 +250,7 @@ class Batcher:
             size, limit, window_round = 0, budget * WINDOW_BUDGETS, None
             while self._heap and (not jobs or size < limit):
                 priority, _, job = heapq.heappop(self._heap)
-                if job.running or self._jobs.get(job.digest) is not job:
-                    continue  # dropped, or pushed again with a better priority
-                if priority != job.priority:
+                if not self._current(priority, job):
                     continue
                 if window_round is None:
                     window_round = priority[0]
@@ -271,42 +265,91 @@ class Batcher:
             self._publish_depth()
             return jobs
 
-    def _compute(self, jobs: list[_Job]) -> None:
-        model, store = self.model, self.store
-        if not jobs:
+    def _current(self, priority: tuple[int, int, int], job: _Job) -> bool:
+        """Whether a heap entry still stands for a queued job (not dropped, taken, or
+        pushed again with a better priority)."""
+        return (
+            not job.running
+            and self._jobs.get(job.digest) is job
+            and priority == job.priority
+        )
+
+    def _compute(self, window: list[_Job]) -> None:
+        """Run a window batch by batch, committing and answering after each; stop
+        early, handing the rest back to the queue, when an earlier round is waiting."""
+        if not window:
             return
-        digests = [job.digest for job in jobs]
+        digests = [job.digest for job in window]
         # another writer (an `embed` run, a second server) may have stored some meanwhile
-        stored = np.ones(len(jobs), dtype=bool)
-        for key in adapter_keys(model.adapter):
-            stored &= np.asarray(store.contains(key, digests), dtype=bool)
-        todo = [job for job, done in zip(jobs, stored, strict=True) if not done]
-        if not todo:
-            return
-        tokens = [job.tokens for job in todo]
-        batches = plan_batches(tokens, model.rule)
+        stored = np.ones(len(window), dtype=bool)
+        for key in adapter_keys(self.model.adapter):
+            stored &= np.asarray(self.store.contains(key, digests), dtype=bool)
+        self._finish([job for job, done in zip(window, stored, strict=True) if done])
+        todo = [job for job, done in zip(window, stored, strict=True) if not done]
+        batches = plan_batches([job.tokens for job in todo], self.model.rule)
+        window_round = window[0].priority[0]
+        for number, batch in enumerate(batches):
+            jobs = self._still_wanted([todo[i] for i in batch])
+            if jobs:
+                try:
+                    self._forward(jobs)
+                except Exception as err:  # the thread must survive one bad batch
+                    logger.exception("%s: a batch failed", self.model.name)
+                    self._finish(jobs, error=err)
+                else:
+                    self._finish(jobs)
+            rest = [todo[i] for later in batches[number + 1 :] for i in later]
+            if rest and self._yield_to_earlier_round(window_round, rest):
+                return
+
+    def _still_wanted(self, jobs: list[_Job]) -> list[_Job]:
+        """The jobs someone still waits for; those whose requests all left are dropped
+        before their forward pass."""
+        with self._cond:
+            gone = [job for job in jobs if not job.waiters]
+            for job in gone:
+                self._jobs.pop(job.digest, None)
+        if gone:
+            self.metrics.dropped.labels(self.model.name).inc(len(gone))
+        return [job for job in jobs if job.waiters]
+
+    def _yield_to_earlier_round(self, window_round: int, rest: list[_Job]) -> bool:
+        """Hand ``rest`` back to the queue when a request of an earlier round (a small
+        request behind a stream of large ones) or a shutdown is waiting."""
+        with self._cond:
+            while self._heap and not self._current(self._heap[0][0], self._heap[0][2]):
+                heapq.heappop(self._heap)
+            earlier = bool(self._heap) and self._heap[0][0][0] < window_round
+            if not (earlier or self._stopping):
+                return False
+            for job in rest:
+                job.running = False
+                self._queued_seqs += 1
+                self._queued_tokens += job.tokens
+                self._push(job)
+            self._publish_depth()
+            return True
+
+    def _forward(self, jobs: list[_Job]) -> None:
+        """One forward pass over ``jobs``, committed to the store."""
+        model = self.model
+        tokens = tuple(job.tokens for job in jobs)
         unit = WorkUnit(
             index=0,
-            seqs=tuple(job.seq for job in todo),
-            hashes=tuple(job.digest for job in todo),
-            tokens=tuple(tokens),
-            batches=tuple(tuple(batch) for batch in batches),
+            seqs=tuple(job.seq for job in jobs),
+            hashes=tuple(job.digest for job in jobs),
+            tokens=tokens,
+            batches=(tuple(range(len(jobs))),),
         )
         start = time.perf_counter()
-        result = run_unit(model.adapter, store, unit)
+        result = run_unit(model.adapter, self.store, unit)
         seconds = time.perf_counter() - start
         metrics = self.metrics
         metrics.computed.labels(model.name).inc(result.n_computed)
         metrics.forward_seconds.labels(model.name).observe(seconds)
-        for batch in batches:
-            padded = len(batch) * max(tokens[i] for i in batch)
-            metrics.batch_tokens.labels(model.name).observe(padded)
+        metrics.batch_tokens.labels(model.name).observe(len(jobs) * max(tokens))
         logger.debug(
-            "%s: %d sequences in %d batches, %.3f s",
-            model.name,
-            len(todo),
-            len(batches),
-            seconds,
+            "%s: a batch of %d sequences, %.3f s", model.name, len(jobs), seconds
         )
 
     def _finish(self, jobs: list[_Job], *, error: BaseException | None = None) -> None:

@@ -45,7 +45,7 @@ _PER_MODEL_HELP = {
     "embedcache_queue_sequences": "sequences waiting for a batch",
     "embedcache_queue_tokens": "tokens waiting for a batch",
     "embedcache_batch_tokens": "padded tokens per forward pass",
-    "embedcache_forward_seconds": "seconds per window of batches, forward and commit",
+    "embedcache_forward_seconds": "seconds per forward pass (one batch), forward and commit",
 }
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
