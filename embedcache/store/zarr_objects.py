@@ -73,7 +73,10 @@ class ThreadedObjectStore(ObjectStore):
     ) -> list[Buffer | None]:
         return list(
             await asyncio.gather(
-                *(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)
+                *(
+                    self.get(key, prototype, byte_range)
+                    for key, byte_range in key_ranges
+                )
             )
         )
 
