@@ -26,6 +26,9 @@ Each round runs, per shape and interleaved:
 * ``embedcache embed --dtype D`` (D: ``--dtype``, default the faster dtype here) as a subprocess on a fresh store, timed from
   launch to exit: imports, model load, tokenising, batching, store commits included.
   The engine's own log line gives its compute time, so start-up is shown apart;
+* the model's own linear layers alone (``F.linear`` at its weight shapes, rows = a
+  full batch's padded tokens): the rate its matmuls reach at its shapes, the ceiling
+  of the end-to-end share (they carry ~98% of NT-v2's FLOPs);
 * a naive loop over the first ``--n-naive`` sequences: the same adapter in fp32,
   one sequence a forward pass; its vectors are compared with the engine's;
 * with ``--sweep``, forward passes of real 500 and 251 bp batches at several token
@@ -112,6 +115,34 @@ class Work:
         """(with attention, weights only) as shares of ``peak``."""
         total = self.weight_flops + self.attention_flops
         return total / seconds / peak, self.weight_flops / seconds / peak
+
+
+def linear_rate(adapter: object, rows: int, *, seconds: float = 1.0) -> float:
+    """FLOP/s of the model's own linear layers as plain ``F.linear`` calls on random
+    inputs of ``rows`` rows (a full batch's padded tokens): the rate its matmuls can
+    reach at its shapes, with nothing else of the forward pass around them."""
+    import torch.nn.functional as F
+
+    shapes = [
+        (m.in_features, m.out_features)
+        for m in adapter.network.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
+    inputs = {n_in: torch.randn(rows, n_in) for n_in in {i for i, _ in shapes}}
+    weights = [torch.randn(n_out, n_in) for n_in, n_out in shapes]
+    flops = sum(2.0 * rows * w.numel() for w in weights)
+
+    def once() -> float:
+        start = time.perf_counter()
+        for w in weights:
+            F.linear(inputs[w.shape[1]], w)
+        return time.perf_counter() - start
+
+    once()
+    best, end = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        best = min(best, once())
+    return flops / best
 
 
 @dataclass
@@ -242,6 +273,7 @@ class Result:
     work: Work
     naive_rate: float
     cosine: float
+    linears: float  # the model's linear layers alone, FLOP/s (linear_rate)
 
 
 def measure(
@@ -259,6 +291,10 @@ def measure(
         if run.computed != len(set(seqs)):  # a fresh store computes every sequence
             sys.exit(f"{name}: computed={run.computed}, expected {len(set(seqs))}")
         after = machine_peaks()
+        counts = fast.n_tokens_many(seqs)
+        longest = max(counts)
+        rows = max(batch_rule(fast).token_budget // longest, 1) * longest
+        linears = linear_rate(fast, rows)
         engine_vectors = np.load(Path(tmp) / "out.npy")[: args.n_naive]
     fp32 = load_adapter(str(folder), device="cpu", **options)
     naive_seqs = seqs[: args.n_naive]
@@ -275,6 +311,7 @@ def measure(
         work=work,
         naive_rate=naive_tokens / naive_seconds,
         cosine=min_cosine(engine_vectors, naive_vectors),
+        linears=linears,
     )
 
 
@@ -289,7 +326,9 @@ def print_result(r: Result) -> None:
         f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
         f"without attention; engine alone {100 * engine_attn:.1f}%); {r.peaks}; "
         f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
-        f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}"
+        f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}; "
+        f"its linear layers alone at a full batch's rows {r.linears / 1e9:.1f} GFLOP/s "
+        f"= {100 * r.linears / r.peak:.1f}% of the best matmul rate"
     )
 
 

@@ -10,6 +10,7 @@ the data flows through them:
 - ``batching``: which sequences share a forward pass (length-sorted, within budgets)
 - ``forward``: a unit through the adapter and committed to the store, and read back
 - ``local``: the in-process path, :func:`~embedcache.engine.local.embed_sequences`
+- ``memory``: keep freed activation memory in the process (glibc ``mallopt``)
 - ``cluster``: the Dask client, :func:`~embedcache.engine.cluster.embed_on_cluster`
 - ``unit_queue``: units cut on demand, sized to a worker's measured rate
 - ``worker``: the Dask worker plugin and task, and what a task receives

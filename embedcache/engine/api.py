@@ -148,9 +148,12 @@ def embed_into_store(
             progress=progress,
         )
     from embedcache.engine.local import embed_sequences
+    from embedcache.engine.memory import keep_freed_memory
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
+    # activations above glibc's mmap threshold were faulted in afresh every layer
+    keep_freed_memory()
     if threads:
         import torch
 

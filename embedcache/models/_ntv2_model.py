@@ -148,7 +148,9 @@ class _Layer(nn.Module):
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
         x = x + attn.output.dense(context.transpose(1, 2).reshape(b, t, h))
         gate, value = self.intermediate.dense(self.LayerNorm(x)).chunk(2, dim=-1)
-        return x + self.output.dense(F.silu(gate).mul_(value))
+        # in place in the first half: no new (tokens x intermediate) tensor; the
+        # output projection reads it with a row stride of 2 x intermediate, no copy
+        return x + self.output.dense(F.silu(gate, inplace=True).mul_(value))
 
 
 class _Embeddings(nn.Module):

@@ -1,0 +1,44 @@
+"""keep_freed_memory: big blocks are reused from the heap, not faulted in again."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+# in a fresh process: the setting is process-wide and other tests may have made it
+PROBE = """
+import resource, sys
+import numpy as np
+from embedcache.engine.memory import keep_freed_memory
+
+def faults(n_bytes):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = np.empty(n_bytes, dtype=np.uint8)
+    block.fill(1)  # touch every page
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+n_bytes = 64 << 20  # above the 32 MiB that glibc's own threshold can reach
+faults(n_bytes)
+mapped = faults(n_bytes)
+kept = keep_freed_memory()
+faults(n_bytes)  # the first block from the heap grows it once
+print(mapped, kept, faults(n_bytes))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(ctypes.CDLL(None), "mallopt"), reason="needs glibc's mallopt"
+)
+def test_a_freed_64_mib_block_is_reused_without_page_faults():
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
+    ).stdout.split()
+    mapped, kept, reused = int(out[0]), out[1], int(out[2])
+    # 64 MiB is 32 huge pages or 16,384 small ones: mapped afresh, every one faults
+    assert mapped >= 32
+    assert kept == "True"
+    assert reused <= 2
