@@ -16,7 +16,7 @@ What the package holds: one module per family (``gena``, ``ntv2``, ``dnabert2``,
 ``generator``, ``hyena``, ``caduceus``, ``hf``) and its network (``_<family>_*``); what
 families share, once (``checkpoint``: the source, options, random-init twins;
 ``weights``; ``config_fields``; ``encoder``: the token-based adapter;
-``tokenizer_json``; ``char_tokens``; ``bert_modules``; ``bert_init``); the built-in
+``tokenizer_json``; ``esm_tokens``; ``char_tokens``; ``bert_modules``; ``bert_init``); the built-in
 floors (``kmer``, ``gc``); the options record (``options``), the catalogue
 (``catalogue``, ``catalogue.toml``) and the numba kernel cache (``jitcache``).
 
