@@ -20,7 +20,7 @@ from embedcache.errors import CheckpointError
 from embedcache.models.encoder import Encoded
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
 VOCAB_FILE = "vocab.txt"
@@ -64,9 +64,13 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_specials(
-    folder: Path, *, where: str
+    folder: Path,
+    *,
+    where: str,
+    defaults: Mapping[str, str | None] = DEFAULT_SPECIALS,
 ) -> tuple[dict[str, str | None], tuple[str, ...], Any]:
-    """The special tokens of ``folder``'s tokenizer files and its ``model_max_length``.
+    """The special tokens of ``folder``'s tokenizer files and its ``model_max_length``;
+    ``defaults``: the tokenizer class's own (``EsmTokenizer``'s unless given).
 
     Returns
     -------
@@ -81,8 +85,8 @@ def read_specials(
         versions disagree on which wins); ``split_special_tokens`` is on; or
         ``added_tokens.json`` adds tokens.
     """
-    named: dict[str, str | None] = {**DEFAULT_SPECIALS, "bos_token": None}
-    named["sep_token"] = None
+    named: dict[str, str | None] = dict.fromkeys(SPECIAL_KEYS)
+    named.update(defaults)
     set_by: dict[str, tuple[str, str | None]] = {}
     extra: list[str] = []
     limit = None
