@@ -51,8 +51,9 @@ ADAPTER_VERSION = "1"
 _NO_LIMIT = 10**8
 # models whose learned positions start after the padding index (RoBERTa heritage)
 _OFFSET_POSITIONS = frozenset({"esm", "roberta", "xlm-roberta", "camembert"})
-# tokenizer classes that are a tokenizer.json as it stands (transformers 5 and 4 names)
-_PLAIN_FAST = frozenset({None, "TokenizersBackend", "PreTrainedTokenizerFast"})
+# tokenizer classes that are a tokenizer.json as it stands (transformers 5 and 4
+# names); with none named AutoTokenizer picks the model type's class (BertTokenizer)
+_PLAIN_FAST = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 
 
 def token_budget(hidden_size: int) -> int:
@@ -212,8 +213,8 @@ def native_tokenizer(
 ) -> tuple[NativeTokenizer, dict[str, str | None], int | None] | None:
     """The tokenizer ``AutoTokenizer`` would build from ``folder``, without
     transformers, with its special tokens and ``model_max_length``; None unless it is
-    a plain ``tokenizer.json`` (class ``TokenizersBackend``, ``PreTrainedTokenizerFast``
-    or none named) whose config adds no token the file lacks.
+    a plain ``tokenizer.json`` (``tokenizer_class`` ``TokenizersBackend`` or
+    ``PreTrainedTokenizerFast``) whose config adds no token the file lacks.
     """
     from embedcache.models.esm_tokens import read_specials
     from embedcache.models.tokenizer_json import TOKENIZER_FILE, read_tokenizer_json

@@ -182,8 +182,19 @@ def tokenizer_dirs(tmp_path_factory, tiny_bert_dir):
         sep_token="[SEP]",
         mask_token="[MASK]",
     ).save_pretrained(root / "kmer")
-    return {"char": (tiny_bert_dir, None), "esm": (root / "esm", None)} | {
-        "kmer": (root / "kmer", 3)
+    # as transformers 4 saved it: the class's old name and the specials listed by id
+    shutil.copytree(root / "kmer", root / "v4")
+    config = json.loads((root / "v4" / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["added_tokens_decoder"] = {
+        str(i): {"content": t, "special": True} for t, i in vocab.items() if i < 5
+    }
+    (root / "v4" / "tokenizer_config.json").write_text(json.dumps(config))
+    return {
+        "char": (tiny_bert_dir, None),
+        "esm": (root / "esm", None),
+        "kmer": (root / "kmer", 3),
+        "v4": (root / "v4", 3),
     }
 
 
@@ -205,7 +216,7 @@ def assert_same_tokens(folder, kmer, seqs):
     assert ours.pad_id == theirs.pad_token_id
 
 
-@pytest.mark.parametrize("name", ["char", "esm", "kmer"])
+@pytest.mark.parametrize("name", ["char", "esm", "kmer", "v4"])
 @settings(max_examples=60, deadline=None)
 @given(seqs=st.lists(st.text(alphabet="ACGTNRY", max_size=50), min_size=1, max_size=4))
 def test_tokens_equal_auto_tokenizer(tokenizer_dirs, name, seqs):
@@ -227,6 +238,9 @@ def test_limits_and_declined_tokenizers(tokenizer_dirs, tmp_path):
         json.dumps({**config, "tokenizer_class": "BertTokenizer"})
     )
     assert native_tokenizer(copy, kmer=None) is None
+    unnamed = {k: v for k, v in config.items() if k != "tokenizer_class"}
+    (copy / "tokenizer_config.json").write_text(json.dumps(unnamed))
+    assert native_tokenizer(copy, kmer=None) is None  # AutoTokenizer picks by model
     added = {"99": {"content": "<new>", "special": True}}
     (copy / "tokenizer_config.json").write_text(
         json.dumps({**config, "added_tokens_decoder": added})
