@@ -231,9 +231,12 @@ def native_tokenizer(
         tokenizer = read_tokenizer_json(folder, missing=where, unreadable=where)
     except CheckpointError:
         return None  # transformers reads it, or says what is wrong
-    added = config.get("added_tokens_decoder") or {}
     declared = [(t, None) for t in (*named.values(), *extra) if t is not None]
-    declared += [(entry.get("content"), int(i)) for i, entry in added.items()]
+    try:
+        added = config.get("added_tokens_decoder") or {}
+        declared += [(entry["content"], int(i)) for i, entry in added.items()]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None  # not the layout transformers writes: let it judge
     for token, token_id in declared:
         found = tokenizer.token_to_id(token)
         if found is None or (token_id is not None and found != token_id):
@@ -270,7 +273,10 @@ def _load_native_bert(source: Source) -> EncoderAdapter | None:
     key_options = [("model_type", "bert")]
     if options.kmer_split is not None:
         key_options.append(("kmer_split", str(options.kmer_split)))
-    config = SimpleNamespace(**source.config)
+    # BertConfig's default table size where config.json names none
+    config = SimpleNamespace(
+        **{**source.config, "max_position_embeddings": arch.max_positions}
+    )
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
