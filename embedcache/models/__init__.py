@@ -13,11 +13,12 @@ from a :class:`~embedcache.models.checkpoint.Source` (``load``). No repository c
 ever runs unless the checkpoint is none of these families and the user opts in.
 
 What the package holds: one module per family (``gena``, ``ntv2``, ``dnabert2``,
-``generator``, ``hyena``, ``caduceus``, ``hf``) and its network (``_<family>_*``); what
-families share, once (``checkpoint``: the source, options, random-init twins;
+``generator``, ``hyena``, ``caduceus``, ``hf``) and its network (``_<family>_*``;
+``_bert_model``: ``hf``'s own plain BERT); what families share, once (``checkpoint``:
+the source, options, random-init twins; ``meta_init``: building without init;
 ``weights``; ``config_fields``; ``encoder``: the token-based adapter;
-``tokenizer_json``; ``char_tokens``; ``bert_modules``; ``bert_init``); the built-in
-floors (``kmer``, ``gc``); the options record (``options``), the catalogue
+``tokenizer_json``; ``esm_tokens``; ``char_tokens``; ``bert_modules``; ``bert_init``);
+the built-in floors (``kmer``, ``gc``); the options record (``options``), the catalogue
 (``catalogue``, ``catalogue.toml``) and the numba kernel cache (``jitcache``).
 
 What it may import: the bottom floor only (``embedcache.errors``, ``hashing``,

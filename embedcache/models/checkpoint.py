@@ -180,11 +180,11 @@ def check_tokenizer_class(folder: Path, allowed: str, *, where: str, uses: str) 
 def empty_module(build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     """``build()`` on the meta device, then given CPU storage: its own random init is
     skipped (the checkpoint's weights or the family's seeded init replace it)."""
-    import torch
+    from embedcache.models.meta_init import materialise, meta_device
 
-    with torch.device("meta"):
+    with meta_device():
         network = build()
-    return network.to_empty(device="cpu")
+    return materialise(network, device="cpu")
 
 
 def fill_weights(

@@ -13,9 +13,10 @@ Recognised from ``config.json``: no ``model_type`` (or ``esm``), an ``add_bias_f
 field, and an ``auto_map`` into ``modeling_esm`` when there is one. Its ``auto_map``
 names the masked-LM class; the encoder (``esm.*``) is taken from it.
 
-Tokens come from the native ``EsmTokenizer`` over the published ``vocab.txt``: ``<cls>``
-then non-overlapping 6-mers from the left; an N, and bases left over before an N or at
-the end, are single-base tokens. The vector is the mean over the sequence's tokens
+Tokens are those of transformers' ``EsmTokenizer`` over the published ``vocab.txt``
+(rebuilt in :mod:`.esm_tokens`, so no transformers import): ``<cls>`` then
+non-overlapping 6-mers from the left; an N, and bases left over before an N or at the
+end, are single-base tokens. The vector is the mean over the sequence's tokens
 (``<cls>`` excluded) of the final-norm output.
 """
 
@@ -32,10 +33,11 @@ from embedcache.models.checkpoint import (
     check_tokenizer_class,
     read_encoder_arch,
 )
-from embedcache.models.encoder import Encoded, EncoderAdapter, EncoderTraits
+from embedcache.models.encoder import EncoderAdapter, EncoderTraits
+from embedcache.models.esm_tokens import EsmVocabTokenizer, read_vocab_tokenizer
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
 
     import torch
@@ -51,8 +53,6 @@ ADAPTER_VERSION = "1"
 TOKEN_BUDGET = 4096
 # tensors of the published checkpoints the embedding never uses
 HEADS = ("lm_head.", "esm.contact_head.", "esm.pooler.")
-# tokenizers report this (or more) when they know no limit
-_NO_LIMIT = 10**8
 
 
 def recognise(config: dict[str, Any], folder: Path) -> bool:
@@ -66,53 +66,20 @@ def recognise(config: dict[str, Any], folder: Path) -> bool:
     return not targets or any(t.startswith("modeling_esm.") for t in targets)
 
 
-class NTTokenizer:
-    """The native ``EsmTokenizer`` as a :class:`~embedcache.models.encoder.SequenceTokenizer`.
-
-    Special tokens are found by id: ``EsmTokenizer``'s own special-tokens mask assumes
-    an ``<eos>`` that NT-v2 (``eos_token: null``) never adds, one flag too many.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:  # noqa: ANN401 - a transformers tokenizer
-        self.tokenizer = tokenizer
-        self.pad_id = int(tokenizer.pad_token_id)
-        self._special = frozenset(int(i) for i in tokenizer.all_special_ids)
-
-    def encode(self, seq: str) -> Encoded:
-        return self.encode_many([seq])[0]
-
-    def encode_many(self, seqs: Sequence[str]) -> list[Encoded]:
-        if not seqs:
-            return []
-        rows = self.tokenizer(list(seqs), add_special_tokens=True)["input_ids"]
-        return [
-            Encoded(tuple(row), tuple(i in self._special for i in row)) for row in rows
-        ]
-
-
-def load_tokenizer(folder: Path, *, where: str) -> Any:  # noqa: ANN401
-    """The ``EsmTokenizer`` of ``folder`` (``vocab.txt`` + ``tokenizer_config.json``).
+def load_tokenizer(folder: Path, *, where: str) -> EsmVocabTokenizer:
+    """The ``EsmTokenizer`` of ``folder`` (``vocab.txt`` + ``tokenizer_config.json``),
+    rebuilt by :mod:`.esm_tokens` without importing transformers.
 
     Raises
     ------
     CheckpointError
-        No ``vocab.txt``, or the tokenizer config names another tokenizer class.
+        No ``vocab.txt``, the tokenizer config names another tokenizer class, or the
+        tokenizer files ask for what :mod:`.esm_tokens` does not reproduce.
     """
-    from transformers import EsmTokenizer
-
-    if not (folder / "vocab.txt").is_file():
-        msg = (
-            f"{where}: no vocab.txt; NT-v2 tokenises with the published 6-mer vocab.txt"
-        )
-        raise CheckpointError(msg)
     check_tokenizer_class(
         folder, "EsmTokenizer", where=where, uses="NT-v2 checkpoints use EsmTokenizer"
     )
-    try:
-        return EsmTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as err:
-        msg = f"{where}: cannot build the EsmTokenizer from {folder}: {err}"
-        raise CheckpointError(msg) from err
+    return read_vocab_tokenizer(folder, where=where)
 
 
 def encoder_state(
@@ -179,24 +146,22 @@ def load(source: Source) -> EncoderAdapter:
         ),
         family="NT-v2",
     )
-    limit = getattr(tokenizer, "model_max_length", None)
     traits = EncoderTraits(
         family=FAMILY,
         adapter_version=ADAPTER_VERSION,
         causal=False,
         has_cls=True,
-        max_tokens=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
+        max_tokens=tokenizer.max_tokens,
         options=tuple(key_options),
         token_budget=TOKEN_BUDGET,
         attention_heads=arch.n_heads,
     )
-    return EncoderAdapter(NTTokenizer(tokenizer), network, traits, source)
+    return EncoderAdapter(tokenizer, network, traits, source)
 
 
 __all__ = [
     "ADAPTER_VERSION",
     "FAMILY",
-    "NTTokenizer",
     "encoder_state",
     "load",
     "load_tokenizer",

@@ -107,3 +107,28 @@ def test_a_family_module_alone_does_not_import_torch():
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("family", ["ntv2", "bert"])
+def test_a_transformer_family_loads_without_transformers(family, tiny_bert_dir):
+    # NT-v2 tokenises itself and a plain BERT has its own network; neither imports
+    # transformers, nor torch._dynamo and sympy (torch's meta-device init paths)
+    folder = REPO / "tests" / "fixtures" / "ntv2" / "ntv2"
+    folder = folder if family == "ntv2" else tiny_bert_dir
+    code = (
+        "import sys\n"
+        "from embedcache.models import load_adapter\n"
+        f"adapter = load_adapter({str(folder)!r}, device='cpu')\n"
+        "assert adapter.embed_batch(['ACGTACGTAAN']).shape[0] == 1\n"
+        "late = ('transformers', 'torch._dynamo', 'sympy')\n"
+        "print(sorted(m for m in late if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"

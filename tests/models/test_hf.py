@@ -336,7 +336,7 @@ def test_native_looking_checkpoint_with_foreign_weights_is_refused(
     state["encoder.layer.0.pre_attention_ln.weight"] = torch.ones(16)
     save_file(state, copy / "model.safetensors")
     with pytest.raises(
-        errors.CheckpointError, match=r"unexpected 1 \(encoder.layer.0.pre"
+        errors.CheckpointError, match=r"1 unexpected tensors \(encoder\.layer\.0\.pre"
     ):
         load_adapter(str(copy), device="cpu")
     del state["encoder.layer.0.pre_attention_ln.weight"]

@@ -25,6 +25,7 @@ from embedcache import errors
 from embedcache.models import load_adapter, recognise_family
 from embedcache.models import ntv2 as ntv2_family
 from embedcache.models._ntv2_model import NTv2Network, arch_from_config
+from embedcache.models.esm_tokens import EsmVocabTokenizer
 from tests.models import adapter_contract as contract
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
@@ -76,10 +77,10 @@ def documented_6mers(seq: str, vocab: dict[str, int]) -> list[int]:
 
 
 @functools.cache
-def published_vocab_tokenizer() -> tuple[ntv2_family.NTTokenizer, dict[str, int]]:
+def published_vocab_tokenizer() -> tuple[EsmVocabTokenizer, dict[str, int]]:
     tokens = (DATA / "ntv2" / "vocab.txt").read_text().split("\n")
     tokenizer = ntv2_family.load_tokenizer(DATA / "ntv2", where="test")
-    return ntv2_family.NTTokenizer(tokenizer), {t: i for i, t in enumerate(tokens)}
+    return tokenizer, {t: i for i, t in enumerate(tokens)}
 
 
 @settings(max_examples=80, deadline=None)
