@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 
+# vectors per store read of the read-back: the rows of a chunk are scattered over
+# every shard, so a read's temporaries grow with it (16 MiB: 65,536 rows at dim 64)
+READ_BYTES = 1 << 24
+
+
 def embed_outputs(adapter: Adapter, seqs: Sequence[str]) -> np.ndarray:
     """Float32 (len(keys), len(seqs), dim): one batch through the adapter, checked."""
     keys = adapter_keys(adapter)
@@ -131,8 +136,9 @@ def gather_vectors(
 ) -> np.ndarray:
     """The plan's vectors under ``key`` from the store, one row per input, float32.
 
-    Read :data:`~embedcache.engine.plan.LOOKUP_CHUNK` rows at a time straight into
-    the result, so beside it only one chunk's vectors are held.
+    Read at most :data:`~embedcache.engine.plan.LOOKUP_CHUNK` rows and
+    :data:`READ_BYTES` of vectors at a time into the result, so beside it only one
+    chunk's vectors are held.
 
     Raises
     ------
@@ -141,11 +147,12 @@ def gather_vectors(
     """
     n = len(plan.digests)
     out = np.empty((n, dim), dtype=np.float32)
+    step = max(1, min(LOOKUP_CHUNK, READ_BYTES // (4 * max(dim, 1))))
     with tqdm(
         total=n, desc="read back", unit="seq", disable=not progress, mininterval=0.5
     ) as bar:
-        for lo in range(0, n, LOOKUP_CHUNK):
-            hi = min(n, lo + LOOKUP_CHUNK)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
             stored, found = store.get(key, to_hex(plan.digests[lo:hi]))
             if not np.all(found):
                 n_missing = int((~np.asarray(found)).sum())

@@ -46,9 +46,9 @@ logger = logging.getLogger(__name__)
 # chunks read faster through zarr and cost fewer requests on object stores)
 CHUNK_BYTES = 1 << 22
 # a read of scattered rows holds at most this much of a shard at once beside the
-# rows it picks (a merged shard may hold a whole run: reading its span in one piece
-# would cost as much memory as the run's output)
-SPAN_BYTES = 1 << 25
+# rows it picks, per reading thread (a merged shard may hold a whole run: reading
+# its span in one piece would cost as much memory as the run's output)
+SPAN_BYTES = 1 << 23
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
 
