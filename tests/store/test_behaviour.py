@@ -496,3 +496,23 @@ def test_scattered_rows_of_a_big_shard_read_window_by_window(handle, monkeypatch
     np.testing.assert_array_equal(
         fresh.get(KEY_A, sorted_hs)[0], vs[[hs.index(h) for h in sorted_hs]]
     )
+
+
+def test_a_look_up_of_a_missing_key_frees_its_hashes_at_once(handle):
+    import gc
+    import weakref
+
+    class Hashes(list):  # a list that can be watched
+        pass
+
+    store = handle.open()
+    hashes = Hashes(hashes_of(3))
+    watch = weakref.ref(hashes)
+    gc.disable()  # only reference counting: a cycle would keep the caller's frame
+    try:
+        assert not store.contains(KEY_A, hashes).any()
+        assert store.get(KEY_A, hashes)[0].shape == (3, 0)
+        del hashes
+        assert watch() is None
+    finally:
+        gc.enable()
