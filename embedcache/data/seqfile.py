@@ -96,6 +96,7 @@ class LineNames(_Rows):
     def _item(self, i: int) -> str:
         return f"line {self._first + i}"
 
+
 _INVALID = re.compile(r"[^ACGTNacgtn]")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 

@@ -9,8 +9,8 @@ Memory: a plan holds no Python object per sequence. It keeps each row's raw sha2
 (32 bytes) and, per distinct sequence to compute, its input row and token count
 (16 bytes); sequences are read from the caller's list when their unit is cut, and
 every pass over the rows (hash, look up, read back) goes in chunks of
-:data:`LOOKUP_CHUNK`. A million short sequences then plan in ~50 MB beside the
-caller's list (``benchmarks/memory_bench.py``).
+:data:`LOOKUP_CHUNK`. A million short sequences then plan in ~50 MB of arrays
+beside the caller's list (32 MB of digests, 16 MB for the rows to compute).
 
 Counting convention of :class:`EmbedResult`: ``n_computed`` is the number of distinct
 sequences run through the model in this call; every other input row is ``n_cached``,
