@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from embedcache.models.base import DEFAULT_TOKEN_BUDGET
 
@@ -59,32 +62,44 @@ def batch_rule(adapter: Adapter, token_budget: int | None = None) -> BatchRule:
     )
 
 
-def plan_batches(n_tokens: Sequence[int], rule: BatchRule) -> list[list[int]]:
-    """Group indices into batches by length: sorted by token count, each batch as large
-    as ``rule`` allows (at least one item).
+def batch_bounds(
+    n_tokens: Sequence[int] | np.ndarray, rule: BatchRule
+) -> tuple[np.ndarray, np.ndarray]:
+    """Batches by length as two arrays: ``order`` (indices sorted by token count, ties
+    by index) and ``bounds``; batch ``b`` is ``order[bounds[b]:bounds[b + 1]]``.
+
+    Each batch is as large as ``rule`` allows (at least one item). Two int64 arrays
+    instead of a list per batch: a million sequences cost 16 MB, not ~40 MB of ints.
     """
-    order = sorted(range(len(n_tokens)), key=lambda i: (n_tokens[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for index in order:
-        length = n_tokens[index]
-        if current:
-            # sorted ascending: this item is the longest in the batch so far
-            too_big = not rule.fits(len(current) + 1, length)
-            new_length = rule.equal_lengths and length != n_tokens[current[0]]
-            if too_big or new_length:
-                batches.append(current)
-                current = []
-        current.append(index)
-    if current:
-        batches.append(current)
-    return batches
+    tokens = np.asarray(n_tokens, dtype=np.int64)
+    order = np.argsort(tokens, kind="stable")
+    starts = [0] if len(order) else []
+    count = first = 0
+    for pos, length in enumerate(tokens[order].tolist()):
+        # sorted ascending: this item is the longest in the batch so far
+        if count and (
+            not rule.fits(count + 1, length) or (rule.equal_lengths and length != first)
+        ):
+            starts.append(pos)
+            count = 0
+        if not count:
+            first = length
+        count += 1
+    starts.append(len(order))
+    return order, np.asarray(starts, dtype=np.int64)
+
+
+def plan_batches(n_tokens: Sequence[int], rule: BatchRule) -> list[list[int]]:
+    """Group indices into batches by length (:func:`batch_bounds` as lists)."""
+    order, bounds = batch_bounds(n_tokens, rule)
+    return [order[a:b].tolist() for a, b in itertools.pairwise(bounds.tolist())]
 
 
 __all__ = [
     "ATTENTION_SCORE_BUDGET",
     "DEFAULT_TOKEN_BUDGET",
     "BatchRule",
+    "batch_bounds",
     "batch_rule",
     "plan_batches",
 ]

@@ -118,7 +118,7 @@ def embed_on_cluster(
     adapter = spec.load(device="cpu")
     key, dim, alias = adapter.key, adapter.dim, getattr(adapter, "alias", None)
     plan = plan_embedding(adapter, seqs, client_store, names=names, progress=progress)
-    if plan.missing_hashes:
+    if plan.n_computed:
         rule = batch_rule(adapter, token_budget)
         if rule.token_budget > MAX_UNIT_TOKENS:
             # a batch never spans units: a budget beyond any unit is a k-mer floor's,
@@ -140,7 +140,9 @@ def embed_on_cluster(
             progress=progress,
             desc=f"embed {key.model_id}",
         )
-    return collect_result(client_store, plan, key=key, dim=dim, alias=alias)
+    return collect_result(
+        client_store, plan, key=key, dim=dim, alias=alias, progress=progress
+    )
 
 
 def run_units(

@@ -13,13 +13,15 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from embedcache.engine.plan import EmbedResult, UnitResult, adapter_keys
+from embedcache.engine.plan import LOOKUP_CHUNK, EmbedResult, UnitResult, adapter_keys
 from embedcache.errors import (
     DimensionMismatchError,
     InvalidSequenceError,
     MissingEmbeddingsError,
 )
+from embedcache.store.index import to_hex
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,6 +30,11 @@ if TYPE_CHECKING:
     from embedcache.models.base import Adapter
     from embedcache.specs import ModelKey
     from embedcache.store import EmbeddingStore
+
+
+# vectors per store read of the read-back: the rows of a chunk are scattered over
+# every shard, so a read's temporaries grow with it (16 MiB: 65,536 rows at dim 64)
+READ_BYTES = 1 << 24
 
 
 def embed_outputs(adapter: Adapter, seqs: Sequence[str]) -> np.ndarray:
@@ -110,9 +117,9 @@ def record_alias(store: EmbeddingStore, plan: EmbedPlan, alias: str | None) -> N
 
     Re-putting one stored vector with the alias is a no-op once the key lists it.
     """
-    if not alias or not plan.unique:
+    if not alias or not len(plan.digests):
         return
-    first = [plan.unique[0]]
+    first = to_hex(plan.digests[:1])
     for key in plan.keys:
         vector, found = store.get(key, first)
         if found.all():
@@ -120,27 +127,43 @@ def record_alias(store: EmbeddingStore, plan: EmbedPlan, alias: str | None) -> N
 
 
 def gather_vectors(
-    store: EmbeddingStore, plan: EmbedPlan, key: ModelKey, dim: int
+    store: EmbeddingStore,
+    plan: EmbedPlan,
+    key: ModelKey,
+    dim: int,
+    *,
+    progress: bool = False,
 ) -> np.ndarray:
     """The plan's vectors under ``key`` from the store, one row per input, float32.
+
+    Read at most :data:`~embedcache.engine.plan.LOOKUP_CHUNK` rows and
+    :data:`READ_BYTES` of vectors at a time into the result, so beside it only one
+    chunk's vectors are held.
 
     Raises
     ------
     MissingEmbeddingsError
         A planned vector is not in the store (it was not computed).
     """
-    unique, hashes = plan.unique, plan.hashes
-    if not unique:
-        return np.zeros((0, dim), dtype=np.float32)
-    stored, found = store.get(key, unique)
-    if not np.all(found):
-        n_missing = int((~np.asarray(found)).sum())
-        msg = f"{n_missing} of {len(unique)} vectors are still missing from the store after embedding"
-        raise MissingEmbeddingsError(msg)
-    if len(unique) == len(hashes):  # no repeats: already in input order, no copy
-        return np.asarray(stored, dtype=np.float32)
-    row_of = {digest: row for row, digest in enumerate(unique)}
-    return np.asarray(stored, dtype=np.float32)[[row_of[h] for h in hashes]]
+    n = len(plan.digests)
+    out = np.empty((n, dim), dtype=np.float32)
+    step = max(1, min(LOOKUP_CHUNK, READ_BYTES // (4 * max(dim, 1))))
+    with tqdm(
+        total=n, desc="read back", unit="seq", disable=not progress, mininterval=0.5
+    ) as bar:
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            stored, found = store.get(key, to_hex(plan.digests[lo:hi]))
+            if not np.all(found):
+                n_missing = int((~np.asarray(found)).sum())
+                msg = (
+                    f"{n_missing} of rows {lo}-{hi - 1} ({n} in all) have no vector "
+                    "in the store after embedding"
+                )
+                raise MissingEmbeddingsError(msg)
+            out[lo:hi] = stored
+            bar.update(hi - lo)
+    return out
 
 
 def collect_result(
@@ -150,12 +173,13 @@ def collect_result(
     key: ModelKey,
     dim: int,
     alias: str | None,
+    progress: bool = False,
 ) -> EmbedResult:
     """The call's result once every unit is committed: the alias recorded, the
     vectors under ``key`` read back in input order, the plan's counts and keys."""
     record_alias(store, plan, alias)
     return EmbedResult(
-        vectors=gather_vectors(store, plan, key, dim),
+        vectors=gather_vectors(store, plan, key, dim, progress=progress),
         n_computed=plan.n_computed,
         n_cached=plan.n_cached,
         keys=plan.keys,

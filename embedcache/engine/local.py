@@ -10,10 +10,10 @@ from tqdm.auto import tqdm
 
 from embedcache.engine.batching import batch_rule
 from embedcache.engine.forward import collect_result, run_unit
-from embedcache.engine.plan import cut_units, plan_embedding
+from embedcache.engine.plan import iter_units, plan_embedding
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from embedcache.engine.plan import EmbedResult, WorkUnit
     from embedcache.models.base import Adapter
@@ -38,6 +38,10 @@ def embed_sequences(
     batches and committed to the store batch by batch: an interrupted run loses at
     most one batch and a rerun picks up the rest.
 
+    Memory: beside the caller's ``seqs`` and the result, the run holds ~50 bytes per
+    sequence (the plan) and one batch or one :data:`~embedcache.engine.plan.LOOKUP_CHUNK`
+    of rows at a time; no Python object per sequence lives for the whole run.
+
     Parameters
     ----------
     names
@@ -55,32 +59,30 @@ def embed_sequences(
     """
     rule = batch_rule(adapter, token_budget)
     plan = plan_embedding(adapter, seqs, store, names=names, progress=progress)
-    if plan.missing_hashes:
-        # one batch a unit: each batch is committed as soon as it is computed
-        units = cut_units(
-            plan,
-            rule=rule,
-            unit_tokens=1,
-        )
-        _run_units(adapter, store, units, progress=progress)
+    if plan.n_computed:
+        # one batch a unit, cut as it is run: each batch is committed as soon as it
+        # is computed, and only its sequences are held
+        units = iter_units(plan, rule=rule, unit_tokens=1)
+        _run_units(adapter, store, units, n_seqs=plan.n_computed, progress=progress)
     return collect_result(
         store,
         plan,
         key=adapter.key,
         dim=adapter.dim,
         alias=getattr(adapter, "alias", None),
+        progress=progress,
     )
 
 
 def _run_units(
     adapter: Adapter,
     store: EmbeddingStore,
-    units: Sequence[WorkUnit],
+    units: Iterable[WorkUnit],
     *,
+    n_seqs: int,
     progress: bool,
 ) -> None:
     total_tokens = 0
-    n_seqs = sum(unit.n_seqs for unit in units)
     start = time.perf_counter()
     with tqdm(
         total=n_seqs,
@@ -94,9 +96,7 @@ def _run_units(
             elapsed = max(time.perf_counter() - start, 1e-9)
             bar.update(unit.n_seqs)
             bar.set_postfix_str(f"{total_tokens / elapsed:,.0f} tok/s", refresh=False)
-            logger.debug(
-                "stored batch %d/%d (%d sequences)", number, len(units), unit.n_seqs
-            )
+            logger.debug("stored batch %d (%d sequences)", number, unit.n_seqs)
     elapsed = time.perf_counter() - start
     logger.info(
         "computed %d sequences (%d tokens) in %.1f s: %.1f seq/s, %.0f tokens/s",

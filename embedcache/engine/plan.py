@@ -5,6 +5,13 @@ store, and cut the missing ones into work units of whole batches. The records he
 (:class:`EmbedPlan`, :class:`WorkUnit`, :class:`UnitResult`, :class:`EmbedResult`)
 are plain data that both execution paths pass along.
 
+Memory: a plan holds no Python object per sequence. It keeps each row's raw sha256
+(32 bytes) and, per distinct sequence to compute, its input row and token count
+(16 bytes); sequences are read from the caller's list when their unit is cut, and
+every pass over the rows (hash, look up, read back) goes in chunks of
+:data:`LOOKUP_CHUNK`. A million short sequences then plan in ~50 MB of arrays
+beside the caller's list (32 MB of digests, 16 MB for the rows to compute).
+
 Counting convention of :class:`EmbedResult`: ``n_computed`` is the number of distinct
 sequences run through the model in this call; every other input row is ``n_cached``,
 including repeats of a sequence computed earlier in the same call. So
@@ -14,6 +21,7 @@ including repeats of a sequence computed earlier in the same call. So
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,12 +30,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from embedcache.data.seqfile import validate_sequence
-from embedcache.engine.batching import plan_batches
+from embedcache.engine.batching import batch_bounds
 from embedcache.errors import SequenceTooLongError
-from embedcache.hashing import sequence_key
+from embedcache.hashing import normalise_sequence, sequence_digest
+from embedcache.store.index import to_hex
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from embedcache.engine.batching import BatchRule
     from embedcache.models.base import Adapter
@@ -36,7 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# hashes per store look-up call: a progress step, and a bounded temporary array
+# rows per hashing step, store look-up and read-back call: a progress step, and a
+# bounded temporary (hex strings and vectors of one chunk)
 LOOKUP_CHUNK = 100_000
 
 
@@ -54,28 +64,47 @@ class EmbedResult:
     keys: tuple[ModelKey, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EmbedPlan:
     """What one embedding call has to do, decided before anything is computed.
 
-    ``hashes`` has one entry per input row; the ``missing_*`` lists describe the
-    distinct sequences that at least one of ``keys`` lacks, in first-occurrence order.
+    ``digests`` has one raw sha256 per input row; ``missing_rows`` and
+    ``missing_tokens`` describe the distinct sequences that at least one of ``keys``
+    lacks (the input row of each one's first occurrence, its token count), in
+    first-occurrence order. ``seqs`` is the caller's input, validated: a unit reads
+    its sequences there.
     """
 
     keys: tuple[ModelKey, ...]
-    hashes: list[str]
-    unique: list[str]
-    missing_seqs: list[str]
-    missing_hashes: list[str]
-    missing_tokens: list[int]
+    seqs: Sequence[str]
+    digests: np.ndarray  # (n,) S32
+    n_unique: int
+    missing_rows: np.ndarray  # (m,) int64
+    missing_tokens: np.ndarray  # (m,) int64
 
     @property
     def n_computed(self) -> int:
-        return len(self.missing_hashes)
+        return len(self.missing_rows)
 
     @property
     def n_cached(self) -> int:
-        return len(self.hashes) - len(self.missing_hashes)
+        return len(self.digests) - len(self.missing_rows)
+
+    # hex and string views, one Python object per row: for a request-sized plan
+    @property
+    def hashes(self) -> list[str]:
+        """Each input row's sequence key (hex)."""
+        return to_hex(self.digests)
+
+    @property
+    def missing_hashes(self) -> list[str]:
+        """The sequence key of each distinct sequence to compute (hex)."""
+        return to_hex(self.digests[self.missing_rows])
+
+    @property
+    def missing_seqs(self) -> list[str]:
+        """Each distinct sequence to compute, normalised."""
+        return [normalise_sequence(self.seqs[i]) for i in self.missing_rows.tolist()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,59 +174,76 @@ def plan_embedding(
     if names is not None and len(names) != n:
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)
-    # one computation per distinct sequence; remember where it first occurs for
-    # messages. Only the distinct sequences are kept (a million inputs: memory).
-    hashes: list[str] = []
-    first_index: dict[str, int] = {}
-    unique_seqs: list[str] = []
-    for i, seq in enumerate(
-        tqdm(seqs, desc="hash", unit="seq", disable=not progress, mininterval=0.5)
-    ):
-        clean = validate_sequence(seq, _item_name(names, i))
-        digest = sequence_key(clean)
-        hashes.append(digest)
-        if digest not in first_index:
-            first_index[digest] = i
-            unique_seqs.append(clean)
-    unique = list(first_index)
+    digests = _hash_all(seqs, names, progress=progress)
+    # one computation per distinct sequence, at its first occurrence
+    unique_rows = _first_rows(digests)
 
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
-    found = np.ones(len(unique), dtype=bool)
+    found = np.ones(len(unique_rows), dtype=bool)
     with tqdm(
-        total=len(unique) * len(keys),
+        total=len(unique_rows) * len(keys),
         desc="look up",
         unit="seq",
         disable=not progress,
         mininterval=0.5,
     ) as bar:
         for output_key in keys:
-            for lo in range(0, len(unique), LOOKUP_CHUNK):
-                part = unique[lo : lo + LOOKUP_CHUNK]
+            for lo in range(0, len(unique_rows), LOOKUP_CHUNK):
+                part = unique_rows[lo : lo + LOOKUP_CHUNK]
                 found[lo : lo + len(part)] &= np.asarray(
-                    store.contains(output_key, part), dtype=bool
+                    store.contains(output_key, to_hex(digests[part])), dtype=bool
                 )
                 bar.update(len(part))
-    missing = np.flatnonzero(~found).tolist()
-    missing_seqs = [unique_seqs[i] for i in missing]
-    n_tokens = _count_tokens(adapter, missing_seqs)
-    first = list(first_index.values())
-    _check_lengths(adapter, n_tokens, [first[i] for i in missing], missing_seqs, names)
+    missing_rows = unique_rows[~found]
+    n_tokens = _count_tokens(adapter, seqs, missing_rows)
+    _check_lengths(adapter, n_tokens, missing_rows, seqs, names)
     logger.info(
         "%s: %d sequences, %d distinct, %d to compute",
         adapter.key.short(),
         n,
-        len(unique),
-        len(missing),
+        len(unique_rows),
+        len(missing_rows),
     )
     return EmbedPlan(
         keys=keys,
-        hashes=hashes,
-        unique=unique,
-        missing_seqs=missing_seqs,
-        missing_hashes=[unique[i] for i in missing],
+        seqs=seqs,
+        digests=digests,
+        n_unique=len(unique_rows),
+        missing_rows=missing_rows,
         missing_tokens=n_tokens,
     )
+
+
+def iter_units(
+    plan: EmbedPlan,
+    *,
+    rule: BatchRule,
+    unit_tokens: int,
+) -> Iterator[WorkUnit]:
+    """Cut a plan's missing sequences into work units of about ``unit_tokens`` tokens,
+    one at a time (only the unit being run holds its sequences).
+
+    The batches are exactly those of :func:`~embedcache.engine.batching.batch_bounds`
+    over all missing sequences (so vectors do not depend on how they are grouped
+    into units); consecutive batches join a unit until it holds ``unit_tokens``
+    sequence tokens. With ``unit_tokens`` of 1 every batch is its own unit.
+    """
+    if unit_tokens < 1:
+        msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
+        raise ValueError(msg)
+    order, bounds = batch_bounds(plan.missing_tokens, rule)
+    current: list[np.ndarray] = []
+    size = index = 0
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        batch = order[lo:hi]
+        current.append(batch)
+        size += int(plan.missing_tokens[batch].sum())
+        if size >= unit_tokens:
+            yield unit_of_batches(plan, current, index=index)
+            current, size, index = [], 0, index + 1
+    if current:
+        yield unit_of_batches(plan, current, index=index)
 
 
 def cut_units(
@@ -206,84 +252,107 @@ def cut_units(
     rule: BatchRule,
     unit_tokens: int,
 ) -> list[WorkUnit]:
-    """Cut a plan's missing sequences into work units of about ``unit_tokens`` tokens.
-
-    The batches are exactly those of :func:`plan_batches` over all missing sequences
-    (so vectors do not depend on how they are grouped into units); consecutive
-    batches join a unit until it holds ``unit_tokens`` sequence tokens. With
-    ``unit_tokens`` of 1 every batch is its own unit.
-    """
-    if unit_tokens < 1:
-        msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
-        raise ValueError(msg)
-    tokens = plan.missing_tokens
-    batches = plan_batches(tokens, rule)
-    units: list[WorkUnit] = []
-    current: list[list[int]] = []
-    size = 0
-    for batch in batches:
-        current.append(batch)
-        size += sum(tokens[i] for i in batch)
-        if size >= unit_tokens:
-            units.append(unit_of_batches(plan, current, index=len(units)))
-            current, size = [], 0
-    if current:
-        units.append(unit_of_batches(plan, current, index=len(units)))
-    return units
+    """Every unit of :func:`iter_units` at once (holds every missing sequence)."""
+    return list(iter_units(plan, rule=rule, unit_tokens=unit_tokens))
 
 
 def unit_of_batches(
-    plan: EmbedPlan, batches: Sequence[Sequence[int]], *, index: int
+    plan: EmbedPlan, batches: Sequence[Sequence[int] | np.ndarray], *, index: int
 ) -> WorkUnit:
     """The work unit of ``batches`` (positions into the plan's missing sequences)."""
-    rows = [i for batch in batches for i in batch]
-    where = {row: pos for pos, row in enumerate(rows)}
+    parts = [np.asarray(batch, dtype=np.int64) for batch in batches]
+    rows = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    input_rows = plan.missing_rows[rows]
+    # the unit lists its batches' sequences in order: batch k is a run of positions
+    ends = np.cumsum([len(part) for part in parts]).tolist()
+    starts = [0, *ends[:-1]]
     return WorkUnit(
         index=index,
-        seqs=tuple(plan.missing_seqs[i] for i in rows),
-        hashes=tuple(plan.missing_hashes[i] for i in rows),
-        tokens=tuple(plan.missing_tokens[i] for i in rows),
-        batches=tuple(tuple(where[i] for i in batch) for batch in batches),
+        seqs=tuple(normalise_sequence(plan.seqs[i]) for i in input_rows.tolist()),
+        hashes=tuple(to_hex(plan.digests[input_rows])),
+        tokens=tuple(plan.missing_tokens[rows].tolist()),
+        batches=tuple(tuple(range(a, b)) for a, b in zip(starts, ends, strict=True)),
     )
+
+
+def _hash_all(
+    seqs: Sequence[str], names: Sequence[str] | None, *, progress: bool
+) -> np.ndarray:
+    """Validate every sequence and return its raw sha256, (n,) S32, chunk by chunk."""
+    n = len(seqs)
+    digests = np.empty(n, dtype="S32")
+    with tqdm(
+        total=n, desc="hash", unit="seq", disable=not progress, mininterval=0.5
+    ) as bar:
+        for lo in range(0, n, LOOKUP_CHUNK):
+            hi = min(n, lo + LOOKUP_CHUNK)
+            raw = b"".join(
+                sequence_digest(validate_sequence(seqs[i], _item_name(names, i)))
+                for i in range(lo, hi)
+            )
+            digests[lo:hi] = np.frombuffer(raw, dtype="S32")
+            bar.update(hi - lo)
+    return digests
+
+
+def _first_rows(digests: np.ndarray) -> np.ndarray:
+    """Rows holding the first occurrence of each distinct digest, ascending (int64)."""
+    if not len(digests):
+        return np.empty(0, np.int64)
+    order = np.argsort(digests, kind="stable")  # stable: the first row leads each run
+    ranked = digests[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ranked[1:] != ranked[:-1]
+    del ranked
+    return np.sort(order[first]).astype(np.int64, copy=False)
 
 
 def _item_name(names: Sequence[str] | None, index: int) -> str:
     return names[index] if names is not None else f"sequence #{index} (0-based)"
 
 
-def _count_tokens(adapter: Adapter, seqs: Sequence[str]) -> list[int]:
+def _count_tokens(
+    adapter: Adapter, seqs: Sequence[str], rows: np.ndarray
+) -> np.ndarray:
+    """Token counts of ``seqs[rows]`` (int64), a chunk of sequences at a time."""
     many = getattr(adapter, "n_tokens_many", None)
-    if many is not None:
-        return list(many(seqs))
-    return [adapter.n_tokens(seq) for seq in seqs]
+    out = np.empty(len(rows), dtype=np.int64)
+    for lo in range(0, len(rows), LOOKUP_CHUNK):
+        part = [
+            normalise_sequence(seqs[i]) for i in rows[lo : lo + LOOKUP_CHUNK].tolist()
+        ]
+        counts = many(part) if many is not None else map(adapter.n_tokens, part)
+        out[lo : lo + len(part)] = list(counts)
+    return out
 
 
 def _check_lengths(
     adapter: Adapter,
-    n_tokens: Sequence[int],
-    positions: Sequence[int],
+    n_tokens: np.ndarray,
+    rows: np.ndarray,
     seqs: Sequence[str],
     names: Sequence[str] | None,
 ) -> None:
-    """Raise for the first too-long sequence; ``n_tokens``, ``positions`` (input
-    indices) and ``seqs`` describe the distinct sequences to compute, aligned."""
+    """Raise for the first too-long sequence; ``n_tokens`` and ``rows`` (input rows)
+    describe the distinct sequences to compute, aligned."""
     limit = adapter.max_tokens
     if limit is None or adapter.key.truncation != "error":
         return
-    too_long = [j for j, count in enumerate(n_tokens) if count > limit]
-    if not too_long:
+    too_long = np.flatnonzero(n_tokens > limit)
+    if not len(too_long):
         return
-    j = too_long[0]
-    index = positions[j]
+    j = int(too_long[0])
+    index = int(rows[j])
     others = (
         f" ({len(too_long) - 1} more distinct sequences are too long)"
         if len(too_long) > 1
         else ""
     )
     msg = (
-        f"{_item_name(names, index)}: a {len(seqs[j])} bp sequence is {n_tokens[j]} tokens "
-        f"for {adapter.key.model_id}, whose maximum is {limit}{others}. Shorten it, or "
-        "truncate explicitly (--truncate right), which is recorded in the key."
+        f"{_item_name(names, index)}: a {len(seqs[index])} bp sequence is "
+        f"{int(n_tokens[j])} tokens for {adapter.key.model_id}, whose maximum is "
+        f"{limit}{others}. Shorten it, or truncate explicitly (--truncate right), "
+        "which is recorded in the key."
     )
     raise SequenceTooLongError(msg)
 
@@ -295,6 +364,7 @@ __all__ = [
     "WorkUnit",
     "adapter_keys",
     "cut_units",
+    "iter_units",
     "plan_embedding",
     "unit_of_batches",
 ]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from embedcache.engine.batching import plan_batches
+import numpy as np
+
+from embedcache.engine.batching import batch_bounds
 from embedcache.engine.plan import unit_of_batches
 
 if TYPE_CHECKING:
@@ -57,18 +59,20 @@ class UnitQueue:
     def __init__(
         self,
         plan: EmbedPlan | None,
-        batches: list[list[int]],
+        batches: tuple[np.ndarray, np.ndarray],
         units: list[WorkUnit],
         unit_tokens: int | None,
     ) -> None:
         self._plan = plan
-        self._batches = batches  # ascending length: popped from the end
+        # (order, bounds) of batch_bounds: ascending length, taken from the end
+        self._order, self._bounds = batches
+        self._top = len(self._bounds) - 1  # batches not yet handed out
         self._units = units
         self._unit_tokens = unit_tokens
         self._issued = 0
-        self.n_seqs = len(plan.missing_hashes) if plan else sum(u.n_seqs for u in units)
+        self.n_seqs = plan.n_computed if plan else sum(u.n_seqs for u in units)
         self.remaining_tokens = (
-            sum(plan.missing_tokens) if plan else sum(u.n_tokens for u in units)
+            int(plan.missing_tokens.sum()) if plan else sum(u.n_tokens for u in units)
         )
 
     @classmethod
@@ -82,16 +86,16 @@ class UnitQueue:
         if unit_tokens is not None and unit_tokens < 1:
             msg = f"unit size must be a positive number of tokens, got {unit_tokens}"
             raise ValueError(msg)
-        batches = plan_batches(plan.missing_tokens, rule)
-        return cls(plan, batches, [], unit_tokens)
+        return cls(plan, batch_bounds(plan.missing_tokens, rule), [], unit_tokens)
 
     @classmethod
     def from_units(cls, units: Sequence[WorkUnit]) -> UnitQueue:
         ordered = sorted(units, key=lambda u: max(u.tokens, default=0))
-        return cls(None, [], ordered, None)
+        none = (np.empty(0, np.int64), np.zeros(1, np.int64))
+        return cls(None, none, ordered, None)
 
     def __bool__(self) -> bool:
-        return bool(self._batches or self._units)
+        return bool(self._top > 0 or self._units)
 
     def next_unit(self, *, tokens_per_s: float | None, n_workers: int) -> WorkUnit:
         """The next unit (the queue must not be empty)."""
@@ -102,12 +106,14 @@ class UnitQueue:
             size = self._unit_tokens or next_unit_tokens(
                 tokens_per_s, self.remaining_tokens, n_workers
             )
-            taken: list[list[int]] = []
+            taken: list[np.ndarray] = []
             n_tokens = 0
-            while self._batches and n_tokens < size:
-                batch = self._batches.pop()
+            while self._top > 0 and n_tokens < size:
+                self._top -= 1
+                lo, hi = self._bounds[self._top], self._bounds[self._top + 1]
+                batch = self._order[lo:hi]
                 taken.append(batch)
-                n_tokens += sum(self._plan.missing_tokens[i] for i in batch)
+                n_tokens += int(self._plan.missing_tokens[batch].sum())
             unit = unit_of_batches(self._plan, taken, index=self._issued)
         self._issued += 1
         self.remaining_tokens -= unit.n_tokens

@@ -355,10 +355,10 @@ async def _embed(
     metrics = state.metrics
     metrics.hits.labels(served.name).inc(plan.n_cached)
     metrics.misses.labels(served.name).inc(plan.n_computed)
-    if plan.missing_hashes:
+    if plan.n_computed:
         batcher = state.batchers[served.name]
         ticket = batcher.submit(
-            plan.missing_seqs, plan.missing_hashes, plan.missing_tokens
+            plan.missing_seqs, plan.missing_hashes, plan.missing_tokens.tolist()
         )
         done = asyncio.wrap_future(ticket.future)
         gone = asyncio.ensure_future(_disconnected(request))

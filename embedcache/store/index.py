@@ -66,9 +66,9 @@ class HashIndex:
     sorted_gids: np.ndarray  # (m,) int64
     prefixes: np.ndarray | None  # first 8 bytes as integers; None if two collide
     offsets: np.ndarray  # (n_shards + 1,) first global row of each shard
-    # every key in global row order, when all are distinct (else None): a query
-    # of the whole key in stored order then needs no search
-    stored: np.ndarray | None = None
+    # each shard's keys (the shards' own arrays, not a copy), when all keys are
+    # distinct (else None): a query of the whole key in stored order needs no search
+    stored: tuple[np.ndarray, ...] | None = None
 
     @classmethod
     def build(cls, shard_keys: Sequence[np.ndarray]) -> HashIndex:
@@ -78,18 +78,20 @@ class HashIndex:
         keys = np.concatenate(shard_keys) if shard_keys else np.empty(0, "S32")
         # stable sort keeps commit order among equal hashes: first wins
         order = np.argsort(keys, kind="stable")
-        stored = keys
         keys = keys[order]
         first = np.ones(len(keys), bool)
         first[1:] = keys[1:] != keys[:-1]
-        prefixes = _prefixes(keys[first])
+        distinct = bool(first.all())
+        if not distinct:  # else every key is first: no copies to make
+            keys, order = keys[first], order[first]
+        prefixes = _prefixes(keys)
         unique = not np.any(prefixes[1:] == prefixes[:-1])
         return cls(
-            sorted_keys=keys[first],
-            sorted_gids=order[first].astype(np.int64),
+            sorted_keys=keys,
+            sorted_gids=order.astype(np.int64, copy=False),
             prefixes=prefixes if unique else None,
             offsets=offsets,
-            stored=stored if first.all() else None,
+            stored=tuple(shard_keys) if distinct else None,
         )
 
     def __len__(self) -> int:
@@ -102,7 +104,7 @@ class HashIndex:
             return np.full(len(q), -1, np.int64)
         # a whole-key read, in stored or in sorted order: no search (a memcmp)
         if len(q) == len(keys):
-            if self.stored is not None and q.tobytes() == self.stored.tobytes():
+            if self.stored is not None and self._in_stored_order(q):
                 return np.arange(len(q), dtype=np.int64)
             if q.tobytes() == keys.tobytes():
                 return self.sorted_gids.copy()
@@ -118,6 +120,16 @@ class HashIndex:
         gids = np.full(len(q), -1, np.int64)
         gids[by] = np.where(keys[pos] == q[by], self.sorted_gids[pos], -1)
         return gids
+
+    def _in_stored_order(self, q: np.ndarray) -> bool:
+        """Whether ``q`` is every shard's keys in commit order (a memcmp each)."""
+        assert self.stored is not None
+        return all(
+            q[lo:hi].tobytes() == part.tobytes()
+            for part, lo, hi in zip(
+                self.stored, self.offsets[:-1], self.offsets[1:], strict=True
+            )
+        )
 
     def by_shard(self, gids: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Split global rows by shard: (shard position, positions in gids, local rows)."""

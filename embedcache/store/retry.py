@@ -131,7 +131,10 @@ def attempt(
         try:
             return fn()
         except (GenericError, OSError) as err:
-            _check_retry(err, n, location=location, op=op, where=where, pause=pause)
+            if not _check_retry(
+                err, n, location=location, op=op, where=where, pause=pause
+            ):
+                raise
             if on_retry is not None:
                 on_retry(err)
             time.sleep(pause)
@@ -148,7 +151,10 @@ async def attempt_async(
         try:
             return await fn()
         except (GenericError, OSError) as err:
-            _check_retry(err, n, location=location, op=op, where=where, pause=pause)
+            if not _check_retry(
+                err, n, location=location, op=op, where=where, pause=pause
+            ):
+                raise
             await asyncio.sleep(pause)
             pause *= 2
     raise AssertionError  # unreachable: the last attempt returns or raises
@@ -156,12 +162,18 @@ async def attempt_async(
 
 def _check_retry(
     err: Exception, n: int, *, location: str, op: str, where: str, pause: float
-) -> None:
-    """Return if attempt ``n`` may be followed by another; else raise the error."""
+) -> bool:
+    """True if attempt ``n`` may be followed by another; False if ``err`` is to be
+    re-raised as it is (a missing object, say); else raise the error named.
+
+    The caller re-raises with a bare ``raise``: ``raise err`` here would tie the
+    error to this frame, a cycle that keeps the whole calling stack (and its
+    arrays: a look-up's hashes) alive until the garbage collector runs.
+    """
     if no_space(err):
         raise full_error(location, op, where, err) from err
     if not isinstance(err, GenericError):
-        raise err
+        return False
     if n == ATTEMPTS or not transient(err):
         raise unavailable_error(location, op, where, err, n) from err
     logger.warning(
@@ -171,6 +183,7 @@ def _check_retry(
         str(err).splitlines()[0],
         pause,
     )
+    return True
 
 
 class RetryingStore(WrapperStore):

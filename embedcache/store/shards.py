@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 # ~4 MiB chunks: 2048 rows at dim 512 (benchmarks/store_bench.py: fewer, larger
 # chunks read faster through zarr and cost fewer requests on object stores)
 CHUNK_BYTES = 1 << 22
+# a read of scattered rows holds at most this much of a shard at once beside the
+# rows it picks, per reading thread (a merged shard may hold a whole run: reading
+# its span in one piece would cost as much memory as the run's output)
+SPAN_BYTES = 1 << 23
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
 
@@ -278,15 +282,7 @@ def read_rows(
             served = target[:, 0]
         else:
             uniq, inverse = np.unique(rows, return_inverse=True)
-            lo, hi = int(uniq[0]), int(uniq[-1]) + 1
-            if 4 * len(uniq) >= hi - lo:  # dense: read the span, pick in memory
-                values = np.empty((hi - lo, out.shape[1]), np.float32)
-                if not read_span(backend, shard.prefix, arr, lo, values):
-                    values = arr.get_basic_selection((slice(lo, hi), slice(None)))
-                if len(uniq) < hi - lo:
-                    values = values[uniq - lo]
-            else:  # sparse: zarr reads only the chunks holding these rows
-                values = arr.get_orthogonal_selection((uniq, slice(None)))
+            values = _pick_rows(backend, shard.prefix, arr, uniq, out.shape[1])
             if _is_run(dest):  # one pass straight into the output
                 d0 = int(dest[0])
                 np.take(values, inverse, axis=0, out=out[d0 : d0 + k])
@@ -300,6 +296,38 @@ def read_rows(
     if np.isnan(served).any():
         path = f"{shard.prefix}/vectors/c"
         raise MissingObjectError(path)
+
+
+def _pick_rows(
+    backend: Backend,
+    prefix: str,
+    arr: Any,  # noqa: ANN401
+    uniq: np.ndarray,
+    dim: int,
+) -> np.ndarray:
+    """Rows ``uniq`` (sorted, distinct) of the vectors, window by window.
+
+    A window spans at most :data:`SPAN_BYTES` of rows: where its rows are dense it
+    is read whole and picked from in memory, else zarr reads only their chunks.
+    """
+    values = np.empty((len(uniq), dim), np.float32)
+    window = max(1, SPAN_BYTES // (4 * dim))
+    j = 0
+    while j < len(uniq):
+        lo = int(uniq[j])
+        k = int(np.searchsorted(uniq, lo + window))
+        part, hi = uniq[j:k], int(uniq[k - 1]) + 1
+        if 4 * len(part) >= hi - lo:  # dense: read the span, pick in memory
+            whole = len(part) == hi - lo  # every row of the span: read in place
+            span = values[j:k] if whole else np.empty((hi - lo, dim), np.float32)
+            if not read_span(backend, prefix, arr, lo, span):
+                span[...] = arr.get_basic_selection((slice(lo, hi), slice(None)))
+            if not whole:
+                values[j:k] = span[part - lo]
+        else:  # sparse: zarr reads only the chunks holding these rows
+            values[j:k] = arr.get_orthogonal_selection((part, slice(None)))
+        j = k
+    return values
 
 
 def read_span(

@@ -154,3 +154,24 @@ def test_one_column_tsv(tmp_path):
     records = read_sequences(write(tmp_path, "one.tsv", "seq\nACGT\nGG\n"))
     assert records.format == "tsv"
     assert records.seqs == ["ACGT", "GG"]
+
+
+def test_rows_of_a_line_file_are_packed_yet_behave_as_lists(tmp_path):
+    records = read_sequences(write(tmp_path, "s.txt", "acgt\nGG\nNNA\n"))
+    seqs, names = records.seqs, records.names
+    assert not isinstance(seqs, list)  # packed: no string per row is kept
+    assert (len(seqs), seqs[0], seqs[-1], seqs[1:]) == (3, "ACGT", "NNA", ["GG", "NNA"])
+    assert (names[0], names[-1], names[:2]) == (
+        "line 1",
+        "line 3",
+        ["line 1", "line 2"],
+    )
+    assert list(seqs) == ["ACGT", "GG", "NNA"]
+    assert seqs != ["ACGT", "GG"]
+    assert names == ["line 1", "line 2", "line 3"] != ["line 1"]
+    with pytest.raises(IndexError):
+        seqs[3]
+    with pytest.raises(IndexError):
+        names[-4]
+    tsv = read_sequences(write(tmp_path, "t.tsv", "id\tseq\na\tAC\nb\tGT\n"))
+    assert (tsv.seqs, tsv.names) == (["AC", "GT"], ["line 2", "line 3"])

@@ -93,3 +93,47 @@ def test_store_is_keyed_by_sequence_hash(bert):
     store = MemoryStore()
     embed_sequences(bert, ["acgt"], store)
     assert (bert.key, sequence_key("ACGT")) in store.data
+
+
+def test_chunked_run_equals_one_chunk_with_repeats_across_chunks(bert, monkeypatch):
+    from embedcache.engine import plan
+
+    base = random_seqs(9, seed=5)
+    # repeats within and across chunks of 4 rows, one differing only in case
+    seqs = [*base[:5], base[1], base[6], base[0].lower(), *base[5:], base[8], base[2]]
+    whole_store = MemoryStore()
+    whole = embed_sequences(bert, seqs, whole_store, token_budget=120)
+    monkeypatch.setattr(plan, "LOOKUP_CHUNK", 4)
+    chunked_store = MemoryStore()
+    chunked = embed_sequences(bert, seqs, chunked_store, token_budget=120)
+    assert (chunked.n_computed, chunked.n_cached) == (9, len(seqs) - 9)
+    assert (chunked.n_computed, chunked.n_cached) == (whole.n_computed, whole.n_cached)
+    # the same batches, so the same floats, in input order; nothing embedded twice
+    np.testing.assert_array_equal(chunked.vectors, whole.vectors)
+    assert chunked_store.puts == whole_store.puts
+    assert sum(chunked_store.puts) == 9
+    alone = np.concatenate([bert.embed_batch([s.upper()]) for s in seqs])
+    np.testing.assert_allclose(chunked.vectors, alone, atol=1e-5, rtol=0)
+    again = embed_sequences(bert, seqs, chunked_store)
+    assert (again.n_computed, again.n_cached) == (0, len(seqs))
+    np.testing.assert_array_equal(again.vectors, whole.vectors)
+    # a bad item in the last chunk is still found before anything is computed
+    fresh = MemoryStore()
+    with pytest.raises(SequenceTooLongError, match="sequence #14 "):
+        embed_sequences(bert, [*seqs, "A" * 100], fresh)
+    assert fresh.puts == []
+
+
+def test_chunked_read_back_from_a_real_store(tmp_path, monkeypatch):
+    from embedcache.engine import plan
+    from embedcache.store import EmbeddingStore
+
+    kmer = load_adapter("kmer-3")
+    seqs = random_seqs(40, seed=6)
+    seqs = [*seqs, *seqs[::3], seqs[7]]
+    whole = embed_sequences(kmer, seqs, EmbeddingStore(tmp_path / "a"))
+    monkeypatch.setattr(plan, "LOOKUP_CHUNK", 6)
+    chunked = embed_sequences(kmer, seqs, EmbeddingStore(tmp_path / "b"))
+    np.testing.assert_array_equal(chunked.vectors, whole.vectors)
+    np.testing.assert_array_equal(chunked.vectors, kmer.embed_batch(seqs))
+    assert (chunked.n_computed, chunked.n_cached) == (40, len(seqs) - 40)

@@ -31,6 +31,7 @@ def test_hashing_and_lookup_report_progress(capsys, monkeypatch):
     assert "300/300" in err
     assert "look up: 100%" in err
     assert f"{n}/{n}" in err
+    assert "read back: 100%" in err  # the vectors, in input order, chunk by chunk
     assert calls == [128, 128, n - 256]  # looked up in steps, each reported
     embed_into_store("kmer-2", seqs, store, progress=False)
     assert "hash" not in capsys.readouterr().err

@@ -469,3 +469,50 @@ def test_compacting_while_two_processes_write_and_read(process_handle):
     np.testing.assert_array_equal(got, vectors)
     assert compactor.verify() == []
     assert compactor.keys()[0].n_shards == 1
+
+
+def test_scattered_rows_of_a_big_shard_read_window_by_window(handle, monkeypatch):
+    from embedcache.store import shards
+
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(900), vectors_of(900)
+    store.put(KEY_A, hs[:600], vs[:600])
+    store.put(KEY_A, hs[600:], vs[600:])
+    rng = np.random.default_rng(1)
+    # dense, sparse, repeated and in reverse: each read path of a shard
+    order = [*hs[::2], *hs[700:300:-1], *rng.choice(hs, 50).tolist(), hs[5]]
+    expected = vs[[hs.index(h) for h in order]]
+    whole, _ = store.get(KEY_A, order)
+    # a span of at most 3 rows (dim 8): every pick from a window of its own
+    monkeypatch.setattr(shards, "SPAN_BYTES", 3 * 4 * 8)
+    fresh = handle.open()  # no chunk or view cached from the first read
+    windowed, found = fresh.get(KEY_A, order)
+    assert found.all()
+    np.testing.assert_array_equal(whole, expected)
+    np.testing.assert_array_equal(windowed, expected)
+    # the whole key in stored order (across both shards) and in sorted order
+    np.testing.assert_array_equal(fresh.get(KEY_A, hs)[0], vs)
+    sorted_hs = sorted(hs)
+    np.testing.assert_array_equal(
+        fresh.get(KEY_A, sorted_hs)[0], vs[[hs.index(h) for h in sorted_hs]]
+    )
+
+
+def test_a_look_up_of_a_missing_key_frees_its_hashes_at_once(handle):
+    import gc
+    import weakref
+
+    class Hashes(list):  # a list that can be watched
+        pass
+
+    store = handle.open()
+    hashes = Hashes(hashes_of(3))
+    watch = weakref.ref(hashes)
+    gc.disable()  # only reference counting: a cycle would keep the caller's frame
+    try:
+        assert not store.contains(KEY_A, hashes).any()
+        assert store.get(KEY_A, hashes)[0].shape == (3, 0)
+        del hashes
+        assert watch() is None
+    finally:
+        gc.enable()
