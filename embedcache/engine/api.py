@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,13 +153,16 @@ def embed_into_store(
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
-    # activations above glibc's mmap threshold were faulted in afresh every layer
-    keep_freed_memory()
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     adapter = load_adapter(model, revision=revision, **opts.to_dict())
+    if "torch" in sys.modules:
+        # a network's activations above glibc's mmap threshold were faulted in afresh
+        # every layer; the k-mer floors (no torch) keep glibc's default, which hands
+        # a long run's freed temporaries back instead
+        keep_freed_memory()
     if not isinstance(store, EmbeddingStore):
         store = EmbeddingStore(store, options=store_options)
     return embed_sequences(
