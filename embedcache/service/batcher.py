@@ -2,7 +2,7 @@
 
 Requests enqueue the distinct sequences the store lacks; the same sequence asked for
 by several requests in flight is one job with several waiters, so it is computed
-once. The thread takes a window of the queued sequences of one round (below), at
+once. The thread takes a window of the queued sequences in tag order (below), at
 most :data:`WINDOW_BUDGETS` token budgets, and cuts it into length-sorted forward
 passes with the engine's own rule
 (:func:`~embedcache.engine.batching.plan_batches`). Each pass runs through
@@ -10,13 +10,18 @@ passes with the engine's own rule
 `embedcache embed`, so a vector is committed to the store before any request that
 waits for it is answered, and requests are answered pass by pass.
 
-Order: each request's sequences fall into rounds of one token budget; every
-request's round k goes before any request's round k+1, and within a round requests
-go first come, first served. Between two passes of a window the thread looks at the
-queue: when a request of an earlier round is waiting (a small request behind a
-stream of large ones), the window's remaining passes go back to the queue. A
-one-sequence request therefore waits for at most the pass being computed and its
-own, never behind a stream of large requests.
+Order: fair queueing on a work clock. The clock counts the work computed, in token
+budgets (a pass's padded tokens over the budget). A request's sequences are cut into
+the passes the engine would make of that request alone (short sequences first), and
+each sequence is tagged with the clock at the request's arrival plus the request's
+tokens up to and including its pass, over the budget: the clock reading by which a
+fair share would have computed it. The queue goes by tag (then first come, first
+served). So a one-sequence request arriving beside a stream of large ones is tagged
+just after the clock, ahead of the stream's next pass: between two passes of a
+window, a queued sequence tagged before every pass left hands those passes back to
+the queue, and it waits only for the pass in flight and its own. A flow of small
+requests cannot starve a large one either: each pass moves the clock on, so the
+large one's next pass comes due after one budget of their work.
 """
 
 from __future__ import annotations
@@ -50,11 +55,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# A window spans at most this many token budgets of one round: concurrent requests'
-# sequences are then sorted by length across requests, as one `embed` run sorts its
-# input, instead of padding short and long ones together batch by batch. An earlier
-# round waiting takes over between two passes, so the window costs no one latency.
+# A window spans at most this many token budgets, taken in tag order: concurrent
+# requests' sequences are then sorted by length across requests, as one `embed` run
+# sorts its input, instead of padding short and long ones together batch by batch ...
 WINDOW_BUDGETS = 8
+# ... of sequences due within one budget of the first: what is due later waits for
+# the next window, so a small request's sequence is not sorted in behind them
+WINDOW_SPAN = 1.0
 
 
 class Ticket:
@@ -73,7 +80,7 @@ class _Job:
     digest: str
     seq: str
     tokens: int
-    priority: tuple[int, int, int]
+    priority: tuple[float, int, int]  # (tag, request, position)
     waiters: set[Ticket] = field(default_factory=set)
     running: bool = False
 
@@ -97,12 +104,13 @@ class Batcher:
         self.window_seconds = window_seconds
         self._cond = threading.Condition()
         self._jobs: dict[str, _Job] = {}
-        self._heap: list[tuple[tuple[int, int, int], int, _Job]] = []
+        self._heap: list[tuple[tuple[float, int, int], int, _Job]] = []
         self._counter = itertools.count()
         self._tickets = itertools.count()
         self._queued_seqs = 0
         self._queued_tokens = 0
         self._stopping = False
+        self._clock = 0.0  # token budgets of work computed so far
         self._thread = threading.Thread(
             target=self._run, name=f"batcher-{model.name}", daemon=True
         )
@@ -123,7 +131,14 @@ class Batcher:
         ServiceUnavailableError
             The server is draining.
         """
+        # how far into the request each sequence's pass ends, in token budgets: the
+        # passes the engine would cut for this request alone
         budget = self.model.rule.token_budget
+        due = np.empty(len(digests), dtype=np.float64)
+        work = 0
+        for batch in plan_batches(tokens, self.model.rule):
+            work += len(batch) * max(tokens[i] for i in batch)
+            due[batch] = work / budget
         with self._cond:
             if self._stopping:
                 msg = "the server is shutting down; retry against a running server"
@@ -146,12 +161,9 @@ class Batcher:
                 raise QueueFullError(msg, retry_after=1)
             ticket = Ticket(digests)
             number = next(self._tickets)
-            done = 0
             for i, digest in enumerate(digests):
                 job = self._jobs.get(digest)
-                # its round: which token budget of this request the sequence falls in
-                priority = (done // budget, number, i)
-                done += tokens[i]
+                priority = (self._clock + float(due[i]), number, i)
                 if job is None:
                     job = _Job(digest, seqs[i], tokens[i], priority)
                     self._jobs[digest] = job
@@ -247,14 +259,14 @@ class Batcher:
                 # a short wait lets concurrent requests join a batch that is not full
                 self._cond.wait(self.window_seconds)
             jobs: list[_Job] = []
-            size, limit, window_round = 0, budget * WINDOW_BUDGETS, None
+            size, limit, last_due = 0, budget * WINDOW_BUDGETS, None
             while self._heap and (not jobs or size < limit):
                 priority, _, job = heapq.heappop(self._heap)
                 if not self._current(priority, job):
                     continue
-                if window_round is None:
-                    window_round = priority[0]
-                if jobs and (size + job.tokens > limit or priority[0] != window_round):
+                if last_due is None:
+                    last_due = priority[0] + WINDOW_SPAN
+                if jobs and (size + job.tokens > limit or priority[0] >= last_due):
                     heapq.heappush(self._heap, (priority, next(self._counter), job))
                     break
                 job.running = True
@@ -265,7 +277,7 @@ class Batcher:
             self._publish_depth()
             return jobs
 
-    def _current(self, priority: tuple[int, int, int], job: _Job) -> bool:
+    def _current(self, priority: tuple[float, int, int], job: _Job) -> bool:
         """Whether a heap entry still stands for a queued job (not dropped, taken, or
         pushed again with a better priority)."""
         return (
@@ -275,8 +287,9 @@ class Batcher:
         )
 
     def _compute(self, window: list[_Job]) -> None:
-        """Run a window batch by batch, committing and answering after each; stop
-        early, handing the rest back to the queue, when an earlier round is waiting."""
+        """Run a window pass by pass, committing and answering after each; the passes
+        not begun go back to the queue when a queued sequence is due before all of
+        them, or on a shutdown (and then get 503)."""
         if not window:
             return
         digests = [job.digest for job in window]
@@ -287,7 +300,6 @@ class Batcher:
         self._finish([job for job, done in zip(window, stored, strict=True) if done])
         todo = [job for job, done in zip(window, stored, strict=True) if not done]
         batches = plan_batches([job.tokens for job in todo], self.model.rule)
-        window_round = window[0].priority[0]
         for number, batch in enumerate(batches):
             jobs = self._still_wanted([todo[i] for i in batch])
             if jobs:
@@ -299,7 +311,7 @@ class Batcher:
                 else:
                     self._finish(jobs)
             rest = [todo[i] for later in batches[number + 1 :] for i in later]
-            if rest and self._yield_to_earlier_round(window_round, rest):
+            if rest and self._hand_back(rest):
                 return
 
     def _still_wanted(self, jobs: list[_Job]) -> list[_Job]:
@@ -313,13 +325,14 @@ class Batcher:
             self.metrics.dropped.labels(self.model.name).inc(len(gone))
         return [job for job in jobs if job.waiters]
 
-    def _yield_to_earlier_round(self, window_round: int, rest: list[_Job]) -> bool:
-        """Hand ``rest`` back to the queue when a request of an earlier round (a small
-        request behind a stream of large ones) or a shutdown is waiting."""
+    def _hand_back(self, rest: list[_Job]) -> bool:
+        """Return ``rest`` to the queue when a queued sequence is due before all of it
+        (a small request behind a stream), or when the server is draining."""
         with self._cond:
             while self._heap and not self._current(self._heap[0][0], self._heap[0][2]):
                 heapq.heappop(self._heap)
-            earlier = bool(self._heap) and self._heap[0][0][0] < window_round
+            due_first = min(job.priority for job in rest)
+            earlier = bool(self._heap) and self._heap[0][0] < due_first
             if not (earlier or self._stopping):
                 return False
             for job in rest:
@@ -347,7 +360,10 @@ class Batcher:
         metrics = self.metrics
         metrics.computed.labels(model.name).inc(result.n_computed)
         metrics.forward_seconds.labels(model.name).observe(seconds)
-        metrics.batch_tokens.labels(model.name).observe(len(jobs) * max(tokens))
+        padded = len(jobs) * max(tokens)
+        metrics.batch_tokens.labels(model.name).observe(padded)
+        with self._cond:
+            self._clock += padded / model.rule.token_budget
         logger.debug(
             "%s: a batch of %d sequences, %.3f s", model.name, len(jobs), seconds
         )

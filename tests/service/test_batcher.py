@@ -5,6 +5,7 @@ chosen pass so the test decides what arrives while it runs."""
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,12 +32,14 @@ class HeldForward:
     def __init__(self, hold: int) -> None:
         self.hold = hold
         self.passes: list[tuple[str, ...]] = []
+        self.on_pass = lambda seqs: None
         self.reached = threading.Event()
         self.release = threading.Event()
         self.real = batcher_module.run_unit
 
     def __call__(self, adapter, store, unit):
         self.passes.append(unit.seqs)
+        self.on_pass(unit.seqs)
         if len(self.passes) == self.hold:
             self.reached.set()
             assert self.release.wait(30)
@@ -71,15 +74,15 @@ def submit(batcher: Batcher, seqs: list[str]):
     return batcher.submit(seqs, digests, [TOKENS] * len(seqs))
 
 
-def test_an_earlier_round_takes_over_between_two_passes_of_a_window(
+def test_a_small_request_waits_for_the_pass_in_flight_not_the_stream(
     make_batcher, monkeypatch
 ):
-    # two large requests: rounds of two sequences; a window holds one round of both,
-    # two passes. The third pass is round 1's first: a small request arrives then.
-    forward = HeldForward(hold=3)
+    # a stream of 8 sequences is 4 passes of one window; a one-sequence request
+    # arrives during the stream's second pass and runs right after it
+    forward = HeldForward(hold=2)
     batcher, store = make_batcher(forward, monkeypatch)
-    a, b, small = random_seqs(6, seed=1), random_seqs(6, seed=2), random_seqs(1, seed=3)
-    tickets = [submit(batcher, a), submit(batcher, b)]
+    stream, small = random_seqs(8, seed=1), random_seqs(1, seed=3)
+    tickets = [submit(batcher, stream)]
     batcher.start()
     assert forward.reached.wait(30)
     tickets.append(submit(batcher, small))
@@ -87,16 +90,44 @@ def test_an_earlier_round_takes_over_between_two_passes_of_a_window(
     for ticket in tickets:
         ticket.future.result(timeout=30)
 
-    assert set(forward.passes[2]) <= set(a[2:4] + b[2:4])
-    # the small request ran right after the pass in flight, before round 1 finished
-    assert forward.passes[3] == tuple(small)
-    assert set(forward.passes[4]) <= set(a[2:4] + b[2:4])
+    assert forward.passes[2] == tuple(small)
     ran = [s for batch in forward.passes for s in batch]
-    assert sorted(ran) == sorted(a + b + small)  # each sequence computed once
+    assert sorted(ran) == sorted(stream + small)  # each sequence computed once
+    assert len(forward.passes) == 5
     (key,) = store.keys()
-    vectors, found = store.get(key.key, [sequence_key(s) for s in a + b + small])
+    vectors, found = store.get(key.key, [sequence_key(s) for s in stream + small])
     assert found.all()
     assert np.isfinite(vectors).all()
+
+
+def test_a_flow_of_small_requests_does_not_starve_a_stream(make_batcher, monkeypatch):
+    # a new one-sequence request arrives during every pass: each is due after the
+    # pass in flight, but every pass moves the clock on, so the stream's next pass
+    # comes due after one budget of the small requests' work (two of them here)
+    forward = HeldForward(hold=0)
+    batcher, _ = make_batcher(forward, monkeypatch)
+    stream = random_seqs(8, seed=1)
+    smalls = iter(random_seqs(12, seed=7))
+    tickets = [submit(batcher, stream)]
+
+    def arrive(seqs):
+        if len(forward.passes) <= 12:
+            tickets.append(submit(batcher, [next(smalls)]))
+
+    forward.on_pass = arrive
+    batcher.start()
+    deadline = time.monotonic() + 60
+    while not tickets[0].future.done():
+        assert time.monotonic() < deadline, "the stream was starved"
+        time.sleep(0.01)
+    stream_passes = [
+        n for n, seqs in enumerate(forward.passes) if set(seqs) <= set(stream)
+    ]
+    assert len(stream_passes) == 4
+    # between two of the stream's passes, at most one budget of small requests ran
+    gaps = np.diff(stream_passes) - 1
+    assert gaps.max() <= BUDGET // TOKENS, forward.passes
+    assert gaps.min() >= 1  # and the small ones were not kept waiting either
 
 
 def test_passes_nobody_waits_for_any_more_are_dropped(make_batcher, monkeypatch):
