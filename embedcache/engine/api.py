@@ -149,7 +149,7 @@ def embed_into_store(
             progress=progress,
         )
     from embedcache.engine.local import embed_sequences
-    from embedcache.engine.memory import keep_freed_memory
+    from embedcache.engine.memory import keep_freed_memory, return_freed_memory
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
@@ -160,9 +160,12 @@ def embed_into_store(
     adapter = load_adapter(model, revision=revision, **opts.to_dict())
     if "torch" in sys.modules:
         # a network's activations above glibc's mmap threshold were faulted in afresh
-        # every layer; the k-mer floors (no torch) keep glibc's default, which hands
-        # a long run's freed temporaries back instead
+        # every layer
         keep_freed_memory()
+    else:
+        # the k-mer floors run millions of sequences through few, cheap passes:
+        # memory is the limit there, so freed temporaries go back at once
+        return_freed_memory()
     if not isinstance(store, EmbeddingStore):
         store = EmbeddingStore(store, options=store_options)
     return embed_sequences(

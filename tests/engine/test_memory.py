@@ -1,4 +1,4 @@
-"""keep_freed_memory: big blocks are reused from the heap, not faulted in again."""
+"""keep_freed_memory and return_freed_memory: big blocks kept in the heap, or handed back."""
 
 from __future__ import annotations
 
@@ -42,3 +42,43 @@ def test_a_freed_64_mib_block_is_reused_without_page_faults():
     assert mapped >= 32
     assert kept == "True"
     assert reused <= 2
+
+
+RETURN_PROBE = """
+import resource, sys
+import numpy as np
+from embedcache.engine.memory import return_freed_memory
+
+def faults(n_bytes):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = np.empty(n_bytes, dtype=np.uint8)
+    block.fill(1)  # touch every page
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+if sys.argv[1] == "return":
+    assert return_freed_memory()
+n_bytes = 1 << 20  # glibc's own threshold rises past this after the first free
+faults(n_bytes)
+faults(n_bytes)
+print(faults(n_bytes))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(ctypes.CDLL(None), "mallopt"), reason="needs glibc's mallopt"
+)
+def test_with_return_freed_memory_a_freed_1_mib_block_goes_back_to_the_kernel():
+    def third_block_faults(mode):
+        out = subprocess.run(
+            [sys.executable, "-c", RETURN_PROBE, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout)
+
+    # by default glibc keeps the block in its heap after the first free: no faults;
+    # returned, every allocation maps 256 fresh 4 KiB pages
+    assert third_block_faults("default") <= 16
+    assert third_block_faults("return") >= 200
