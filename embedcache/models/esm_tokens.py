@@ -13,10 +13,10 @@ tests/models/test_esm_tokens.py checks the ids against ``EsmTokenizer`` itself.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
+from embedcache.models.checkpoint import read_json_object
 from embedcache.models.encoder import Encoded
 
 if TYPE_CHECKING:
@@ -51,18 +51,6 @@ def _content(value: Any, *, where: str, key: str) -> str | None:  # noqa: ANN401
     raise CheckpointError(msg)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        msg = f"cannot read {path}: {err}"
-        raise CheckpointError(msg) from err
-    if not isinstance(data, dict):
-        msg = f"{path} holds {type(data).__name__}; expected a JSON object"
-        raise CheckpointError(msg)
-    return data
-
-
 def read_specials(
     folder: Path,
     *,
@@ -94,7 +82,10 @@ def read_specials(
         path = folder / name
         if not path.is_file():
             continue
-        data = _read_json(path)
+        data = read_json_object(path)
+        if data is None:
+            msg = f"{where}: {path} holds no JSON object"
+            raise CheckpointError(msg)
         for key in SPECIAL_KEYS:
             if key not in data:
                 continue
@@ -117,7 +108,7 @@ def read_specials(
             raise CheckpointError(msg)
         limit = data.get("model_max_length", data.get("max_len", limit))
     added = folder / "added_tokens.json"
-    if added.is_file() and _read_json(added):
+    if read_json_object(added):
         msg = f"{where}: added_tokens.json adds tokens to vocab.txt; NT-v2 adds none"
         raise CheckpointError(msg)
     return named, tuple(extra), limit

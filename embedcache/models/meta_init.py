@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 _SKIPPED = frozenset({torch.Tensor.normal_, torch.nn.init.normal_})
 
 
-class _SkipMetaInit(TorchFunctionMode):
+class _MetaShortcuts(TorchFunctionMode):
+    """``normal_`` of a meta tensor returns it untouched; ``empty_like`` of one
+    allocates with ``empty_strided``. Everything else runs as called."""
+
     def __torch_function__(
         self,
         func: Callable[..., Any],
@@ -35,47 +38,30 @@ class _SkipMetaInit(TorchFunctionMode):
     ) -> Any:  # noqa: ANN401
         kwargs = kwargs or {}
         # nn.init.normal_ passes its tensor by keyword, Tensor.normal_ as self
-        target = args[0] if args else kwargs.get("tensor")
-        if func in _SKIPPED and isinstance(target, torch.Tensor) and target.is_meta:
-            return target
-        return func(*args, **kwargs)
-
-
-class _EmptyOffMeta(TorchFunctionMode):
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,  # noqa: ANN401 - torch's signature
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:  # noqa: ANN401
-        kwargs = kwargs or {}
-        source = args[0] if args else None
-        if (
-            func is torch.empty_like
-            and isinstance(source, torch.Tensor)
-            and source.is_meta
-            and set(kwargs) <= {"device"}
-        ):
-            return torch.empty_strided(
-                source.size(),
-                source.stride(),
-                dtype=source.dtype,
-                device=kwargs.get("device", "cpu"),
-            )
+        first = args[0] if args else kwargs.get("tensor")
+        if isinstance(first, torch.Tensor) and first.is_meta:
+            if func in _SKIPPED:
+                return first
+            if func is torch.empty_like and set(kwargs) <= {"device"}:
+                return torch.empty_strided(
+                    first.size(),
+                    first.stride(),
+                    dtype=first.dtype,
+                    device=kwargs.get("device", first.device),
+                )
         return func(*args, **kwargs)
 
 
 def materialise(network: torch.nn.Module, *, device: str = "cpu") -> torch.nn.Module:
     """``network.to_empty(device=device)``: uninitialised storage for every tensor."""
-    with _EmptyOffMeta():
+    with _MetaShortcuts():
         return network.to_empty(device=device)
 
 
 @contextmanager
 def meta_device() -> Iterator[None]:
     """Tensors made inside are on the meta device; ``normal_`` on them is skipped."""
-    with torch.device("meta"), _SkipMetaInit():
+    with torch.device("meta"), _MetaShortcuts():
         yield
 
 

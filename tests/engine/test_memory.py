@@ -9,10 +9,10 @@ import sys
 import pytest
 
 # in a fresh process: the setting is process-wide and other tests may have made it
-PROBE = """
+FAULTS = """
 import resource, sys
 import numpy as np
-from embedcache.engine.memory import keep_freed_memory
+from embedcache.engine.memory import keep_freed_memory, return_freed_memory
 
 def faults(n_bytes):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -20,7 +20,10 @@ def faults(n_bytes):
     block.fill(1)  # touch every page
     del block
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
+"""
+PROBE = (
+    FAULTS
+    + """
 n_bytes = 64 << 20  # above the 32 MiB that glibc's own threshold can reach
 faults(n_bytes)
 mapped = faults(n_bytes)
@@ -28,6 +31,7 @@ kept = keep_freed_memory()
 faults(n_bytes)  # the first block from the heap grows it once
 print(mapped, kept, faults(n_bytes))
 """
+)
 
 
 @pytest.mark.skipif(
@@ -44,18 +48,9 @@ def test_a_freed_64_mib_block_is_reused_without_page_faults():
     assert reused <= 2
 
 
-RETURN_PROBE = """
-import resource, sys
-import numpy as np
-from embedcache.engine.memory import return_freed_memory
-
-def faults(n_bytes):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    block = np.empty(n_bytes, dtype=np.uint8)
-    block.fill(1)  # touch every page
-    del block
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
+RETURN_PROBE = (
+    FAULTS
+    + """
 if sys.argv[1] == "return":
     assert return_freed_memory()
 n_bytes = 1 << 20  # glibc's own threshold rises past this after the first free
@@ -63,6 +58,7 @@ faults(n_bytes)
 faults(n_bytes)
 print(faults(n_bytes))
 """
+)
 
 
 @pytest.mark.skipif(
