@@ -40,6 +40,35 @@ def _offline_hub(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
 
 
+def make_kmer3_tokenizer():
+    """A DNABERT-like tokenizer: whitespace-split 3-mer words, [CLS]/[SEP] specials.
+
+    Returns the tokenizer and its vocabulary (specials at ids 0-4).
+    """
+    from itertools import product
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    for kmer in product("ACGT", repeat=3):
+        vocab["".join(kmer)] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    return tokenizer, vocab
+
+
 def make_dna_tokenizer(*, style: str = "bert", model_max_length: int | None = None):
     """A character-level DNA tokenizer (one token per base) with [CLS]/[SEP]-style specials.
 

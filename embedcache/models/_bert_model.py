@@ -24,7 +24,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
-from embedcache.models.bert_modules import Dense, SelfAttention, StackNetwork
+from embedcache.models.bert_modules import (
+    Dense,
+    Embeddings,
+    SelfAttention,
+    StackNetwork,
+)
 from embedcache.models.config_fields import BertSizes, bert_sizes, positive_int
 
 if TYPE_CHECKING:
@@ -117,30 +122,9 @@ class _Layer(nn.Module):
         self.output = _DenseNorm(arch.intermediate_size, h, eps=arch.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
         attn = self.attention
-
-        def heads(linear: nn.Linear) -> torch.Tensor:
-            return linear(x).view(b, t, self.n_heads, -1).transpose(1, 2)
-
-        context = F.scaled_dot_product_attention(
-            heads(attn.self.query),
-            heads(attn.self.key),
-            heads(attn.self.value),
-            attn_mask=keys,
-        )
-        x = attn.output(context.transpose(1, 2).reshape(b, t, h), x)
+        x = attn.output(attn.self.context(x, keys, self.n_heads), x)
         return self.output(F.gelu(self.intermediate.dense(x)), x)
-
-
-class _Embeddings(nn.Module):
-    def __init__(self, arch: BertArch) -> None:
-        super().__init__()
-        h = arch.hidden_size
-        self.word_embeddings = nn.Embedding(arch.vocab_size, h)
-        self.position_embeddings = nn.Embedding(arch.max_positions, h)
-        self.token_type_embeddings = nn.Embedding(arch.type_vocab_size, h)
-        self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
 
 
 class _Encoder(nn.Module):
@@ -157,7 +141,7 @@ class BertNetwork(StackNetwork):
     """
 
     def __init__(self, arch: BertArch) -> None:
-        super().__init__(arch, _Embeddings(arch), _Encoder(arch))
+        super().__init__(arch, Embeddings(arch), _Encoder(arch))
 
     def embed(
         self, ids: torch.Tensor, attention_mask: torch.Tensor

@@ -24,7 +24,12 @@ from torch import nn
 
 from embedcache.errors import CheckpointError
 from embedcache.models.bert_init import bert_init
-from embedcache.models.bert_modules import Dense, SelfAttention, StackNetwork
+from embedcache.models.bert_modules import (
+    Dense,
+    Embeddings,
+    SelfAttention,
+    StackNetwork,
+)
 from embedcache.models.config_fields import (
     BertSizes,
     bert_sizes,
@@ -113,34 +118,11 @@ class _Layer(nn.Module):
         self.output = Dense(arch.intermediate_size, h)
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        y = self.pre_attention_ln(x)
         attn = self.attention
-
-        def heads(linear: nn.Linear) -> torch.Tensor:
-            return linear(y).view(b, t, self.n_heads, -1).transpose(1, 2)
-
-        context = F.scaled_dot_product_attention(
-            heads(attn.self.query),
-            heads(attn.self.key),
-            heads(attn.self.value),
-            attn_mask=keys,
-        )
-        x = x + attn.output.dense(context.transpose(1, 2).reshape(b, t, h))
+        context = attn.self.context(self.pre_attention_ln(x), keys, self.n_heads)
+        x = x + attn.output.dense(context)
         y = F.gelu(self.intermediate.dense(self.post_attention_ln(x)))
         return x + self.output.dense(y)
-
-
-class _Embeddings(nn.Module):
-    def __init__(self, arch: GenaArch) -> None:
-        super().__init__()
-        h = arch.hidden_size
-        self.word_embeddings = nn.Embedding(
-            arch.vocab_size, h, padding_idx=arch.pad_token_id
-        )
-        self.position_embeddings = nn.Embedding(arch.max_positions, h)
-        self.token_type_embeddings = nn.Embedding(arch.type_vocab_size, h)
-        self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
 
 
 class _Encoder(nn.Module):
@@ -161,7 +143,9 @@ class GenaNetwork(StackNetwork):
     """
 
     def __init__(self, arch: GenaArch) -> None:
-        super().__init__(arch, _Embeddings(arch), _Encoder(arch))
+        super().__init__(
+            arch, Embeddings(arch, padding_idx=arch.pad_token_id), _Encoder(arch)
+        )
 
     @property
     def final_norm(self) -> nn.Module | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
@@ -26,6 +27,36 @@ class SelfAttention(nn.Module):
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
         self.value = nn.Linear(hidden_size, hidden_size)
+
+    def context(
+        self, x: torch.Tensor, keys: torch.Tensor, n_heads: int
+    ) -> torch.Tensor:
+        """Multi-head attention of ``x`` (b, t, h) over the positions ``keys`` lets
+        it see (SDPA's boolean mask): the context, (b, t, h), before the output
+        projection."""
+        b, t, h = x.shape
+
+        def heads(linear: nn.Linear) -> torch.Tensor:
+            return linear(x).view(b, t, n_heads, -1).transpose(1, 2)
+
+        context = F.scaled_dot_product_attention(
+            heads(self.query), heads(self.key), heads(self.value), attn_mask=keys
+        )
+        return context.transpose(1, 2).reshape(b, t, h)
+
+
+class Embeddings(nn.Module):
+    """BERT's embedding tables and their norm (``embeddings.*``), sized from an arch
+    with ``vocab_size``, ``hidden_size``, ``max_positions``, ``type_vocab_size`` and
+    ``layer_norm_eps``."""
+
+    def __init__(self, arch: Any, *, padding_idx: int | None = None) -> None:  # noqa: ANN401
+        super().__init__()
+        h = arch.hidden_size
+        self.word_embeddings = nn.Embedding(arch.vocab_size, h, padding_idx=padding_idx)
+        self.position_embeddings = nn.Embedding(arch.max_positions, h)
+        self.token_type_embeddings = nn.Embedding(arch.type_vocab_size, h)
+        self.LayerNorm = nn.LayerNorm(h, eps=arch.layer_norm_eps)
 
 
 class Dense(nn.Module):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fresh_python import fresh_python
+
 REPO = Path(__file__).resolve().parents[2]
 # never needed to list, inspect or embed with a built-in floor
 HEAVY = ("torch", "transformers", "dask", "matplotlib", "sklearn", "fastapi", "uvicorn")
@@ -98,15 +100,7 @@ def test_a_family_module_alone_does_not_import_torch():
         "for name in FAMILY_MODULES: family_module(name)\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 @pytest.mark.parametrize("family", ["ntv2", "bert"])
@@ -123,12 +117,4 @@ def test_a_transformer_family_loads_without_transformers(family, tiny_bert_dir):
         "late = ('transformers', 'torch._dynamo', 'sympy')\n"
         "print(sorted(m for m in late if m in sys.modules))"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert fresh_python(code).splitlines()[-1] == "[]"

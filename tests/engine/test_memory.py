@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ctypes
-import subprocess
-import sys
 
 import pytest
+
+from tests.fresh_python import fresh_python
 
 # in a fresh process: the setting is process-wide and other tests may have made it
 FAULTS = """
@@ -38,9 +38,7 @@ print(mapped, kept, faults(n_bytes))
     not hasattr(ctypes.CDLL(None), "mallopt"), reason="needs glibc's mallopt"
 )
 def test_a_freed_64_mib_block_is_reused_without_page_faults():
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = fresh_python(PROBE).split()
     mapped, kept, reused = int(out[0]), out[1], int(out[2])
     # 64 MiB is 32 huge pages or 16,384 small ones: mapped afresh, every one faults
     assert mapped >= 32
@@ -65,13 +63,7 @@ print(faults(n_bytes))
 )
 def test_with_return_freed_memory_a_freed_1_mib_block_goes_back_to_the_kernel():
     def third_block_faults(mode):
-        out = subprocess.run(
-            [sys.executable, "-c", RETURN_PROBE, mode],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return int(out.stdout)
+        return int(fresh_python(RETURN_PROBE, mode))
 
     # kept, the block is reused from the heap: no faults; returned, every allocation
     # maps 256 fresh 4 KiB pages. (glibc's default lies between, and differed between

@@ -21,7 +21,7 @@ from embedcache.models import (
     resolve_device,
 )
 from embedcache.models.hf import kmer_split, token_budget
-from tests.conftest import save_tiny_model
+from tests.conftest import make_kmer3_tokenizer, save_tiny_model
 from tests.models.adapter_contract import AdapterContract, min_cosine
 
 SEQS = ["ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCAACGTAGCATCGA"]
@@ -160,30 +160,10 @@ def test_bfloat16_returns_float32_close_to_float32(model_dir):
 @pytest.fixture(scope="module")
 def tiny_dnabert_dir(tmp_path_factory):
     """DNABERT-like: a vocabulary of 3-mers, whitespace pre-tokenizer, tiny BERT trunk."""
-    from itertools import product
-
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertModel
 
     path = tmp_path_factory.mktemp("tiny-dnabert")
-    vocab = {
-        name: i for i, name in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    }
-    for kmer in product("ACGT", repeat=3):
-        vocab["".join(kmer)] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    tokenizer, vocab = make_kmer3_tokenizer()
     return save_tiny_model(
         path,
         tokenizer,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from itertools import product
 
 import numpy as np
 import pytest
@@ -29,7 +28,7 @@ from embedcache.models._hf_network import HFNetwork
 from embedcache.models.checkpoint import empty_module
 from embedcache.models.hf import kmer_split, native_tokenizer
 from embedcache.models.weights import load_strict, read_state_dict
-from tests.conftest import make_dna_tokenizer
+from tests.conftest import make_dna_tokenizer, make_kmer3_tokenizer
 
 # (hidden, heads, layers, intermediate, type vocab, layer-norm eps, class saved)
 CONFIGS = {
@@ -161,27 +160,10 @@ def test_variants_go_through_transformers(tiny_bert_dir, tmp_path):
 @pytest.fixture(scope="module")
 def tokenizer_dirs(tmp_path_factory, tiny_bert_dir):
     """tokenizer.json folders as transformers saves them: per base, 3-mer words."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     root = tmp_path_factory.mktemp("tokenizers")
     make_dna_tokenizer(style="esm", model_max_length=30).save_pretrained(root / "esm")
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
-    for kmer in product("ACGT", repeat=3):
-        vocab["".join(kmer)] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    ).save_pretrained(root / "kmer")
+    tokenizer, vocab = make_kmer3_tokenizer()
+    tokenizer.save_pretrained(root / "kmer")
     # as transformers 4 saved it: the class's old name and the specials listed by id
     shutil.copytree(root / "kmer", root / "v4")
     config = json.loads((root / "v4" / "tokenizer_config.json").read_text())

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from embedcache.models.meta_init import materialise, meta_device
+from tests.fresh_python import fresh_python
 
 
 def test_built_on_meta_then_given_cpu_storage_of_the_same_layout():
@@ -30,13 +31,6 @@ def test_only_meta_tensors_skip_normal():
 
 
 def test_a_family_build_imports_neither_dynamo_nor_sympy():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-
     code = (
         "import sys, torch\n"
         "from torch import nn\n"
@@ -44,11 +38,4 @@ def test_a_family_build_imports_neither_dynamo_nor_sympy():
         "empty_module(lambda: nn.Sequential(nn.Embedding(9, 4), nn.LayerNorm(4)))\n"
         "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
