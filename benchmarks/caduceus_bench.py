@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.peaks import describe, faster_dtype, machine_peaks
+from benchmarks.wrapping import wrapped
 from embedcache.hashing import reverse_complement
 from embedcache.models import _caduceus_numba
 from embedcache.models._caduceus_model import (
@@ -189,9 +190,6 @@ def naive_embed(weights: CaduceusWeights, seqs: list[str]) -> np.ndarray:
 @contextmanager
 def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
     """Time the numba kernels by wrapping them where the model looks them up."""
-    originals = {
-        name: getattr(_caduceus_numba, name) for name in ("scan_gated", "conv_silu")
-    }
 
     def wrap(name: str, fn):  # noqa: ANN001, ANN202
         def timed(*args):  # noqa: ANN002, ANN202
@@ -201,13 +199,8 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 
         return timed
 
-    for name, fn in originals.items():
-        setattr(_caduceus_numba, name, wrap(name, fn))
-    try:
+    with wrapped(_caduceus_numba, ("scan_gated", "conv_silu"), wrap):
         yield
-    finally:
-        for name, fn in originals.items():
-            setattr(_caduceus_numba, name, fn)
 
 
 def matmul_seconds(fn) -> float:  # noqa: ANN001

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.peaks import describe, faster_dtype, machine_peaks
+from benchmarks.wrapping import wrapped
 from embedcache.engine.local import embed_sequences
 from embedcache.models import _hyena_numba, load_adapter
 from embedcache.models.hyena import SEP_ID, tokenize
@@ -196,8 +197,6 @@ def engine_run(
 @contextlib.contextmanager
 def labelled_kernels() -> Iterator[None]:
     """Make the numba kernels visible to torch's profiler as labelled ranges."""
-    names = ("short_conv_gate", "gate_out", "gelu_tanh")
-    originals = {name: getattr(_hyena_numba, name) for name in names}
 
     def wrap(name: str, fn):  # noqa: ANN001, ANN202
         def labelled(*args):  # noqa: ANN002, ANN202
@@ -206,13 +205,9 @@ def labelled_kernels() -> Iterator[None]:
 
         return labelled
 
-    for name, fn in originals.items():
-        setattr(_hyena_numba, name, wrap(name, fn))
-    try:
+    names = ("short_conv_gate", "gate_out", "gelu_tanh")
+    with wrapped(_hyena_numba, names, wrap):
         yield
-    finally:
-        for name, fn in originals.items():
-            setattr(_hyena_numba, name, fn)
 
 
 CATEGORIES = {

@@ -70,36 +70,27 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ssl-keyfile", default=None, help="TLS private key (PEM), passed to uvicorn"
     )
-    p.add_argument(
-        "--max-body-bytes",
-        type=positive_int,
-        default=None,
-        help="request body limit (default 16 MiB)",
-    )
-    p.add_argument(
-        "--max-sequences",
-        type=positive_int,
-        default=None,
-        help="sequences per request (default 10000)",
-    )
-    p.add_argument(
-        "--max-queue-tokens",
-        type=positive_int,
-        default=None,
-        help="queued tokens per model before 429 (default 32 Mi)",
-    )
-    p.add_argument(
-        "--batch-window-ms",
-        type=float,
-        default=None,
-        help="how long a batch that is not full waits for other requests (default 2)",
-    )
-    p.add_argument(
-        "--graceful-timeout",
-        type=float,
-        default=None,
-        help="seconds to drain on SIGTERM/SIGINT (default 30)",
-    )
+    # the server's limits: None unless given, so serve.toml or the defaults apply
+    for flag, kind, help_text in (
+        ("--max-body-bytes", positive_int, "request body limit (default 16 MiB)"),
+        ("--max-sequences", positive_int, "sequences per request (default 10000)"),
+        (
+            "--max-queue-tokens",
+            positive_int,
+            "queued tokens per model before 429 (default 32 Mi)",
+        ),
+        (
+            "--batch-window-ms",
+            float,
+            "how long a batch that is not full waits for other requests (default 2)",
+        ),
+        (
+            "--graceful-timeout",
+            float,
+            "seconds to drain on SIGTERM/SIGINT (default 30)",
+        ),
+    ):
+        p.add_argument(flag, type=kind, default=None, help=help_text)
     p.set_defaults(func=_cmd_serve)
 
 
