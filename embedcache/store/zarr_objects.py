@@ -50,10 +50,11 @@ class ThreadedObjectStore(ObjectStore):
     """zarr's ObjectStore whose reads, writes and deletes use obstore's blocking API
     on worker threads (listing, which our arrays never do, stays zarr's)."""
 
-    def _get_bytes(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+    def _get_bytes(self, key: str, byte_range: ByteRequest | None) -> Any:  # noqa: ANN401
+        """obstore's Bytes (a buffer, not copied), or None when absent."""
         options = {} if byte_range is None else _range_option(byte_range)
         try:
-            return bytes(obstore.get(self.store, key, options=options).bytes())
+            return obstore.get(self.store, key, options=options).bytes()
         except _ABSENT:
             return None
 
@@ -89,13 +90,13 @@ class ThreadedObjectStore(ObjectStore):
 
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
-        await asyncio.to_thread(obstore.put, self.store, key, value.to_bytes())
+        await asyncio.to_thread(obstore.put, self.store, key, value.as_buffer_like())
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         self._check_writable()
         with contextlib.suppress(AlreadyExistsError):
             await asyncio.to_thread(
-                obstore.put, self.store, key, value.to_bytes(), mode="create"
+                obstore.put, self.store, key, value.as_buffer_like(), mode="create"
             )
 
     async def delete(self, key: str) -> None:
