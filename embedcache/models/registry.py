@@ -415,21 +415,3 @@ def _load_builtin(
     from embedcache.models.floors.kmer import KmerAdapter
 
     return KmerAdapter(int(model.split("-")[1]), rc_mode=options.rc_mode or "none")
-
-
-__all__ = [
-    "BUILTIN_ARCHITECTURES",
-    "BUILTIN_MODELS",
-    "FAMILY_MODULES",
-    "LOCAL_MODEL_ID",
-    "EmbedOptions",
-    "describe_config",
-    "family_module",
-    "layer_count",
-    "load_adapter",
-    "local_revision",
-    "read_config",
-    "recognise_family",
-    "resolve_device",
-    "resolve_hub_model",
-]
