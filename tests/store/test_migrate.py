@@ -47,7 +47,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
     assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 2: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 1 to 3: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(old_store, create=False)
     assert_reads_everything(store)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
@@ -65,7 +65,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     store.compact()
     assert_reads_everything(EmbeddingStore(old_store))
     again = migrate_store(old_store)
-    assert (again.from_version, again.n_keys) == (2, 0)
+    assert (again.from_version, again.n_keys) == (3, 0)
 
 
 def test_migrate_works_on_an_object_store(s3_handle):
