@@ -166,7 +166,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     assert len(list(store_2.glob("*/shards/*/fences/c/0/0"))) == 3
     store.put(KEY_B2, ["f" * 64], np.ones((1, 3), np.float32))
     store.compact()
-    after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}
+    after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}  # noqa: SIM118
     assert after == {KEY_A2: 2100, KEY_B2: 10}
     again = migrate_store(store_2)
     assert (again.from_version, again.n_keys) == (3, 0)
