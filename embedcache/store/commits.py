@@ -162,6 +162,9 @@ def _unchanged(old: tuple[int, float] | None, new: tuple[int, float] | None) -> 
 
 
 _MTIME_SLACK_S = 0.1
+# how often a look-up on a local store checks the commits folder (seconds; never
+# less often than refresh_seconds asks)
+LOCAL_CHECK_S = 0.05
 
 
 def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapshot:
@@ -174,13 +177,23 @@ def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapsho
     the listing stays current; changed, it is taken again (a directory read).
     """
     snap = view.snap
-    stamp = _commits_stamp(backend, view.digest)
     if snap.listing is not None:
-        if stamp is not None:  # a local folder: the change check decides
-            if _unchanged(snap.stamp, stamp):
+        age = time.monotonic() - snap.listed_at
+        if backend.local is None:
+            if age < max_age:
                 return snap
-        elif time.monotonic() - snap.listed_at < max_age:
+        elif age < min(max_age, LOCAL_CHECK_S):
             return snap
+        elif _unchanged(snap.stamp, _commits_stamp(backend, view.digest)):
+            # a local folder: the change check decides (checked again after a while:
+            # a stat releases the GIL, which a busy writer thread then holds)
+            if view.lock.acquire(blocking=False):  # else a refresh is under way
+                try:
+                    if view.snap is snap:
+                        view.snap = replace(snap, listed_at=time.monotonic())
+                finally:
+                    view.lock.release()
+            return view.snap
     if not view.lock.acquire(blocking=max_age <= 0 or snap.listing is None):
         return snap
     try:
@@ -286,7 +299,9 @@ def read_vectors(
     def run(part: np.ndarray) -> None:
         shard = snap.shards[int(which[part[0]])]
         try:
-            read_rows(backend, view.digest, shard, rows[part], out, dest[part])
+            read_rows(
+                backend, view.digest, shard, rows[part], out, dest[part], view.cache
+            )
         except MissingObjectError as err:
             raise missing_or_retired(
                 backend, view.digest, shard.record.shard, err.path

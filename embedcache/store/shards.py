@@ -48,6 +48,9 @@ logger = logging.getLogger(__name__)
 # ~4 MiB chunks: 2048 rows at dim 512 (benchmarks/store_bench.py: fewer, larger
 # chunks read faster through zarr and cost fewer requests on object stores)
 CHUNK_BYTES = 1 << 22
+# ...and at most this many rows (narrow vectors: a look-up of one row reads one
+# chunk whole, as its crc32c covers it whole; 256 KiB at dim 4)
+CHUNK_MAX_ROWS = 16384
 # a read of scattered rows holds at most this much of a shard at once beside the
 # rows it picks, per reading thread (a merged shard may hold a whole run: reading
 # its span in one piece would cost as much memory as the run's output)
@@ -104,7 +107,7 @@ class _Recording(WrapperStore):
 
 
 def chunk_rows(n: int, row_bytes: int) -> int:
-    return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes))
+    return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes, CHUNK_MAX_ROWS))
 
 
 def _array_doc(
@@ -340,8 +343,13 @@ def read_rows(
     rows: np.ndarray,
     out: np.ndarray,
     dest: np.ndarray,
+    cache: runs.BlockCache | None = None,
 ) -> None:
-    """out[dest] = rows ``rows`` of the shard's vectors, every chunk crc-checked."""
+    """out[dest] = rows ``rows`` of the shard's vectors, every chunk crc-checked.
+
+    With ``cache``, the chunks of scattered rows are kept there (a server's
+    repeated hits then read nothing).
+    """
     k = len(rows)
     if not k:
         return
@@ -358,7 +366,7 @@ def read_rows(
             served = target[:, 0]
         else:
             uniq, inverse = np.unique(rows, return_inverse=True)
-            values = _pick_rows(backend, shard.prefix, arr, uniq, out.shape[1])
+            values = _pick_rows(backend, shard.prefix, arr, uniq, out.shape[1], cache)
             if _is_run(dest):  # one pass straight into the output
                 d0 = int(dest[0])
                 np.take(values, inverse, axis=0, out=out[d0 : d0 + k])
@@ -380,11 +388,12 @@ def _pick_rows(
     arr: Any,  # noqa: ANN401
     uniq: np.ndarray,
     dim: int,
+    cache: runs.BlockCache | None = None,
 ) -> np.ndarray:
     """Rows ``uniq`` (sorted, distinct) of the vectors, window by window.
 
     A window spans at most :data:`SPAN_BYTES` of rows: where its rows are dense it
-    is read whole and picked from in memory, else zarr reads only their chunks.
+    is read whole and picked from in memory, else only their chunks are read.
     """
     values = np.empty((len(uniq), dim), np.float32)
     window = max(1, SPAN_BYTES // (4 * dim))
@@ -400,10 +409,46 @@ def _pick_rows(
                 span[...] = arr.get_basic_selection((slice(lo, hi), slice(None)))
             if not whole:
                 values[j:k] = span[part - lo]
-        else:  # sparse: zarr reads only the chunks holding these rows
-            values[j:k] = arr.get_orthogonal_selection((part, slice(None)))
+        else:  # sparse: only the chunks holding these rows
+            values[j:k] = _sparse_rows(backend, prefix, arr, part, dim, cache)
         j = k
     return values
+
+
+def _sparse_rows(
+    backend: Backend,
+    prefix: str,
+    arr: Any,  # noqa: ANN401
+    part: np.ndarray,
+    dim: int,
+    cache: runs.BlockCache | None,
+) -> np.ndarray:
+    """Rows ``part`` (sorted) read chunk by chunk, each chunk whole (its crc32c
+    covers it whole), in parallel; through ``cache`` when given."""
+    per, n = int(arr.chunks[0]), int(arr.shape[0])
+    chunks = np.unique(part // per)
+
+    def load(c: int) -> np.ndarray:
+        lo = c * per
+        block = np.empty((min(per, n - lo), dim), np.float32)
+        if not read_span(backend, prefix, arr, lo, block):
+            block[...] = arr.get_basic_selection(
+                (slice(lo, lo + len(block)), slice(None))
+            )
+        return block
+
+    def get(c: int) -> np.ndarray:
+        return (
+            load(c) if cache is None else cache.get((prefix, "v", c), lambda: load(c))
+        )
+
+    blocks = dict(zip(chunks.tolist(), backend.map(get, chunks.tolist()), strict=True))
+    out = np.empty((len(part), dim), np.float32)
+    which = part // per
+    for c, block in blocks.items():
+        sel = which == c
+        out[sel] = block[part[sel] - c * per]
+    return out
 
 
 def read_span(

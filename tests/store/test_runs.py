@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, runs
+from embedcache.store import EmbeddingStore, commits, runs
 from embedcache.store.commits import Writer, adopt, commit_shard
 
 KEY = ModelKey(
@@ -107,7 +107,10 @@ def test_new_shards_join_the_view_without_reopening_the_others():
 
 
 @pytest.mark.parametrize("kind", ["memory", "local"])
-def test_another_instance_sees_commits_after_refresh_seconds(kind, tmp_path):
+def test_another_instance_sees_commits_after_refresh_seconds(
+    kind, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(commits, "LOCAL_CHECK_S", 0.0)  # check the folder each time
     root = MemoryStore() if kind == "memory" else str(tmp_path / "store")
     writer = EmbeddingStore(root)
     vectors = np.ones((2, 4), np.float32)
