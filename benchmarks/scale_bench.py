@@ -48,7 +48,7 @@ SEQ_BP = 32
 N_KNOWN = 100
 
 FILL = r"""
-import json, sys, time, resource
+import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[4])
 from scale_bench import chunk_digests
@@ -57,7 +57,8 @@ from embedcache.store import EmbeddingStore
 from embedcache.store.index import to_hex
 n, root, batch = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 key = load_adapter("kmer-1").key
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # imports only
+from scale_bench import hwm_mib
+base = hwm_mib()  # imports only
 t0 = time.perf_counter()
 store = EmbeddingStore(root)
 digests = np.concatenate([chunk_digests(i, n) for i in range(0, n, 1_000_000)])
@@ -73,11 +74,30 @@ t_put = time.perf_counter() - t0 - t_hash
 out = np.empty((n, 4), np.float32)
 assert store.read_into(key, digests, out).all()
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = hwm_mib()
 shards = store.keys()[0].n_shards
 print(json.dumps({"seconds": seconds, "hash": t_hash, "put": t_put,
                   "peak_mib": peak, "base_mib": base, "shards": shards}))
 """
+
+
+EMBED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from embedcache.cli import main
+from scale_bench import hwm_mib
+code = main(sys.argv[2:])
+print(f"hwm_mib={hwm_mib()}")
+sys.exit(code)
+"""
+
+
+def hwm_mib() -> float:
+    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
+    carry a parent's size over a fork and exec."""
+    with Path("/proc/self/status").open() as fh:
+        line = next(x for x in fh if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
@@ -108,7 +128,7 @@ def known_seqs(n: int) -> list[str]:
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
-    """(wall seconds, peak RSS MiB, stdout) of a child process."""
+    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -125,12 +145,14 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
 
 def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
     """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
-    cmd = [sys.executable, "-m", "embedcache.cli", "embed", "--model", MODEL]
+    here = str(Path(__file__).parent)
+    cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
     cmd += ["--store", store, "--input", str(known), "--output"]
     runs = []
     for i in range(3):
-        wall, rss, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
         assert f"computed=0 cached={N_KNOWN}" in out, out
+        rss = float(out.split("hwm_mib=")[1].split()[0])
         runs.append((wall, rss))
     walls, rsss = zip(*runs, strict=True)
     return float(np.median(walls)), float(np.median(rsss))

@@ -130,7 +130,7 @@ class EmbeddingStore:
         self._lock = threading.RLock()
         self._views_lock = threading.Lock()
         self._cache = BlockCache()
-        self._views: dict[str, KeyView] = {}
+        self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
         self._own: dict[str, list[tuple[int, str]]] = {}
         self._writable = open_root(self._backend, create=create)
 
@@ -242,7 +242,7 @@ class EmbeddingStore:
             views = (
                 list(self._views.values())
                 if key is None
-                else [v for v in (self._views.get(key.digest),) if v is not None]
+                else [v for v in (self._views.get(key),) if v is not None]
             )
         for view in views:
             view.forget_listing()
@@ -415,14 +415,14 @@ class EmbeddingStore:
         None if the key is absent (created if ``create_dim``).
         """
         with self._views_lock:
-            view = self._views.get(key.digest)
+            view = self._views.get(key)
         if view is None:
             view = open_key(self._backend, key, create_dim=create_dim)
             if view is None:
                 return None
             view.cache = self._cache
             with self._views_lock:
-                view = self._views.setdefault(key.digest, view)
+                view = self._views.setdefault(key, view)
         return view, refresh(self._backend, view, max_age=max_age)
 
     def _view(self, key: ModelKey) -> KeyView | None:

@@ -355,7 +355,12 @@ def read_rows(
         return
     arr = vectors_of(backend, digest, shard)
     try:
-        if _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
+        if cache is not None and k < int(arr.chunks[0]):  # a few rows: cached chunks
+            uniq, inverse = np.unique(rows, return_inverse=True)
+            values = _sparse_rows(backend, shard.prefix, arr, uniq, out.shape[1], cache)
+            out[dest] = values[inverse]
+            served = values[:, 0]
+        elif _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
             r0, d0 = int(rows[0]), int(dest[0])
             target = out[d0 : d0 + k]
             if not read_span(backend, shard.prefix, arr, r0, target):
