@@ -33,7 +33,7 @@ from embedcache.data.seqfile import validate_sequence
 from embedcache.engine.batching import batch_bounds
 from embedcache.errors import SequenceTooLongError
 from embedcache.hashing import normalise_sequence, sequence_digest
-from embedcache.store.index import to_hex
+from embedcache.store.index import argsort_keys, to_hex
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -304,7 +304,7 @@ def _first_rows(digests: np.ndarray) -> np.ndarray:
     (int64)."""
     if not len(digests):
         return np.empty(0, np.int64)
-    order = np.argsort(digests, kind="stable")  # stable: the first row leads each run
+    order = argsort_keys(digests)  # stable: the first row leads each run
     ranked = digests[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = ranked[1:] != ranked[:-1]

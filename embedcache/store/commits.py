@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedcache.errors import StoreError
+from embedcache.store.index import argsort_keys
 from embedcache.store.layout import (
     HOST,
     SCHEMA_VERSION,
@@ -333,7 +334,7 @@ def read_many(
     n = len(digests)
     which = np.full(n, -1, np.int32)
     rows = np.zeros(n, np.int64)
-    order = np.argsort(digests, kind="stable")
+    order = argsort_keys(digests)
     for lo in range(0, n, BULK_LOOKUP):
         part = order[lo : lo + BULK_LOOKUP]
         found, at = lookup(backend, view, snap, digests[part])

@@ -55,3 +55,17 @@ def distinct_count(parts: Sequence[np.ndarray]) -> int:
     if not parts:
         return 0
     return len(np.unique(np.concatenate(parts)))
+
+
+def argsort_keys(keys: np.ndarray) -> np.ndarray:
+    """A stable argsort of S32 keys, by their first 8 bytes as integers (several
+    times faster than comparing bytes); the full keys decide only where two share
+    those 8 bytes."""
+    if len(keys) < 2:
+        return np.arange(len(keys))
+    head = np.frombuffer(np.ascontiguousarray(keys).tobytes(), ">u8")[::4]
+    order = np.argsort(head, kind="stable")
+    ranked = head[order]
+    if np.any(ranked[1:] == ranked[:-1]):  # sha256 prefixes collide: rare
+        return np.argsort(keys, kind="stable")
+    return order

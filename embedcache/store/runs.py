@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import google_crc32c
 import numpy as np
 
+from embedcache.store.index import argsort_keys
 from embedcache.store.layout import HASH_WIDTH
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ CACHE_BYTES = 64 << 20
 
 def sort_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A shard's (distinct) keys sorted, and the stored row of each."""
-    order = np.argsort(keys, kind="stable")
+    order = argsort_keys(keys)
     return keys[order], order
 
 
@@ -62,13 +63,14 @@ def n_bloom_words(n: int) -> int:
 
 
 def _bloom_positions(keys: np.ndarray, n_words: int) -> tuple[np.ndarray, np.ndarray]:
-    """Word index and bit mask of each key (sha256 bytes are uniform: no rehash)."""
-    words = np.frombuffer(np.ascontiguousarray(keys).tobytes(), "<u8").reshape(-1, 4)
-    index = words[:, 1] % np.uint64(n_words)
-    bits = words[:, 2]
-    mask = np.zeros(len(keys), np.uint64)
-    for i in range(BLOOM_K):
-        mask |= np.uint64(1) << ((bits >> np.uint64(6 * i)) & np.uint64(63))
+    """Word index and bit mask of each key (sha256 bytes are uniform: no rehash).
+
+    The word from bytes 8-15, the bits from the low 6 bits of bytes 16-23.
+    """
+    raw = np.frombuffer(np.ascontiguousarray(keys).tobytes(), np.uint8).reshape(-1, 32)
+    index = raw[:, 8:16].copy().view("<u8")[:, 0] % np.uint64(n_words)
+    shifts = (raw[:, 16 : 16 + BLOOM_K] & 63).astype(np.uint64)
+    mask = np.bitwise_or.reduce(np.left_shift(np.uint64(1), shifts), axis=1)
     return index.astype(np.int64), mask
 
 
@@ -206,7 +208,7 @@ def probe(
     rows = np.full(n, -1, np.int64)
     if not n or not runs:
         return which, rows
-    order = np.argsort(q, kind="stable")
+    order = argsort_keys(q)
     qs = q[order]
     tasks: list[tuple[int, int, np.ndarray]] = []  # (run, block, positions in qs)
     for r, shard in enumerate(runs):
