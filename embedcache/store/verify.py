@@ -28,7 +28,7 @@ from embedcache.store.layout import (
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.runs import fences_of
+from embedcache.store.runs import ChunkError, bloom_of, fences_of, load_bloom
 from embedcache.store.shards import (
     MissingObjectError,
     Shard,
@@ -172,12 +172,20 @@ def _check_arrays(
         keys = read_keys(backend, digest, shard)
         vectors_of(backend, digest, shard)
         if require_index or "fences/zarr.json" in record.files:
-            fences = open_shard(backend, digest, record).fences
-            if not np.array_equal(fences, fences_of(np.sort(keys))):
+            opened = open_shard(backend, digest, record)
+            problem = None
+            if not np.array_equal(opened.fences, fences_of(np.sort(keys))):
                 problem = "its fences disagree with its hashes (sorted index damaged)"
+            elif len(keys) and not np.array_equal(
+                load_bloom(backend, opened), bloom_of(keys)
+            ):
+                problem = "its Bloom filter disagrees with its hashes"
+            if problem is not None:
                 return [Fault(backend.describe(shard.prefix), problem)]
     except CorruptStoreError as err:
         return [Fault(backend.describe(shard.prefix), str(err))]
     except MissingObjectError as err:
         return [Fault(backend.describe(err.path), "missing")]
+    except ChunkError as err:
+        return [Fault(backend.describe(err.path), err.problem)]
     return []
