@@ -453,6 +453,8 @@ def adopt(view: KeyView, shard: Shard) -> None:
     shard.keys = None
     with view.lock:
         snap = view.snap
+        if shard.record.shard in snap.records:  # a refresh listed it meanwhile
+            return
         shards = sorted(
             [*snap.shards, shard], key=lambda s: (s.record.order_ns, s.record.shard)
         )
