@@ -136,3 +136,42 @@ def test_another_instance_sees_commits_after_refresh_seconds(
 def test_refresh_seconds_must_be_a_non_negative_number():
     with pytest.raises(ValueError, match="refresh_seconds"):
         EmbeddingStore(MemoryStore(), refresh_seconds=-1)
+
+
+def test_readers_in_threads_see_every_row_while_the_writer_merges_and_compacts(
+    tmp_path,
+):
+    import threading
+
+    store = EmbeddingStore(str(tmp_path / "store"), auto_merge=2)
+    vectors = np.arange(2 * 400, dtype=np.float32).reshape(400, 2)
+    hashes = [hash_of(i) for i in range(400)]
+    store.put(KEY, hashes[:40], vectors[:40])
+    done = threading.Event()
+    errors: list[Exception] = []
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                got, found = store.get(KEY, hashes[:40][::-1])
+                assert found.all()
+                np.testing.assert_array_equal(got, vectors[:40][::-1])
+        except Exception as err:  # noqa: BLE001 (reported below, in the test thread)
+            errors.append(err)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for lo in range(40, 400, 20):  # each put a shard; merges every 2 at a level
+            store.put(KEY, hashes[lo : lo + 20], vectors[lo : lo + 20])
+        store.compact()
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join()
+    assert not errors, errors[0]
+    assert store.keys()[0].n_shards == 1
+    got, found = EmbeddingStore(str(tmp_path / "store")).get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
