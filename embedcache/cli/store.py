@@ -27,7 +27,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "info": "show each key's full JSON, counts, aliases and leftovers",
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
         "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
-        "migrate": "convert a store written by embedcache 0.1 (schema 1) in place",
+        "migrate": "convert a store of an older schema (1 or 2) in place",
     }
     handlers = {
         "ls": _cmd_store_ls,
@@ -115,15 +115,16 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_store_migrate(args: argparse.Namespace) -> int:
-    from embedcache.store import migrate_store
+    from embedcache.store import SCHEMA_VERSION, migrate_store
 
     location = args.store or default_store()
     done = migrate_store(location, options=store_options(location))
-    if done.from_version == 2:
-        print(f"{location} is already schema_version 2: nothing to do")
+    if done.from_version == SCHEMA_VERSION:
+        print(f"{location} is already schema_version {SCHEMA_VERSION}: nothing to do")
     else:
         print(
-            f"migrated {location} from schema_version {done.from_version} to 2: "
+            f"migrated {location} from schema_version {done.from_version} to "
+            f"{SCHEMA_VERSION}: "
             f"{done.n_keys} keys, {done.n_shards} shards (nothing recomputed)"
         )
     return 0

@@ -147,6 +147,22 @@ def gather_vectors(
     """
     n = len(plan.digests)
     out = np.empty((n, dim), dtype=np.float32)
+    read_into = getattr(store, "read_into", None)
+    if read_into is not None:  # the store's bulk read: linear in n and the key
+        refresh = getattr(store, "refresh", None)
+        if refresh is not None:  # other processes (a cluster's workers) committed
+            refresh(key)
+        with tqdm(total=n, desc="read back", unit="seq", disable=not progress) as bar:
+            found = read_into(key, plan.digests, out)
+            bar.update(n)
+        if not found.all():
+            rows = np.flatnonzero(~found)
+            msg = (
+                f"{len(rows)} of {n} rows (first: row {int(rows[0])}) have no vector "
+                "in the store after embedding"
+            )
+            raise MissingEmbeddingsError(msg)
+        return out
     step = max(1, min(LOOKUP_CHUNK, READ_BYTES // (4 * max(dim, 1))))
     with tqdm(
         total=n, desc="read back", unit="seq", disable=not progress, mininterval=0.5

@@ -33,7 +33,7 @@ from embedcache.data.seqfile import validate_sequence
 from embedcache.engine.batching import batch_bounds
 from embedcache.errors import SequenceTooLongError
 from embedcache.hashing import normalise_sequence, sequence_digest
-from embedcache.store.index import to_hex
+from embedcache.store.index import argsort_keys, to_hex
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -175,12 +175,14 @@ def plan_embedding(
         msg = f"{len(names)} names were given for {n} sequences"
         raise ValueError(msg)
     digests = _hash_all(seqs, names, progress=progress)
-    # one computation per distinct sequence, at its first occurrence
-    unique_rows = _first_rows(digests)
+    # one computation per distinct sequence, at its first occurrence; looked up in
+    # hash order, so each look-up reads only its own range of the store's index
+    by_digest = _first_rows(digests)
+    unique_rows = np.sort(by_digest)
 
     # a sequence is computed when any of the adapter's keys (layers) lacks it
     keys = adapter_keys(adapter)
-    found = np.ones(len(unique_rows), dtype=bool)
+    stored = np.ones(len(digests), dtype=bool)  # by input row
     with tqdm(
         total=len(unique_rows) * len(keys),
         desc="look up",
@@ -189,13 +191,15 @@ def plan_embedding(
         mininterval=0.5,
     ) as bar:
         for output_key in keys:
-            for lo in range(0, len(unique_rows), LOOKUP_CHUNK):
-                part = unique_rows[lo : lo + LOOKUP_CHUNK]
-                found[lo : lo + len(part)] &= np.asarray(
+            for lo in range(0, len(by_digest), LOOKUP_CHUNK):
+                part = by_digest[lo : lo + LOOKUP_CHUNK]
+                stored[part] &= np.asarray(
                     store.contains(output_key, to_hex(digests[part])), dtype=bool
                 )
                 bar.update(len(part))
-    missing_rows = unique_rows[~found]
+    del by_digest
+    missing_rows = unique_rows[~stored[unique_rows]]
+    del stored
     n_tokens = _count_tokens(adapter, seqs, missing_rows)
     _check_lengths(adapter, n_tokens, missing_rows, seqs, names)
     logger.info(
@@ -296,15 +300,16 @@ def _hash_all(
 
 
 def _first_rows(digests: np.ndarray) -> np.ndarray:
-    """Rows holding the first occurrence of each distinct digest, ascending (int64)."""
+    """Rows holding the first occurrence of each distinct digest, in digest order
+    (int64)."""
     if not len(digests):
         return np.empty(0, np.int64)
-    order = np.argsort(digests, kind="stable")  # stable: the first row leads each run
+    order = argsort_keys(digests)  # stable: the first row leads each run
     ranked = digests[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = ranked[1:] != ranked[:-1]
     del ranked
-    return np.sort(order[first]).astype(np.int64, copy=False)
+    return order[first].astype(np.int64, copy=False)
 
 
 def _item_name(names: Sequence[str] | None, index: int) -> str:

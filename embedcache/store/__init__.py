@@ -5,13 +5,16 @@ published by commit records created with put-if-absent (see ``commits``). The
 modules, one job each:
 
 - ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
-- ``layout``: object names, group documents, commit records (``schema_version`` 2)
+- ``layout``: object names, group documents, commit records (``schema_version`` 3)
 - ``groups``: open the location, the root group and the key groups
-- ``commits``: the commit protocol and each key's view of its committed shards
+- ``commits``: the commit protocol, and each key's view: immutable snapshots of its
+  committed shards, refreshed from the listing every ``refresh_seconds``
 - ``shards``: shard I/O through zarr arrays with the crc32c codec
-- ``index``: sequence hashes and the per-key hash index
+- ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
+  and look-ups that read only the blocks that can hold the asked hashes
+- ``index``: sequence hashes as raw sha256 keys
 - ``verify``: full checks; ``maintenance``: compaction and garbage collection
-- ``migrate``: convert a schema-1 store in place
+- ``migrate``: convert a schema-1 or schema-2 store in place
 - ``options``: a URL's backend options from its cloud's environment variables
 - ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
 - ``retry``: retries of transient object-store errors, and the errors that name them

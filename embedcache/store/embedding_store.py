@@ -23,16 +23,21 @@ from embedcache.store.commits import (
     RETRIES,
     KeyView,
     ShardRetiredError,
+    Snapshot,
     Writer,
     adopt,
+    all_keys,
     commit_shard,
-    read_gids,
+    lookup,
+    read_many,
+    read_vectors,
     refresh,
     retries_exhausted,
 )
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
-from embedcache.store.index import check_hashes, to_hex
+from embedcache.store.index import check_hashes, distinct_count, to_hex
 from embedcache.store.layout import HOST
+from embedcache.store.runs import BlockCache
 from embedcache.store.verify import Fault, verify_store
 
 if TYPE_CHECKING:
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# default staleness of a look-up's view of other processes' commits (seconds)
+REFRESH_SECONDS = 1.0
 _WRITER_RE = re.compile(r"[A-Za-z0-9_.-]{1,80}")
 
 
@@ -77,6 +84,12 @@ class EmbeddingStore:
     options
         obstore options for a URL (credentials, region, endpoint, ``allow_http``);
         see :func:`embedcache.store.open_object_store`.
+    refresh_seconds
+        How stale a look-up's view of another process's commits may be: the
+        commit records are listed again at most this often (0: at every look-up).
+        On a local folder an unchanged commits folder (its mtime) also keeps the
+        view current, so other writers' commits show at once there. This
+        process's own commits show at once everywhere.
 
     Raises
     ------
@@ -93,6 +106,7 @@ class EmbeddingStore:
         create: bool = True,
         auto_merge: int = maintenance.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
+        refresh_seconds: float = REFRESH_SECONDS,
     ) -> None:
         if writer_id is None:
             writer_id = f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -105,10 +119,18 @@ class EmbeddingStore:
         self.writer_id = writer_id
         self._backend = open_backend(root, options, create=create)
         self.root = self._backend.location
+        if not refresh_seconds >= 0:
+            msg = f"refresh_seconds must be a number of seconds >= 0, got {refresh_seconds!r}"
+            raise ValueError(msg)
+        self.refresh_seconds = float(refresh_seconds)
         self._writer = Writer(writer_id)
         self._auto_merge = auto_merge
+        # writers (put, compact) take _lock; readers take only _views_lock, for the
+        # moment of finding a key's view, then read the view's immutable snapshot
         self._lock = threading.RLock()
-        self._views: dict[str, KeyView] = {}
+        self._views_lock = threading.Lock()
+        self._cache = BlockCache()
+        self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
         self._own: dict[str, list[tuple[int, str]]] = {}
         self._writable = open_root(self._backend, create=create)
 
@@ -123,7 +145,8 @@ class EmbeddingStore:
         """Vectors for ``hashes`` in the requested order, and which were found.
 
         Returns float32 (n, dim) vectors (rows of missing hashes are NaN; a key
-        absent from the store gives shape (n, 0)) and a bool (n,) mask.
+        absent from the store gives shape (n, 0)) and a bool (n,) mask. Reads only
+        the index blocks and vector chunks that hold the asked hashes.
 
         Raises
         ------
@@ -132,59 +155,124 @@ class EmbeddingStore:
             no data is returned.
         """
         q = check_hashes(hashes)
-        with self._lock:
-            for _ in range(RETRIES):
-                view = self._view(key)
-                if view is None:
-                    return np.empty((len(q), 0), np.float32), np.zeros(len(q), bool)
-                gids = view.index.lookup(q)
-                found = gids >= 0
+        max_age = self.refresh_seconds
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=max_age)
+            if found_view is None:
+                return np.empty((len(q), 0), np.float32), np.zeros(len(q), bool)
+            view, snap = found_view
+            try:
+                which, rows = lookup(self._backend, view, snap, q)
+                found = which >= 0
                 out = np.empty((len(q), view.dim), np.float32)
                 out[~found] = np.nan
-                try:
-                    read_gids(
-                        self._backend, view, gids[found], out, np.flatnonzero(found)
-                    )
-                except ShardRetiredError:
-                    view.forget_listing()
-                    continue
-                return out, found
+                hit = np.flatnonzero(found)
+                read_vectors(self._backend, view, snap, which[hit], rows[hit], out, hit)
+            except ShardRetiredError:
+                view.forget_listing()
+                max_age = 0.0
+                continue
+            return out, found
         raise retries_exhausted(self._backend, key)
 
     def contains(self, key: ModelKey, hashes: Sequence[str]) -> np.ndarray:
         """Which hashes have a stored vector (bool (n,)), without reading vectors."""
         q = check_hashes(hashes)
-        with self._lock:
-            view = self._view(key)
-            return np.zeros(len(q), bool) if view is None else view.index.lookup(q) >= 0
+        max_age = self.refresh_seconds
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=max_age)
+            if found_view is None:
+                return np.zeros(len(q), bool)
+            view, snap = found_view
+            try:
+                return lookup(self._backend, view, snap, q)[0] >= 0
+            except ShardRetiredError:
+                view.forget_listing()
+                max_age = 0.0
+        raise retries_exhausted(self._backend, key)
+
+    def read_into(
+        self, key: ModelKey, digests: np.ndarray, out: np.ndarray
+    ) -> np.ndarray:
+        """``out[i]`` = the vector of raw sha256 ``digests[i]`` ((n,) S32); found mask.
+
+        The bulk read behind a whole job's read-back: time linear in the rows asked
+        and the key's size, and beside ``out`` ~20 bytes a digest (see
+        :func:`~embedcache.store.commits.read_many`). Rows not found are left as
+        they were. ``out`` is float32 (n, dim) and C-contiguous.
+        """
+        q = np.ascontiguousarray(digests, "S32")
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=self.refresh_seconds)
+            if found_view is None:
+                return np.zeros(len(q), bool)
+            view, snap = found_view
+            if out.shape != (len(q), view.dim) or out.dtype != np.float32:
+                msg = (
+                    f"read_into: out has shape {out.shape} {out.dtype}; expected "
+                    f"({len(q)}, {view.dim}) float32 for {key.short()}"
+                )
+                raise DimensionMismatchError(msg)
+            try:
+                return read_many(self._backend, view, snap, q, out)
+            except ShardRetiredError:
+                view.forget_listing()
+        raise retries_exhausted(self._backend, key)
 
     def hashes(self, key: ModelKey) -> list[str]:
-        """Every hash stored for ``key`` (sorted), e.g. to export the whole key."""
-        with self._lock:
-            view = self._view(key)
-            return [] if view is None else to_hex(view.index.sorted_keys)
+        """Every hash stored for ``key`` (sorted), e.g. to export the whole key.
+
+        A whole-key read: every shard's hashes, sequentially.
+        """
+        found_view = self._snapshot(key, max_age=0.0)
+        if found_view is None:
+            return []
+        view, snap = found_view
+        parts = all_keys(self._backend, view, snap)
+        keys = np.concatenate(parts) if parts else np.empty(0, "S32")
+        return to_hex(np.unique(keys))
+
+    def refresh(self, key: ModelKey | None = None) -> None:
+        """List the commit records again now (of ``key``, or of every open key).
+
+        Look-ups refresh on their own every ``refresh_seconds``; call this after
+        another process committed something this one must see at once.
+        """
+        with self._views_lock:
+            views = (
+                list(self._views.values())
+                if key is None
+                else [v for v in (self._views.get(key),) if v is not None]
+            )
+        for view in views:
+            view.forget_listing()
+            refresh(self._backend, view)
 
     def keys(self) -> list[KeyInfo]:
         """Every model key in the store with its counts, size and aliases, by digest."""
         out = []
-        with self._lock:
-            for view in self._all_views():
-                out.append(
-                    KeyInfo(
-                        key=view.key,
-                        digest=view.digest,
-                        n_vectors=len(view.index),
-                        dim=view.dim,
-                        n_shards=len(view.shards),
-                        nbytes=sum(
-                            size
-                            for s in view.shards
-                            for size, _ in s.record.files.values()
-                        ),
-                        aliases=view.aliases,
-                    )
+        for view in self._all_views():
+            snap = view.snap
+            out.append(
+                KeyInfo(
+                    key=view.key,
+                    digest=view.digest,
+                    n_vectors=self._n_distinct(view, snap),
+                    dim=view.dim,
+                    n_shards=len(snap.shards),
+                    nbytes=sum(
+                        size for s in snap.shards for size, _ in s.record.files.values()
+                    ),
+                    aliases=view.aliases,
                 )
+            )
         return out
+
+    def _n_distinct(self, view: KeyView, snap: Snapshot) -> int:
+        """Distinct hashes of the key: one run's count, else a whole-key read."""
+        if len(snap.shards) <= 1:
+            return sum(s.record.n_rows for s in snap.shards)
+        return distinct_count(all_keys(self._backend, view, snap))
 
     # --- writing ----------------------------------------------------------------
 
@@ -219,8 +307,9 @@ class EmbeddingStore:
             return 0
         with self._lock:
             self._check_writable()
-            view = self._view(key, create_dim=vecs.shape[1])
-            assert view is not None  # created above when absent
+            found_view = self._snapshot(key, max_age=0.0, create_dim=vecs.shape[1])
+            assert found_view is not None  # created above when absent
+            view = found_view[0]
             if view.dim != vecs.shape[1]:
                 msg = (
                     f"vectors of dim {vecs.shape[1]} for {key.short()} (key "
@@ -233,7 +322,7 @@ class EmbeddingStore:
             # first occurrence of each hash not stored yet, in the caller's order
             _, first = np.unique(q, return_index=True)
             rows = np.sort(first)
-            rows = rows[view.index.lookup(q[rows]) < 0]
+            rows = self._absent(view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
             new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
@@ -266,7 +355,11 @@ class EmbeddingStore:
         """
         with self._lock:
             self._check_writable()
-            views = self._all_views() if key is None else [self._view(key)]
+            if key is None:
+                views = self._all_views()
+            else:
+                found_view = self._snapshot(key, max_age=0.0)
+                views = [] if found_view is None else [found_view[0]]
             for view in views:
                 if view is not None:
                     maintenance.compact(self._backend, view, self._writer)
@@ -281,8 +374,7 @@ class EmbeddingStore:
         killed writers and superseded shards awaiting removal are *garbage*, not
         faults: readers never look at them; see ``garbage()``.
         """
-        with self._lock:
-            return verify_store(self._backend)
+        return verify_store(self._backend)
 
     def garbage(self) -> list[str]:
         """Locations readers ignore: uncommitted or superseded shards and records."""
@@ -305,20 +397,42 @@ class EmbeddingStore:
             )
             raise StoreError(msg)
 
-    def _view(self, key: ModelKey, *, create_dim: int | None = None) -> KeyView | None:
-        """The fresh view of ``key``; None if absent (created if ``create_dim``)."""
-        view = self._views.get(key.digest)
+    def _absent(self, view: KeyView, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The rows of ``q`` whose hash the (fresh) view does not hold."""
+        for _ in range(RETRIES):
+            try:
+                return rows[lookup(self._backend, view, view.snap, q[rows])[0] < 0]
+            except ShardRetiredError:
+                view.forget_listing()
+                refresh(self._backend, view)
+        raise retries_exhausted(self._backend, view.key)
+
+    def _snapshot(
+        self, key: ModelKey, *, max_age: float, create_dim: int | None = None
+    ) -> tuple[KeyView, Snapshot] | None:
+        """A key's view and its state, no older than ``max_age`` seconds.
+
+        None if the key is absent (created if ``create_dim``).
+        """
+        with self._views_lock:
+            view = self._views.get(key)
         if view is None:
             view = open_key(self._backend, key, create_dim=create_dim)
             if view is None:
                 return None
-            self._views[key.digest] = view
-        refresh(self._backend, view)
-        return view
+            view.cache = self._cache
+            with self._views_lock:
+                view = self._views.setdefault(key, view)
+        return view, refresh(self._backend, view, max_age=max_age)
+
+    def _view(self, key: ModelKey) -> KeyView | None:
+        """The fresh view of ``key`` (None if absent), for checks and tools."""
+        found_view = self._snapshot(key, max_age=0.0)
+        return None if found_view is None else found_view[0]
 
     def _all_views(self) -> list[KeyView]:
-        views = (self._view(key) for key in list_keys(self._backend))
-        return [view for view in views if view is not None]
+        found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
+        return [f[0] for f in found if f is not None]
 
 
 def _check_vectors(key: ModelKey, n: int, vectors: object) -> np.ndarray:

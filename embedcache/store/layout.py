@@ -1,4 +1,4 @@
-"""The store's format (``schema_version`` 2): object names, group documents, commit records.
+"""The store's format (``schema_version`` 3): object names, group documents, commit records.
 
 Every folder is a Zarr v3 group with its ``zarr.json``::
 
@@ -8,6 +8,11 @@ Every folder is a Zarr v3 group with its ``zarr.json``::
     <digest>/shards/<shard>/zarr.json      one group per shard, written once
     <digest>/shards/<shard>/vectors        (n, dim) float32 array, crc32c per chunk
     <digest>/shards/<shard>/hashes         (n, 32) uint8 array: raw sha256 per row
+    <digest>/shards/<shard>/sorted_hashes  (n, 32) uint8: the hashes sorted, one
+                                           chunk per block of 1,024 rows
+    <digest>/shards/<shard>/sorted_rows    (n,) uint32: stored row of each sorted hash
+    <digest>/shards/<shard>/fences         (blocks, 32) uint8: first hash of each block
+    <digest>/shards/<shard>/bloom          (words,) uint64: blocked Bloom filter
     <digest>/commits/zarr.json             group of the key's commit records
     <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
                                            a shard exists for readers iff this does
@@ -27,7 +32,7 @@ from typing import Any
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STORE_KIND = "embedcache-store"
 KEY_KIND = "embedcache-key"
 SHARDS_KIND = "embedcache-shards"
@@ -37,7 +42,15 @@ COMMIT_KIND = "embedcache-commit"
 META = "zarr.json"
 HASH_WIDTH = 32
 # the objects of a shard every reader checks against the record's sha256
-SHARD_META_FILES = ("zarr.json", "vectors/zarr.json", "hashes/zarr.json")
+SHARD_META_FILES = (
+    "zarr.json",
+    "vectors/zarr.json",
+    "hashes/zarr.json",
+    "sorted_hashes/zarr.json",
+    "sorted_rows/zarr.json",
+    "fences/zarr.json",
+    "bloom/zarr.json",
+)
 
 HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:40] or "host"
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
@@ -132,9 +145,10 @@ def check_schema(attrs: dict[str, Any], where: str) -> None:
     if version == SCHEMA_VERSION:
         return
     written = attrs.get("embedcache_version", "?")
-    if version == 1:
+    if version in (1, 2):
         msg = (
-            f"{where} was written with store schema_version 1 by embedcache {written}; "
+            f"{where} was written with store schema_version {version} by embedcache "
+            f"{written}; "
             f"this embedcache {embedcache_version()} reads schema_version "
             f"{SCHEMA_VERSION}. Convert it in place with `embedcache store migrate "
             "--store ...` (nothing is recomputed), or open it with the old embedcache."

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,8 +21,10 @@ from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import (
     RETRIES,
     ShardRetiredError,
+    all_keys,
     commit_shard,
-    read_gids,
+    lookup,
+    read_vectors,
     refresh,
     retire,
     retries_exhausted,
@@ -65,29 +67,50 @@ class Leftover:
 def merge(
     backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
 ) -> CommitRecord:
-    """Commit one shard holding the winning rows of ``shard_ids``; retire them."""
-    refresh(backend, view)
-    chosen = set(shard_ids) & {s.record.shard for s in view.shards}
+    """Commit one shard holding the winning rows of ``shard_ids``; retire them.
+
+    The merged run keeps the rows in the chosen shards' stored order (whole-key
+    reads stay sequential) and only those that win in the whole key: a hash an
+    earlier, unchosen shard holds stays served by that shard.
+    """
+    snap = refresh(backend, view)
+    chosen = set(shard_ids) & {s.record.shard for s in snap.shards}
     # shards hidden by a chosen one go too, or they would reappear once their
     # superseder is retired
     grew = True
     while grew:
-        extra = {old for old, sup in view.hidden.items() if sup in chosen} - chosen
+        extra = {old for old, sup in snap.hidden.items() if sup in chosen} - chosen
         chosen |= extra
         grew = bool(extra)
-    positions = [i for i, s in enumerate(view.shards) if s.record.shard in chosen]
-    winners = np.sort(view.index.sorted_gids)
-    which = np.searchsorted(view.index.offsets, winners, side="right") - 1
-    gids = winners[np.isin(which, positions)]
-    keys = np.concatenate([s.keys for s in view.shards])[gids]
-    block = 16 * chunk_rows(len(gids), 4 * view.dim)  # whole chunks per write
+    positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
+    parts = all_keys(
+        backend, view, replace(snap, shards=tuple(snap.shards[i] for i in positions))
+    )
+    keys = np.concatenate(parts) if parts else np.empty(0, "S32")
+    # each hash's winner in the whole key; keep it where that is a chosen shard
+    which, rows = lookup(backend, view, snap, keys)
+    keep = np.isin(which, positions)
+    # a hash held twice among the chosen: the lookup names the first for both rows
+    run_of = np.repeat(positions, [len(p) for p in parts])
+    local = np.concatenate([np.arange(len(p)) for p in parts]) if parts else rows
+    keep &= (which == run_of) & (rows == local)
+    keys, which, rows = keys[keep], which[keep], rows[keep]
+    block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
     def fill(arr: Any) -> None:  # noqa: ANN401 (a zarr array)
-        for start in range(0, len(gids), block):
-            part = gids[start : start + block]
-            buf = np.empty((len(part), view.dim), np.float32)
-            read_gids(backend, view, part, buf, np.arange(len(part)))
-            arr[start : start + len(part)] = buf
+        for start in range(0, len(keys), block):
+            stop = min(len(keys), start + block)
+            buf = np.empty((stop - start, view.dim), np.float32)
+            read_vectors(
+                backend,
+                view,
+                snap,
+                which[start:stop],
+                rows[start:stop],
+                buf,
+                np.arange(stop - start),
+            )
+            arr[start:stop] = buf
 
     merged = commit_shard(
         backend,
@@ -96,9 +119,11 @@ def merge(
         keys,
         fill,
         supersedes=chosen,
-        order_ns=min(view.records[s].order_ns for s in chosen),
-        aliases={a for s in chosen for a in view.records[s].aliases},
+        order_ns=min(snap.records[s].order_ns for s in chosen),
+        aliases={a for s in chosen for a in snap.records[s].aliases},
     )
+    # readers in this process move to the merged run before the old ones go
+    refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
     return merged.record

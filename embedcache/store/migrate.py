@@ -1,23 +1,28 @@
-"""Convert a schema-1 store (embedcache <= 0.1 layout) to schema 2, in place.
+"""Convert a schema-1 or schema-2 store to schema 3, in place.
 
-Schema 1 kept commit records as ``commits/<shard>.json`` and had no ``zarr.json``
-in ``shards/`` and ``commits/``; its shard arrays are already what schema 2 reads.
-Migration checks every committed shard (size and sha256 of each file, then its
-metadata and hashes), writes the schema-2 groups and records beside the old ones,
-flips each key group to schema 2, and the root last. Until the root flips, the
-store stays schema 1 (refused by this embedcache, read by the old one), so an
-interrupted migration is simply run again. Run it while nobody writes the store.
+Schema 1 (embedcache <= 0.1) kept commit records as ``commits/<shard>.json`` and
+had no ``zarr.json`` in ``shards/`` and ``commits/``. Schema 2 had no sorted index
+in its shards. Migration checks every committed shard (size and sha256 of each
+file, then its metadata), reads its hashes once and writes its sorted index
+(``sorted_hashes``, ``sorted_rows``, ``fences``, ``bloom``) into the shard's
+folder, writes the schema-3 record (the old files and the new), removes superseded
+shards, flips each key group to schema 3, and the root last. Vectors are never
+rewritten. Until the root flips, the store keeps its old schema (refused by this
+embedcache with a pointer here), so an interrupted migration is simply run again:
+each step is written again whole. Run it while nobody writes the store.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
+from embedcache.store.commits import retire
 from embedcache.store.groups import open_backend
 from embedcache.store.layout import (
     COMMITS_KIND,
@@ -36,6 +41,7 @@ from embedcache.store.layout import (
     shard_prefix,
     shards_prefix,
 )
+from embedcache.store.shards import INDEX_ARRAYS, Shard, read_keys, write_index
 from embedcache.store.verify import verify_shard
 
 if TYPE_CHECKING:
@@ -60,12 +66,12 @@ def migrate_store(
     *,
     options: Mapping[str, str] | None = None,
 ) -> Migration:
-    """Convert the store at ``root`` to schema 2 in place (nothing is recomputed).
+    """Convert the store at ``root`` to schema 3 in place (nothing is recomputed).
 
     Raises
     ------
     CorruptStoreError
-        A committed schema-1 shard fails its checks; that key is left unchanged.
+        A committed shard fails its checks; that key is left unchanged.
         Delete the named commit record (its rows will be recomputed) and run again.
     StoreError
         ``root`` is no embedcache store, or of an unknown schema.
@@ -76,8 +82,11 @@ def migrate_store(
     version = attrs.get("schema_version")
     if version == SCHEMA_VERSION:
         return Migration(from_version=SCHEMA_VERSION, n_keys=0, n_shards=0)
-    if version != 1:
-        msg = f"{backend.describe(META)} has schema_version {version!r}; migrate converts 1 to 2"
+    if version not in (1, 2):
+        msg = (
+            f"{backend.describe(META)} has schema_version {version!r}; migrate "
+            f"converts 1 or 2 to {SCHEMA_VERSION}"
+        )
         raise StoreError(msg)
     folders, _ = backend.list_dir("")
     n_keys = n_shards = 0
@@ -92,7 +101,7 @@ def migrate_store(
     logger.info(
         "migrated %s to schema %d: %d keys", backend.location, SCHEMA_VERSION, n_keys
     )
-    return Migration(from_version=1, n_keys=n_keys, n_shards=n_shards)
+    return Migration(from_version=version, n_keys=n_keys, n_shards=n_shards)
 
 
 def _attrs(doc: bytes | None, backend: Backend, path: str, kind: str) -> dict[str, Any]:
@@ -108,7 +117,7 @@ def _attrs(doc: bytes | None, backend: Backend, path: str, kind: str) -> dict[st
 
 
 def _migrate_key(backend: Backend, digest: str) -> int | None:
-    """Convert one key group; return its committed shards (None if not schema 1)."""
+    """Convert one key group; return its committed shards (None if converted)."""
     path = f"{digest}/{META}"
     doc = backend.read_or_none(path)
     if doc is None:
@@ -123,10 +132,24 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
     except (KeyError, TypeError, ValueError) as err:
         msg = f"{backend.describe(path)}: unreadable model key ({err})"
         raise CorruptStoreError(msg) from err
-    records = _v1_records(backend, digest, dim)
+    if attrs.get("schema_version") == 1:
+        records = _v1_records(backend, digest, dim)
+    else:
+        records = _v2_records(backend, digest, dim)
     hidden = {old for r in records.values() for old in r.supersedes}
     visible = [r for name, r in sorted(records.items()) if name not in hidden]
-    faults = [f for r in visible for f in verify_shard(backend, digest, r)]
+    # an interrupted run's index of a shard is not in its record yet: written anew
+    backend.delete_prefixes(
+        f"{shard_prefix(digest, r.shard)}/{name}"
+        for r in visible
+        if _INDEX_DOC not in r.files
+        for name in INDEX_ARRAYS
+    )
+    faults = [
+        f
+        for r in visible
+        for f in verify_shard(backend, digest, r, require_index=False)
+    ]
     if faults:
         listed = "\n  ".join(map(str, faults))
         msg = (
@@ -138,16 +161,54 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
         (shards_prefix(digest), SHARDS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
     ):
-        backend.create(
-            f"{folder}/{META}",
-            group_doc({"kind": kind, "schema_version": SCHEMA_VERSION}),
-        )
+        group = group_doc({"kind": kind, "schema_version": SCHEMA_VERSION})
+        if not backend.create(f"{folder}/{META}", group):
+            backend.write(f"{folder}/{META}", group)
     for record in visible:
-        backend.create(record_path(digest, record.shard), record.to_doc())
+        indexed = _with_index(backend, digest, record)
+        if not backend.create(record_path(digest, record.shard), indexed.to_doc()):
+            backend.write(record_path(digest, record.shard), indexed.to_doc())
+        backend.sync([record_path(digest, record.shard)])
+    # superseded shards' records are of the old schema: they go before the flip
+    retire(backend, digest, sorted(hidden & records.keys()))
     backend.write(path, group_doc(key_attrs(key, dim)))
     backend.sync([path])
     _remove_v1_leftovers(backend, digest, hidden)
     return len(visible)
+
+
+_INDEX_DOC = "fences/zarr.json"
+
+
+def _with_index(backend: Backend, digest: str, record: CommitRecord) -> CommitRecord:
+    """The record of a shard whose sorted index is written (now, if it lacks one)."""
+    if _INDEX_DOC in record.files:
+        return record
+    prefix = shard_prefix(digest, record.shard)
+    keys = read_keys(backend, digest, Shard(record=record, prefix=prefix))
+    files = write_index(backend, prefix, keys)
+    backend.sync(f"{prefix}/{rel}" for rel in files)
+    return replace(record, files=dict(sorted({**record.files, **files}.items())))
+
+
+def _v2_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:
+    """The schema-2 records of a key (schema 3 where a run converted them)."""
+    folders, _ = backend.list_dir(commits_prefix(digest))
+    out = {}
+    for name in folders:
+        path = record_path(digest, name)
+        data = backend.read_or_none(path)
+        if data is None:
+            continue
+        where = backend.describe(path)
+        doc = parse_json(data, where)
+        attrs = doc.get("attributes", {}).get("embedcache")
+        if isinstance(attrs, dict) and attrs.get("schema_version") == 2:
+            attrs["schema_version"] = SCHEMA_VERSION  # same fields: read as 3
+        out[name] = CommitRecord.from_doc(
+            json.dumps(doc).encode(), shard=name, dim=dim, where=where
+        )
+    return out
 
 
 def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:

@@ -1,9 +1,11 @@
 """Shard I/O through zarr: write a shard's arrays, open a committed one, read its rows.
 
-A shard is a group with two arrays, ``vectors`` (n, dim) float32 and ``hashes``
-(n, 32) uint8, both with the ``bytes`` + ``crc32c`` codecs, so zarr checks every
-chunk it reads. Opening a shard checks its metadata against the sha256 digests of
-its commit record and builds the zarr arrays from those verified bytes.
+A shard is a group of arrays, all with the ``bytes`` + ``crc32c`` codecs, so every
+chunk read is checked: ``vectors`` (n, dim) float32 and ``hashes`` (n, 32) uint8 in
+stored order, and its sorted index (``runs``): ``sorted_hashes``, ``sorted_rows``,
+``fences`` and ``bloom``. Opening a shard reads only its fences, checked against the
+sha256 in its commit record; the vectors' metadata is checked the same way at the
+first read of a vector.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from zarr.core.buffer.cpu import NDBuffer
 from zarr.storage import MemoryStore, StorePath, WrapperStore
 
 from embedcache.errors import CorruptStoreError
+from embedcache.store import runs
 from embedcache.store.layout import (
     HASH_WIDTH,
     SHARD_META_FILES,
@@ -45,12 +48,23 @@ logger = logging.getLogger(__name__)
 # ~4 MiB chunks: 2048 rows at dim 512 (benchmarks/store_bench.py: fewer, larger
 # chunks read faster through zarr and cost fewer requests on object stores)
 CHUNK_BYTES = 1 << 22
+# ...and at most this many rows (narrow vectors: a look-up of one row reads one
+# chunk whole, as its crc32c covers it whole; 256 KiB at dim 4)
+CHUNK_MAX_ROWS = 16384
 # a read of scattered rows holds at most this much of a shard at once beside the
 # rows it picks, per reading thread (a merged shard may hold a whole run: reading
 # its span in one piece would cost as much memory as the run's output)
 SPAN_BYTES = 1 << 23
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
+INDEX_ARRAYS = ("sorted_hashes", "sorted_rows", "fences", "bloom")
+# rows per chunk of each array of the sorted index, given its length
+_INDEX_CHUNKS = {
+    "sorted_hashes": lambda n: runs.BLOCK_ROWS,
+    "sorted_rows": lambda n: runs.ROWS_CHUNK,
+    "fences": lambda n: n,  # one chunk: a reader loads it whole at open
+    "bloom": lambda n: min(n, runs.BLOOM_CHUNK),
+}
 
 
 class MissingObjectError(Exception):
@@ -63,12 +77,18 @@ class MissingObjectError(Exception):
 
 @dataclass(slots=True)
 class Shard:
-    """A committed shard, opened: its record, its hashes, its vectors array."""
+    """A committed shard (a sorted run), opened: its record, fences, vectors array.
+
+    Never holds every hash: ``keys`` only right after this process wrote the shard
+    (until a view adopts it).
+    """
 
     record: CommitRecord
     prefix: str
-    keys: np.ndarray  # (n,) S32: raw sha256 of each row's sequence
+    keys: np.ndarray | None = None  # (n,) S32 in stored order, just written
     vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
+    fences: np.ndarray | None = None  # (blocks,) S32: first hash of each block
+    bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
 
 
 class _Recording(WrapperStore):
@@ -87,17 +107,28 @@ class _Recording(WrapperStore):
 
 
 def chunk_rows(n: int, row_bytes: int) -> int:
-    return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes))
+    return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes, CHUNK_MAX_ROWS))
 
 
-def _array_doc(shape: tuple[int, int], dtype: str, fill_value: float) -> bytes:
-    """The ``zarr.json`` zarr writes for one of our arrays (made in memory)."""
+def _array_doc(
+    shape: tuple[int, ...],
+    dtype: str,
+    fill_value: float,
+    chunk: int | None = None,
+) -> bytes:
+    """The ``zarr.json`` zarr writes for one of our arrays (made in memory).
+
+    ``chunk``: rows per chunk (default: ~:data:`CHUNK_BYTES`); a chunk spans every
+    column.
+    """
     docs: dict[str, Any] = {}
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    rows = chunk_rows(shape[0], row_bytes) if chunk is None else max(1, chunk)
     zarr.create_array(
         store=MemoryStore(docs),
         shape=shape,
         dtype=dtype,
-        chunks=(chunk_rows(shape[0], shape[1] * np.dtype(dtype).itemsize), shape[1]),
+        chunks=(rows, *shape[1:]),
         filters=None,
         compressors=[Crc32cCodec()],
         fill_value=fill_value,
@@ -144,11 +175,33 @@ def write_shard(
         raw = np.ascontiguousarray(keys, "S32").tobytes()
         hashes[...] = np.frombuffer(raw, np.uint8).reshape(n, HASH_WIDTH)
     files = {rel: (len(doc), sha256(doc)) for rel, doc in docs.items()}
+    files.update(write_index(backend, prefix, keys))
     for key, value in rec.written.items():
         files[key[len(prefix) + 1 :]] = value
     return dict(sorted(files.items())), _array(
         backend.zarr_store(), f"{prefix}/vectors", docs["vectors/zarr.json"]
     )
+
+
+def write_index(
+    backend: Backend, prefix: str, keys: np.ndarray
+) -> dict[str, tuple[int, str]]:
+    """Write a shard's sorted index (``runs``) under ``prefix``; (size, sha256) of
+    each object written, by path in the shard. Deterministic: a rerun writes the
+    same bytes."""
+    rec = _Recording(backend.zarr_store())
+    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
+    files = {}
+    for name, arr in index.items():
+        rel = f"{name}/zarr.json"
+        doc = _array_doc(arr.shape, arr.dtype.name, 0, _INDEX_CHUNKS[name](len(arr)))
+        backend.write(f"{prefix}/{rel}", doc)
+        files[rel] = (len(doc), sha256(doc))
+        if len(arr):
+            _array(rec, f"{prefix}/{name}", doc)[...] = arr
+    for key, value in rec.written.items():
+        files[key[len(prefix) + 1 :]] = value
+    return files
 
 
 def corrupt(
@@ -163,7 +216,7 @@ def corrupt(
     return CorruptStoreError(msg)
 
 
-def check_array_meta(meta: dict[str, Any], shape: tuple[int, int], dtype: str) -> None:
+def check_array_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: str) -> None:
     """Raise ValueError unless ``meta`` is an array this schema reads safely."""
     grid = meta.get("chunk_grid", {})
     chunk_shape = grid.get("configuration", {}).get("chunk_shape")
@@ -178,8 +231,8 @@ def check_array_meta(meta: dict[str, Any], shape: tuple[int, int], dtype: str) -
     if (
         grid.get("name") != "regular"
         or not isinstance(chunk_shape, list)
-        or len(chunk_shape) != 2
-        or chunk_shape[1] != shape[1]
+        or len(chunk_shape) != len(shape)
+        or list(chunk_shape[1:]) != list(shape[1:])
     ):
         problems.append(f"unexpected chunk grid {grid}")
     names = [c.get("name") for c in codecs] if isinstance(codecs, list) else []
@@ -192,36 +245,62 @@ def check_array_meta(meta: dict[str, Any], shape: tuple[int, int], dtype: str) -
 
 
 def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
-    """Check a committed shard's hashes against its record and read them.
+    """Open a committed shard as a sorted run: read its fences (one object).
 
-    The vectors' metadata is checked at the first read from the shard
-    (:func:`vectors_of`): opening a key of many shards costs two requests each.
+    The fences chunk is checked against the record's sha256; the other arrays'
+    chunks are checked by their crc32c as they are read, and the vectors' metadata
+    against the record at the first read (:func:`vectors_of`).
 
     Raises
     ------
     MissingObjectError
         An object is absent (the caller tells retired from lost).
     CorruptStoreError
-        Metadata differs from the record, or a hashes chunk fails its crc32c.
+        The record lacks an array of the schema, or the fences differ from it.
     """
     prefix = shard_prefix(digest, record.shard)
     missing = [rel for rel in SHARD_META_FILES if rel not in record.files]
     if missing:
         problem = f"commit record lists no {missing[0]}"
         raise corrupt(backend, prefix, problem, digest, record.shard)
-    n = record.n_rows
+    shard = Shard(record=record, prefix=prefix)
+    if record.n_rows:
+        rel = "fences/c/0/0"
+        path = f"{prefix}/{rel}"
+        doc = backend.read_or_none(path)
+        if doc is None:
+            raise MissingObjectError(path)
+        if rel not in record.files or sha256(doc) != record.files[rel][1]:
+            problem = "sha256 differs from the commit record"
+            raise corrupt(backend, path, problem, digest, record.shard)
+        shard.fences = runs.load_fences_from(doc, record.n_rows)
+    else:
+        shard.fences = np.empty(0, "S32")
+    return shard
+
+
+def read_keys(backend: Backend, digest: str, shard: Shard) -> np.ndarray:
+    """Every hash of a shard in stored order ((n,) S32): one sequential read.
+
+    Raises
+    ------
+    MissingObjectError, CorruptStoreError
+        As :func:`open_shard`.
+    """
+    record, n = shard.record, shard.record.n_rows
+    if shard.keys is not None:
+        return shard.keys
     hashes = _checked_array(backend, digest, record, "hashes", (n, HASH_WIDTH), "uint8")
     try:
         raw = np.ascontiguousarray(hashes[:]) if n else np.empty((0, HASH_WIDTH))
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
-        path, problem = f"{prefix}/hashes", f"a chunk failed its check ({err})"
+        path, problem = f"{shard.prefix}/hashes", f"a chunk failed its check ({err})"
         raise corrupt(backend, path, problem, digest, record.shard) from err
     # a missing chunk reads as zarr's fill value; no sha256 is all zero
     if n and not raw.any(axis=1).all():
-        path = f"{prefix}/hashes/c"
+        path = f"{shard.prefix}/hashes/c"
         raise MissingObjectError(path)
-    keys = np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
-    return Shard(record=record, prefix=prefix, keys=keys)
+    return np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
 
 
 def vectors_of(backend: Backend, digest: str, shard: Shard) -> Any:  # noqa: ANN401
@@ -239,7 +318,7 @@ def _checked_array(
     digest: str,
     record: CommitRecord,
     name: str,
-    shape: tuple[int, int],
+    shape: tuple[int, ...],
     dtype: str,
 ) -> Any:  # noqa: ANN401
     rel = f"{name}/zarr.json"
@@ -264,14 +343,24 @@ def read_rows(
     rows: np.ndarray,
     out: np.ndarray,
     dest: np.ndarray,
+    cache: runs.BlockCache | None = None,
 ) -> None:
-    """out[dest] = rows ``rows`` of the shard's vectors, every chunk crc-checked."""
+    """out[dest] = rows ``rows`` of the shard's vectors, every chunk crc-checked.
+
+    With ``cache``, the chunks of scattered rows are kept there (a server's
+    repeated hits then read nothing).
+    """
     k = len(rows)
     if not k:
         return
     arr = vectors_of(backend, digest, shard)
     try:
-        if _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
+        if cache is not None and k < int(arr.chunks[0]):  # a few rows: cached chunks
+            uniq, inverse = np.unique(rows, return_inverse=True)
+            values = _sparse_rows(backend, shard.prefix, arr, uniq, out.shape[1], cache)
+            out[dest] = values[inverse]
+            served = values[:, 0]
+        elif _is_run(rows) and _is_run(dest):  # rows in stored order: no copy
             r0, d0 = int(rows[0]), int(dest[0])
             target = out[d0 : d0 + k]
             if not read_span(backend, shard.prefix, arr, r0, target):
@@ -282,7 +371,7 @@ def read_rows(
             served = target[:, 0]
         else:
             uniq, inverse = np.unique(rows, return_inverse=True)
-            values = _pick_rows(backend, shard.prefix, arr, uniq, out.shape[1])
+            values = _pick_rows(backend, shard.prefix, arr, uniq, out.shape[1], cache)
             if _is_run(dest):  # one pass straight into the output
                 d0 = int(dest[0])
                 np.take(values, inverse, axis=0, out=out[d0 : d0 + k])
@@ -304,11 +393,12 @@ def _pick_rows(
     arr: Any,  # noqa: ANN401
     uniq: np.ndarray,
     dim: int,
+    cache: runs.BlockCache | None = None,
 ) -> np.ndarray:
     """Rows ``uniq`` (sorted, distinct) of the vectors, window by window.
 
     A window spans at most :data:`SPAN_BYTES` of rows: where its rows are dense it
-    is read whole and picked from in memory, else zarr reads only their chunks.
+    is read whole and picked from in memory, else only their chunks are read.
     """
     values = np.empty((len(uniq), dim), np.float32)
     window = max(1, SPAN_BYTES // (4 * dim))
@@ -324,10 +414,46 @@ def _pick_rows(
                 span[...] = arr.get_basic_selection((slice(lo, hi), slice(None)))
             if not whole:
                 values[j:k] = span[part - lo]
-        else:  # sparse: zarr reads only the chunks holding these rows
-            values[j:k] = arr.get_orthogonal_selection((part, slice(None)))
+        else:  # sparse: only the chunks holding these rows
+            values[j:k] = _sparse_rows(backend, prefix, arr, part, dim, cache)
         j = k
     return values
+
+
+def _sparse_rows(
+    backend: Backend,
+    prefix: str,
+    arr: Any,  # noqa: ANN401
+    part: np.ndarray,
+    dim: int,
+    cache: runs.BlockCache | None,
+) -> np.ndarray:
+    """Rows ``part`` (sorted) read chunk by chunk, each chunk whole (its crc32c
+    covers it whole), in parallel; through ``cache`` when given."""
+    per, n = int(arr.chunks[0]), int(arr.shape[0])
+    chunks = np.unique(part // per)
+
+    def load(c: int) -> np.ndarray:
+        lo = c * per
+        block = np.empty((min(per, n - lo), dim), np.float32)
+        if not read_span(backend, prefix, arr, lo, block):
+            block[...] = arr.get_basic_selection(
+                (slice(lo, lo + len(block)), slice(None))
+            )
+        return block
+
+    def get(c: int) -> np.ndarray:
+        return (
+            load(c) if cache is None else cache.get((prefix, "v", c), lambda: load(c))
+        )
+
+    blocks = dict(zip(chunks.tolist(), backend.map(get, chunks.tolist()), strict=True))
+    out = np.empty((len(part), dim), np.float32)
+    which = part // per
+    for c, block in blocks.items():
+        sel = which == c
+        out[sel] = block[part[sel] - c * per]
+    return out
 
 
 def read_span(

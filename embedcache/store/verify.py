@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import list_records
 from embedcache.store.layout import (
@@ -26,7 +28,14 @@ from embedcache.store.layout import (
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.shards import MissingObjectError, open_shard, vectors_of
+from embedcache.store.runs import ChunkError, bloom_of, fences_of, load_bloom
+from embedcache.store.shards import (
+    MissingObjectError,
+    Shard,
+    open_shard,
+    read_keys,
+    vectors_of,
+)
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -110,7 +119,15 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
     return faults
 
 
-def verify_shard(backend: Backend, digest: str, record: CommitRecord) -> list[Fault]:
+def verify_shard(
+    backend: Backend,
+    digest: str,
+    record: CommitRecord,
+    *,
+    require_index: bool = True,
+) -> list[Fault]:
+    """Faults of one committed shard; ``require_index=False`` accepts a shard of an
+    older schema without a sorted index (migration checks those)."""
     prefix = shard_prefix(digest, record.shard)
     present = {e.path[len(prefix) + 1 :]: e.size for e in backend.list(prefix + "/")}
     faults = []
@@ -141,10 +158,34 @@ def verify_shard(backend: Backend, digest: str, record: CommitRecord) -> list[Fa
         where = backend.describe(f"{prefix}/{rel}")
         faults.append(Fault(where, "object not in the shard's commit record"))
     if not faults:
-        try:
-            vectors_of(backend, digest, open_shard(backend, digest, record))
-        except CorruptStoreError as err:
-            faults.append(Fault(backend.describe(prefix), str(err)))
-        except MissingObjectError as err:
-            faults.append(Fault(backend.describe(err.path), "missing"))
+        faults.extend(_check_arrays(backend, digest, record, require_index))
     return faults
+
+
+def _check_arrays(
+    backend: Backend, digest: str, record: CommitRecord, require_index: bool
+) -> list[Fault]:
+    """Metadata and hashes of a shard whose files match its record, and whether its
+    sorted index agrees with its hashes."""
+    shard = Shard(record=record, prefix=shard_prefix(digest, record.shard))
+    try:
+        keys = read_keys(backend, digest, shard)
+        vectors_of(backend, digest, shard)
+        if require_index or "fences/zarr.json" in record.files:
+            opened = open_shard(backend, digest, record)
+            problem = None
+            if not np.array_equal(opened.fences, fences_of(np.sort(keys))):
+                problem = "its fences disagree with its hashes (sorted index damaged)"
+            elif len(keys) and not np.array_equal(
+                load_bloom(backend, opened), bloom_of(keys)
+            ):
+                problem = "its Bloom filter disagrees with its hashes"
+            if problem is not None:
+                return [Fault(backend.describe(shard.prefix), problem)]
+    except CorruptStoreError as err:
+        return [Fault(backend.describe(shard.prefix), str(err))]
+    except MissingObjectError as err:
+        return [Fault(backend.describe(err.path), "missing")]
+    except ChunkError as err:
+        return [Fault(backend.describe(err.path), err.problem)]
+    return []

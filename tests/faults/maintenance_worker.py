@@ -46,6 +46,15 @@ def kill_at(point: str) -> None:
             die()
         write(self, path, data)
 
+    written = []
+
+    def write_index_or_die(self: Backend, path: str, data: bytes) -> None:
+        if path.endswith("/sorted_rows/zarr.json"):
+            written.append(path)
+            if len(written) == 2:
+                die()
+        write(self, path, data)
+
     def delete_or_die(self: Backend, prefixes: object) -> None:
         die()
         delete_prefixes(self, prefixes)
@@ -57,11 +66,13 @@ def kill_at(point: str) -> None:
         "before-commit": (Backend, "create", create_or_die),
         "before-retire": (maintenance, "retire", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
-        # migrate: schema-2 groups made, first record not; every key converted,
-        # the root not flipped; converted, schema-1 leftovers not removed
+        # migrate: new groups made, first record not; every key converted, the
+        # root not flipped; converted, schema-1 leftovers not removed
         "migrate-before-records": (Backend, "create", create_or_die),
         "migrate-before-root": (Backend, "write", write_or_die),
         "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
+        # the second shard's index half written (its sorted hashes, not the rest)
+        "migrate-mid-index": (Backend, "write", write_index_or_die),
     }
     owner, name, fn = wraps[point]
     setattr(owner, name, fn)

@@ -96,16 +96,27 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     assert_every_row_once(handle.open(), hashes, vectors)
 
 
+@pytest.mark.parametrize("schema", [1, 2])
 @pytest.mark.parametrize(
     "point",
-    ["migrate-before-records", "migrate-before-root", "migrate-before-cleanup"],
+    [
+        "migrate-before-records",
+        "migrate-mid-index",
+        "migrate-before-root",
+        "migrate-before-cleanup",
+    ],
 )
-def test_migrate_killed_at_each_point_is_finished_by_the_next_run(tmp_path, point):
+def test_migrate_killed_at_each_point_is_finished_by_the_next_run(
+    tmp_path, point, schema
+):
     sys.path.insert(0, str(FIXTURES))
-    from make_store_schema1 import expected
+    if schema == 1:
+        from make_store_schema1 import expected
+    else:
+        from make_store_schema2 import expected
 
     root = tmp_path / "old"
-    shutil.copytree(FIXTURES / "store-schema1", root)
+    shutil.copytree(FIXTURES / f"store-schema{schema}", root)
     run_killed(root, "migrate", point)
     migrate_store(root)
     store = EmbeddingStore(root)

@@ -47,7 +47,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
     assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 2: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 1 to 3: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(old_store, create=False)
     assert_reads_everything(store)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
@@ -65,7 +65,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     store.compact()
     assert_reads_everything(EmbeddingStore(old_store))
     again = migrate_store(old_store)
-    assert (again.from_version, again.n_keys) == (2, 0)
+    assert (again.from_version, again.n_keys) == (3, 0)
 
 
 def test_migrate_works_on_an_object_store(s3_handle):
@@ -114,4 +114,76 @@ def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
     assert (done.from_version, done.n_keys) == (1, 1)  # the other key
     store = EmbeddingStore(old_store)
     assert_reads_everything(store)
+    assert store.verify() == []
+
+
+# --- schema 2 (tests/fixtures/store-schema2, written by c11ce95's embedcache) ---------
+
+FIXTURE_2 = DATA / "store-schema2"
+
+
+@pytest.fixture
+def store_2(tmp_path) -> Path:
+    root = tmp_path / "old2"
+    shutil.copytree(FIXTURE_2, root)
+    return root
+
+
+def expected_2():
+    from make_store_schema2 import expected as made
+
+    return made()
+
+
+def test_schema_2_is_refused_with_the_migrate_command(store_2):
+    with pytest.raises(StoreError, match="schema_version 2") as err:
+        EmbeddingStore(store_2)
+    assert "embedcache store migrate" in str(err.value)
+
+
+def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, capsys):
+    from make_store_schema2 import KEY_A as KEY_A2
+    from make_store_schema2 import KEY_B as KEY_B2
+
+    chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
+    assert main(["store", "migrate", "--store", str(store_2)]) == 0
+    assert "from schema_version 2 to 3: 2 keys, 3 shards" in capsys.readouterr().out
+    store = EmbeddingStore(store_2, create=False)
+    for key, (hashes, vectors) in expected_2().items():
+        got, found = store.get(key, hashes[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors[::-1])
+        assert store.hashes(key) == sorted(hashes)
+    infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
+    assert (infos[KEY_A2].n_vectors, infos[KEY_A2].n_shards) == (2100, 1)
+    assert (infos[KEY_B2].n_vectors, infos[KEY_B2].n_shards) == (9, 2)
+    assert infos[KEY_B2].aliases == ("fixture-b",)
+    assert store.verify() == []
+    assert store.garbage() == []  # the superseded shards went with the migration
+    # vectors were carried over byte for byte; the superseded shards' are gone
+    for path, data in chunks.items():
+        assert not path.exists() or path.read_bytes() == data
+    assert len(list(store_2.glob("*/shards/*/fences/c/0/0"))) == 3
+    store.put(KEY_B2, ["f" * 64], np.ones((1, 3), np.float32))
+    store.compact()
+    after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}  # noqa: SIM118
+    assert after == {KEY_A2: 2100, KEY_B2: 10}
+    again = migrate_store(store_2)
+    assert (again.from_version, again.n_keys) == (3, 0)
+
+
+def test_migrate_2_works_on_an_object_store(s3_handle):
+    raw = s3_handle.raw
+    for path in FIXTURE_2.rglob("*"):
+        if path.is_file():
+            obstore.put(raw, path.relative_to(FIXTURE_2).as_posix(), path.read_bytes())
+    with pytest.raises(StoreError, match="store migrate"):
+        s3_handle.open()
+    done = migrate_store(s3_handle.root, options=s3_handle.options)
+    assert (done.from_version, done.n_keys, done.n_shards) == (2, 2, 3)
+    store = s3_handle.open(create=False)
+    for key, (hashes, vectors) in expected_2().items():
+        got, found = store.get(key, hashes)
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors)
     assert store.verify() == []

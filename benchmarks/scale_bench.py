@@ -1,0 +1,401 @@
+"""How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
+
+For each size (default 1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M):
+
+- ``fill``: a fresh process fills a new local store with ``n`` random 32 bp sequences
+  under ``kmer-1``'s key the way ``embed`` does, minus the model (whose cost is the
+  model's, not the store's): hash every sequence, look them up in hash order, commit
+  them in batches of :data:`BATCH` through ``put`` (the writer's auto-merge on), then
+  read every vector back in input order (``read_into``) into the output array.
+  Prints its wall time, time per row and peak RSS, and the peak over the output array.
+- ``cold local``: a fresh ``embedcache embed --model kmer-1`` of 100 known sequences
+  against that folder (all cached): wall and peak RSS (median of 3 runs).
+- ``cold s3``: the same against moto's S3 server on 127.0.0.1 holding a copy of the
+  store, with the number of HTTP requests the run made (counted by a WSGI wrapper
+  around moto).
+
+Then the ratios the issue targets (largest size over smallest): cold look-up time
+and RSS, fill time per row, fill peak RSS over the output array.
+
+Last, the server figure: in one process, the p99 of ``get`` of one stored hash while
+idle, and while another thread commits a 100,000-sequence job through ``put`` (batches
+of 2,000, auto-merge on), and their ratio.
+
+Usage: ``python benchmarks/scale_bench.py [--quick] [--sizes N,N,...] [--no-s3]
+[--workdir DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+MODEL = "kmer-1"
+BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
+CHUNK = 1_000_000  # sequences generated and hashed at a time
+SEQ_BP = 32
+N_KNOWN = 100
+
+FILL = r"""
+import json, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+from scale_bench import chunk_digests
+from embedcache.models import load_adapter
+from embedcache.store import EmbeddingStore
+from embedcache.store.index import to_hex
+n, root, batch = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+key = load_adapter("kmer-1").key
+from scale_bench import hwm_mib
+base = hwm_mib()  # imports only
+t0 = time.perf_counter()
+store = EmbeddingStore(root)
+digests = np.concatenate([chunk_digests(i, n) for i in range(0, n, 1_000_000)])
+t_hash = time.perf_counter() - t0
+for lo in range(0, n, 100_000):  # the plan's look-up, in hash order
+    part = np.sort(digests[lo : lo + 100_000])
+    store.contains(key, to_hex(part))
+rng = np.random.default_rng(0)
+for lo in range(0, n, batch):
+    hashes = to_hex(digests[lo : lo + batch])
+    store.put(key, hashes, rng.random((len(hashes), 4), dtype=np.float32))
+t_put = time.perf_counter() - t0 - t_hash
+out = np.empty((n, 4), np.float32)
+assert store.read_into(key, digests, out).all()
+seconds = time.perf_counter() - t0
+peak = hwm_mib()
+shards = store.keys()[0].n_shards
+print(json.dumps({"seconds": seconds, "hash": t_hash, "put": t_put,
+                  "peak_mib": peak, "base_mib": base, "shards": shards}))
+"""
+
+
+EMBED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from embedcache.cli import main
+from scale_bench import hwm_mib
+code = main(sys.argv[2:])
+print(f"hwm_mib={hwm_mib()}")
+sys.exit(code)
+"""
+
+
+def hwm_mib() -> float:
+    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
+    carry a parent's size over a fork and exec."""
+    with Path("/proc/self/status").open() as fh:
+        line = next(x for x in fh if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
+
+
+def chunk_digests(lo: int, n: int) -> np.ndarray:
+    """Raw sha256 keys of sequences lo..lo+CHUNK (seeded by lo): (k,) S32."""
+    from embedcache.hashing import sequence_digest
+
+    return np.frombuffer(
+        b"".join(sequence_digest(s) for s in chunk_seqs(lo, n)), "S32"
+    ).copy()
+
+
+def chunk_seqs(lo: int, n: int) -> list[str]:
+    k = min(CHUNK, n - lo)
+    rng = np.random.default_rng([lo, 7])
+    letters = np.frombuffer(b"ACGT", np.uint8)[rng.integers(0, 4, (k, SEQ_BP))]
+    raw = letters.tobytes()
+    return [raw[i : i + SEQ_BP].decode() for i in range(0, len(raw), SEQ_BP)]
+
+
+def known_seqs(n: int) -> list[str]:
+    """N_KNOWN stored sequences, spread over the key."""
+    rows = np.random.default_rng(n).choice(n, N_KNOWN, replace=False)
+    out = []
+    for lo in sorted({int(r) // CHUNK * CHUNK for r in rows}):
+        seqs = chunk_seqs(lo, n)
+        out += [seqs[r - lo] for r in rows if lo <= r < lo + CHUNK]
+    return out
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
+    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
+        raise RuntimeError(msg)
+    return wall, usage.ru_maxrss / 1024, out
+
+
+def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
+    """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
+    here = str(Path(__file__).parent)
+    cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
+    cmd += ["--store", store, "--input", str(known), "--output"]
+    runs = []
+    for i in range(3):
+        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        assert f"computed=0 cached={N_KNOWN}" in out, out
+        rss = float(out.split("hwm_mib=")[1].split()[0])
+        runs.append((wall, rss))
+    walls, rsss = zip(*runs, strict=True)
+    return float(np.median(walls)), float(np.median(rsss))
+
+
+class S3:
+    """moto's S3 server on 127.0.0.1 in this process, counting the requests it gets."""
+
+    def __init__(self) -> None:
+        import logging
+
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.counts: Counter[str] = Counter()
+        app = DomainDispatcherApplication(create_backend_app)
+
+        def counting(environ: dict, start_response: object) -> object:
+            self.counts[environ["REQUEST_METHOD"]] += 1
+            return app(environ, start_response)
+
+        self.server = make_server(
+            "127.0.0.1", 0, counting, True, request_handler=MotoRequestHandler
+        )
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def upload(self, folder: Path, bucket: str) -> str:
+        import boto3
+        import obstore
+
+        from embedcache.store import open_object_store
+
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket=bucket)
+        url = f"s3://{bucket}/store"
+        opts = {
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": "us-east-1",
+            "aws_endpoint_url": self.endpoint,
+            "aws_allow_http": "true",
+        }
+        raw = open_object_store(url, opts)
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(16) as pool:
+            list(
+                pool.map(
+                    lambda p: obstore.put(
+                        raw, p.relative_to(folder).as_posix(), p.read_bytes()
+                    ),
+                    files,
+                )
+            )
+        return url
+
+
+def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
+    root = workdir / f"store-{n}"
+    here = str(Path(__file__).parent)
+    _, fill_rss, out = run_measured(
+        [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here]
+    )
+    fill = json.loads(out.strip().splitlines()[-1])
+    known = workdir / f"known-{n}.txt"
+    known.write_text("\n".join(known_seqs(n)) + "\n")
+    out_mib = n * 4 * 4 / 2**20
+    row = {
+        "n": n,
+        "fill_s": fill["seconds"],
+        "fill_us_row": fill["seconds"] / n * 1e6,
+        "fill_rss": fill_rss,
+        "fill_extra": fill_rss - fill["base_mib"],
+        "out_mib": out_mib,
+        "shards": fill["shards"],
+    }
+    row["local_s"], row["local_rss"] = cold_embed(str(root), known)
+    if s3 is not None:
+        url = s3.upload(root, f"scale-{n}")
+        s3.counts.clear()
+        row["s3_s"], row["s3_rss"] = cold_embed(url, known, s3.env)
+        row["s3_requests"] = sum(s3.counts.values()) / 3
+        row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
+    print(
+        f"{n:>11,} rows: fill {row['fill_s']:.1f} s ({row['fill_us_row']:.2f} us/row; "
+        f"hash {fill['hash']:.1f} s, look-up+put {fill['put']:.1f} s), peak RSS "
+        f"{fill_rss:.0f} MiB, {row['fill_extra']:.0f} MiB over the imports "
+        f"({row['fill_extra'] / out_mib:.2f}x the {out_mib:.1f} MiB output), "
+        f"{fill['shards']} shards",
+        flush=True,
+    )
+    print(
+        f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
+        f"{row['local_rss']:.0f} MiB"
+        + (
+            f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
+            f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
+            if s3 is not None
+            else ""
+        ),
+        flush=True,
+    )
+    return row
+
+
+def p99_under_commits(
+    workdir: Path, *, n_job: int = 100_000, batch: int = 2_000
+) -> None:
+    """In-process get p99 of one stored hash: idle, and while a thread commits."""
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+
+    key = load_adapter(MODEL).key
+    store = EmbeddingStore(workdir)
+    rng = np.random.default_rng(1)
+
+    def hashes(start: int, k: int) -> list[str]:
+        return [
+            hashlib.sha256(f"p{i}".encode()).hexdigest()
+            for i in range(start, start + k)
+        ]
+
+    store.put(key, hashes(0, 10_000), rng.random((10_000, 4), dtype=np.float32))
+    one = hashes(5, 1)
+
+    def sample(stop: threading.Event | None, limit: int) -> np.ndarray:
+        times = []
+        while len(times) < limit and (stop is None or not stop.is_set()):
+            t = time.perf_counter()
+            _, found = store.get(key, one)
+            times.append(time.perf_counter() - t)
+            assert found.all()
+            time.sleep(0.001)  # a request rate, not a spin on the GIL
+        return np.array(times)
+
+    idle = sample(None, 2_000)
+    done = threading.Event()
+
+    def job() -> None:
+        for lo in range(10_000, 10_000 + n_job, batch):
+            store.put(key, hashes(lo, batch), rng.random((batch, 4), dtype=np.float32))
+        done.set()
+
+    t0 = time.perf_counter()
+    writer = threading.Thread(target=job)
+    writer.start()
+    busy = sample(done, 10**9)
+    writer.join()
+    job_s = time.perf_counter() - t0
+    p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
+    print(
+        f"server get p99 of one stored hash: idle {p_idle:.2f} ms (n={len(idle)}), "
+        f"while committing {n_job:,} sequences in batches of {batch:,} "
+        f"({job_s:.1f} s) {p_busy:.2f} ms (n={len(busy)}); busy/idle = "
+        f"{p_busy / p_idle:.2f}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    if "--p99-only" in sys.argv:  # the server figure alone
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"load average: {os.getloadavg()}")
+            p99_under_commits(Path(tmp) / "a")
+            sys.setswitchinterval(0.0005)
+            print("with sys.setswitchinterval(0.0005):", end=" ")
+            p99_under_commits(Path(tmp) / "b")
+            print(f"load average: {os.getloadavg()}")
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sizes", default=None)
+    parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--no-p99", action="store_true")
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
+    sizes = [int(x) for x in (args.sizes or default).split(",")]
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    s3 = None if args.no_s3 else S3()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        rows = [measure(n, Path(tmp), s3) for n in sizes]
+        first, last = rows[0], rows[-1]
+        x = f"{last['n']:,} vs {first['n']:,}"
+        print(f"\nratios, {x} rows (target):")
+        print(
+            f"  cold local look-up time  {last['local_s'] / first['local_s']:.2f}x (<= 1.5)"
+        )
+        print(
+            f"  cold local look-up RSS   {last['local_rss'] / first['local_rss']:.2f}x (<= 1.2)"
+        )
+        if s3 is not None:
+            print(
+                f"  cold s3 look-up time     {last['s3_s'] / first['s3_s']:.2f}x (<= 1.5)"
+            )
+            print(
+                f"  cold s3 look-up RSS      {last['s3_rss'] / first['s3_rss']:.2f}x (<= 1.2)"
+            )
+            print(
+                f"  cold s3 requests         {last['s3_requests']:.0f} vs "
+                f"{first['s3_requests']:.0f}"
+            )
+        print(
+            f"  fill time per row        {last['fill_us_row'] / first['fill_us_row']:.2f}x (<= 1.2)"
+        )
+        for r in rows:
+            print(
+                f"  fill peak over imports / output array at {r['n']:,}: "
+                f"{r['fill_extra'] / r['out_mib']:.2f}x (<= 2; whole peak "
+                f"{r['fill_rss'] / r['out_mib']:.2f}x)"
+            )
+        if not args.no_p99:
+            print()
+            p99_under_commits(Path(tmp) / "p99-a")
+            # the lever a server has: threads hand the GIL over sooner
+            default = sys.getswitchinterval()
+            sys.setswitchinterval(0.0005)
+            print("with sys.setswitchinterval(0.0005):", end=" ")
+            p99_under_commits(Path(tmp) / "p99-b")
+            sys.setswitchinterval(default)
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Sorted runs: each shard's hashes in sorted order, found through fences and filters.
+
+A committed shard (schema 3) stores, beside ``hashes`` in stored order, the same
+hashes sorted (``sorted_hashes``, one zarr chunk per block of :data:`BLOCK_ROWS`),
+the stored row of each (``sorted_rows``), the first hash of each block
+(``fences``) and a blocked Bloom filter (``bloom``). A reader holds a run's fences
+(32 bytes a block); a look-up reads only the blocks whose fence range holds an asked
+hash, and a large look-up first drops the hashes the filter rules out, so a writer's
+deduplication does not read every block of every run. Runs resolve in commit order:
+a hash held by several runs is served by the first (first commit wins).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import google_crc32c
+import numpy as np
+
+from embedcache.store.index import argsort_keys
+from embedcache.store.layout import HASH_WIDTH
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from embedcache.store.backend import Backend
+    from embedcache.store.shards import Shard
+
+# rows per block of the sorted index: one 32 KiB chunk of sorted hashes is what a
+# look-up of one hash reads from a run (fences: 32 bytes per 1,024 rows)
+BLOCK_ROWS = 1024
+# sorted rows are read only for hashes found: larger chunks, fewer objects
+ROWS_CHUNK = 16 * BLOCK_ROWS
+# Bloom filter: bits per hash, and bits set per hash inside one 64-bit word
+BLOOM_BITS = 16
+BLOOM_K = 8
+BLOOM_CHUNK = 1 << 19  # words per chunk (4 MiB)
+# a look-up of at least this many hashes consults the filters first (a small one
+# reads fewer bytes from blocks than from a run's filter)
+BLOOM_MIN_QUERY = 512
+# decoded blocks kept per store (an LRU): a server's repeated hits read nothing
+CACHE_BYTES = 64 << 20
+
+
+# --- building -----------------------------------------------------------------------
+
+
+def sort_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's (distinct) keys sorted, and the stored row of each."""
+    order = argsort_keys(keys)
+    return keys[order], order
+
+
+def fences_of(sorted_keys: np.ndarray) -> np.ndarray:
+    """The first key of each block (S32)."""
+    return np.ascontiguousarray(sorted_keys[::BLOCK_ROWS])
+
+
+def n_bloom_words(n: int) -> int:
+    return max(1, -(-n * BLOOM_BITS // 64))
+
+
+def _bloom_positions(keys: np.ndarray, n_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """Word index and bit mask of each key (sha256 bytes are uniform: no rehash).
+
+    The word from bytes 8-15, the bits from the low 6 bits of bytes 16-23.
+    """
+    raw = np.frombuffer(np.ascontiguousarray(keys).tobytes(), np.uint8).reshape(-1, 32)
+    index = raw[:, 8:16].copy().view("<u8")[:, 0] % np.uint64(n_words)
+    shifts = (raw[:, 16 : 16 + BLOOM_K] & 63).astype(np.uint64)
+    mask = np.bitwise_or.reduce(np.left_shift(np.uint64(1), shifts), axis=1)
+    return index.astype(np.int64), mask
+
+
+def bloom_of(keys: np.ndarray) -> np.ndarray:
+    """A blocked Bloom filter of ``keys``: (words,) uint64."""
+    words = np.zeros(n_bloom_words(len(keys)), np.uint64)
+    if len(keys):
+        index, mask = _bloom_positions(keys, len(words))
+        np.bitwise_or.at(words, index, mask)
+    return words
+
+
+def maybe_in(bloom: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Whether each key may be in the filter (False: certainly not)."""
+    index, mask = _bloom_positions(keys, len(bloom))
+    return (bloom[index] & mask) == mask
+
+
+def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays of a shard's sorted index, as written (name -> array)."""
+    sorted_keys, rows = sort_keys(keys)
+    raw = np.frombuffer(sorted_keys.tobytes(), np.uint8).reshape(-1, HASH_WIDTH)
+    fences = np.frombuffer(fences_of(sorted_keys).tobytes(), np.uint8)
+    return {
+        "sorted_hashes": raw,
+        "sorted_rows": rows.astype(row_dtype(len(keys))),
+        "fences": fences.reshape(-1, HASH_WIDTH),
+        "bloom": bloom_of(keys),
+    }
+
+
+def row_dtype(n: int) -> str:
+    return "uint32" if n < 1 << 32 else "uint64"
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+class ChunkError(Exception):
+    """A chunk of a shard's index is absent (``missing``) or fails its checks."""
+
+    def __init__(self, path: str, problem: str, *, missing: bool = False) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem, self.missing = path, problem, missing
+
+
+def read_chunk(backend: Backend, path: str, nbytes: int) -> np.ndarray:
+    """The body of one uncompressed chunk (bytes + crc32c codecs), checked.
+
+    Raises
+    ------
+    ChunkError
+        The chunk is absent, or its size or its crc32c is wrong.
+    """
+    try:
+        data = backend.read(path)
+    except FileNotFoundError:
+        raise ChunkError(path, "object is missing", missing=True) from None
+    if len(data) != nbytes + 4:
+        raise ChunkError(path, f"{len(data)} bytes, not {nbytes + 4}")
+    body = np.frombuffer(data, np.uint8)[:-4]
+    if google_crc32c.value(body).to_bytes(4, "little") != data[-4:]:
+        raise ChunkError(path, "stored and computed crc32c differ")
+    return body
+
+
+class BlockCache:
+    """Decoded index chunks by (shard, array, chunk), least recently used first out."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str, int], np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(
+        self, key: tuple[str, str, int], load: Callable[[], np.ndarray]
+    ) -> np.ndarray:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        value = load()  # outside the lock: reads run in parallel
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = value
+                self._bytes += value.nbytes
+            while self._bytes > self.max_bytes and self._items:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+        return value
+
+
+def _sorted_block(
+    backend: Backend, shard: Shard, block: int, cache: BlockCache
+) -> np.ndarray:
+    n = shard.record.n_rows
+    path = f"{shard.prefix}/sorted_hashes/c/{block}/0"
+
+    def load() -> np.ndarray:
+        body = read_chunk(backend, path, BLOCK_ROWS * HASH_WIDTH)
+        rows = min(BLOCK_ROWS, n - block * BLOCK_ROWS)
+        return np.frombuffer(body[: rows * HASH_WIDTH].tobytes(), "S32")
+
+    return cache.get((shard.record.shard, "h", block), load)
+
+
+def _rows_chunk(
+    backend: Backend, shard: Shard, chunk: int, cache: BlockCache
+) -> np.ndarray:
+    dtype = np.dtype(row_dtype(shard.record.n_rows))
+    path = f"{shard.prefix}/sorted_rows/c/{chunk}"
+
+    def load() -> np.ndarray:
+        body = read_chunk(backend, path, ROWS_CHUNK * dtype.itemsize)
+        return body.view(dtype.newbyteorder("<")).astype(np.int64)
+
+    return cache.get((shard.record.shard, "r", chunk), load)
+
+
+def probe(
+    backend: Backend,
+    runs: Sequence[Shard],
+    q: np.ndarray,
+    cache: BlockCache,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each S32 key in ``q`` is served: (run position, stored row), -1 if absent.
+
+    Reads, in parallel, only the blocks whose fences bracket an asked key; a run's
+    filter (for a large ``q``) skips the keys it certainly lacks. First run wins.
+    """
+    n = len(q)
+    which = np.full(n, -1, np.int64)
+    rows = np.full(n, -1, np.int64)
+    if not n or not runs:
+        return which, rows
+    order = argsort_keys(q)
+    qs = q[order]
+    tasks: list[tuple[int, int, np.ndarray]] = []  # (run, block, positions in qs)
+    for r, shard in enumerate(runs):
+        if not shard.record.n_rows:
+            continue
+        cand = np.arange(n)
+        if n >= BLOOM_MIN_QUERY:
+            if shard.bloom is None:  # kept on the shard: later views share it
+                shard.bloom = load_bloom(backend, shard)
+            cand = cand[maybe_in(shard.bloom, qs)]
+        blocks = np.searchsorted(shard.fences, qs[cand], side="right") - 1
+        keep = blocks >= 0
+        cand, blocks = cand[keep], blocks[keep]
+        if not len(cand):
+            continue
+        cuts = np.flatnonzero(np.diff(blocks)) + 1
+        for part in np.split(np.arange(len(cand)), cuts):
+            tasks.append((r, int(blocks[part[0]]), cand[part]))
+
+    def search(task: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        r, block, pos = task
+        keys = _sorted_block(backend, runs[r], block, cache)
+        at = np.searchsorted(keys, qs[pos])
+        at[at == len(keys)] = 0
+        hit = keys[at] == qs[pos]
+        return pos[hit], block * BLOCK_ROWS + at[hit]
+
+    found = backend.map(search, tasks)
+    # position in each run's sorted index; tasks go in commit order: first run wins
+    best = np.full(n, -1, np.int64)
+    where = np.full(n, -1, np.int64)
+    for (r, _, _), (pos, sorted_at) in zip(tasks, found, strict=True):
+        new = best[pos] < 0
+        best[pos[new]] = r
+        where[pos[new]] = sorted_at[new]
+    hits = np.flatnonzero(best >= 0)
+    stored = _stored_rows(backend, runs, best[hits], where[hits], cache)
+    which[order[hits]] = best[hits]
+    rows[order[hits]] = stored
+    return which, rows
+
+
+def _stored_rows(
+    backend: Backend,
+    runs: Sequence[Shard],
+    run: np.ndarray,
+    sorted_at: np.ndarray,
+    cache: BlockCache,
+) -> np.ndarray:
+    """The stored row of each (run, position in its sorted index)."""
+    out = np.empty(len(run), np.int64)
+    chunk = sorted_at // ROWS_CHUNK
+    pair = run * (1 << 32) + chunk
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    pairs = [(int(p) >> 32, int(p) & 0xFFFFFFFF) for p in uniq]
+    loaded = backend.map(lambda p: _rows_chunk(backend, runs[p[0]], p[1], cache), pairs)
+    by = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[by], np.arange(len(pairs) + 1))
+    for j, (_, c) in enumerate(pairs):
+        sel = by[bounds[j] : bounds[j + 1]]
+        out[sel] = loaded[j][sorted_at[sel] - c * ROWS_CHUNK]
+    return out
+
+
+def load_fences_from(chunk: bytes, n_rows: int) -> np.ndarray:
+    """A run's fences (S32, one per block) from its one chunk, already checked."""
+    n_blocks = -(-n_rows // BLOCK_ROWS)
+    body = chunk[: n_blocks * HASH_WIDTH]
+    if len(body) != n_blocks * HASH_WIDTH:
+        msg = f"fences chunk has {len(chunk)} bytes for {n_blocks} blocks"
+        raise ValueError(msg)
+    return np.frombuffer(body, "S32").copy()
+
+
+def load_bloom(backend: Backend, shard: Shard) -> np.ndarray:
+    """A run's Bloom filter, read whole (2 bytes a row), chunks in parallel."""
+    n_words = n_bloom_words(shard.record.n_rows)
+    per = min(n_words, BLOOM_CHUNK)
+    paths = [f"{shard.prefix}/bloom/c/{i}" for i in range(-(-n_words // per))]
+    parts = backend.map(lambda p: read_chunk(backend, p, per * 8), paths)
+    return np.concatenate(parts).view("<u8")[:n_words].astype(np.uint64)

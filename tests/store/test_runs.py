@@ -1,0 +1,177 @@
+"""Sorted runs and snapshot views: look-ups through fences equal a brute-force dict
+(first commit wins, across overlapping shards, before and after compaction), new
+shards join a view without reopening the others, and a second instance sees another
+writer's commits after ``refresh_seconds`` (at once with 0)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from obstore.store import MemoryStore
+
+from embedcache.specs import ModelKey
+from embedcache.store import EmbeddingStore, commits, runs
+from embedcache.store.commits import Writer, adopt, commit_shard
+
+KEY = ModelKey(
+    model_id="test/runs", revision="0" * 40, adapter="t", adapter_version="1"
+)
+
+
+def hash_of(i: int) -> str:
+    return hashlib.sha256(f"r{i}".encode()).hexdigest()
+
+
+def commit_raw(store: EmbeddingStore, ids: list[int], vectors: np.ndarray) -> None:
+    """Commit one shard of exactly these hashes (``put`` would skip stored ones), as
+    a writer with a stale view would."""
+    view = store._snapshot(KEY, max_age=0.0, create_dim=vectors.shape[1])[0]
+    keys = np.frombuffer(b"".join(bytes.fromhex(hash_of(i)) for i in ids), "S32")
+    shard = commit_shard(
+        store._backend,
+        view,
+        Writer("raw"),
+        keys,
+        lambda arr: arr.__setitem__(..., vectors),
+    )
+    adopt(view, shard)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shards=st.lists(
+        st.lists(st.integers(0, 60), min_size=0, max_size=40, unique=True),
+        min_size=1,
+        max_size=6,
+    ),
+    asked=st.lists(st.integers(0, 70), max_size=60),
+    block=st.sampled_from([1, 3, 8, 1024]),
+    bloom=st.booleans(),
+    compact=st.booleans(),
+)
+def test_look_ups_through_fences_equal_a_dict_first_commit_wins(
+    shards, asked, block, bloom, compact
+):
+    with pytest.MonkeyPatch.context() as mp:
+        # tiny blocks: a look-up crosses many of them; the filters on or off
+        mp.setattr(runs, "BLOCK_ROWS", block)
+        mp.setattr(runs, "ROWS_CHUNK", 2 * block)
+        mp.setattr(runs, "BLOOM_MIN_QUERY", 0 if bloom else 10**9)
+        memory = MemoryStore()
+        writer = EmbeddingStore(memory, auto_merge=0)
+        rng = np.random.default_rng(len(shards))
+        expected: dict[int, np.ndarray] = {}
+        for ids in shards:
+            vectors = rng.standard_normal((len(ids), 3)).astype(np.float32)
+            commit_raw(writer, ids, vectors)
+            for i, v in zip(ids, vectors, strict=True):
+                expected.setdefault(i, v)  # the first commit holding it wins
+        if compact:
+            writer.compact()
+        for store in (writer, EmbeddingStore(memory)):  # own view, and a cold one
+            got, found = store.get(KEY, [hash_of(i) for i in asked])
+            want = [i in expected for i in asked]
+            np.testing.assert_array_equal(found, want)
+            for row, i in enumerate(asked):
+                if i in expected:
+                    np.testing.assert_array_equal(got[row], expected[i])
+            assert store.keys()[0].n_vectors == len(expected)
+            assert store.hashes(KEY) == sorted(hash_of(i) for i in expected)
+            out = np.full((len(asked), 3), -1, np.float32)
+            q = np.frombuffer(b"".join(bytes.fromhex(hash_of(i)) for i in asked), "S32")
+            np.testing.assert_array_equal(store.read_into(KEY, q, out), want)
+            np.testing.assert_array_equal(out[found], got[found])
+        assert writer.verify() == []
+
+
+def test_new_shards_join_the_view_without_reopening_the_others():
+    memory = MemoryStore()
+    store = EmbeddingStore(memory, auto_merge=0)
+    vectors = np.arange(40, dtype=np.float32).reshape(20, 2)
+    hashes = [hash_of(i) for i in range(20)]
+    store.put(KEY, hashes[:10], vectors[:10])
+    before = store._view(KEY).shards
+    store.put(KEY, hashes[10:], vectors[10:])
+    after = store._view(KEY).shards
+    assert len(after) == 2
+    assert after[0] is before[0]  # the same opened run, not read again
+    assert after[1].keys is None  # a view holds fences, never every hash
+    assert len(after[1].fences) == 1
+    got, found = store.get(KEY, hashes[::-1])
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors[::-1])
+
+
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_another_instance_sees_commits_after_refresh_seconds(
+    kind, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(commits, "LOCAL_CHECK_S", 0.0)  # check the folder each time
+    root = MemoryStore() if kind == "memory" else str(tmp_path / "store")
+    writer = EmbeddingStore(root)
+    vectors = np.ones((2, 4), np.float32)
+    writer.put(KEY, [hash_of(0)], vectors[:1])
+    lazy = EmbeddingStore(root, refresh_seconds=3600.0)
+    eager = EmbeddingStore(root, refresh_seconds=0)
+    assert lazy.contains(KEY, [hash_of(0), hash_of(1)]).tolist() == [True, False]
+    assert eager.contains(KEY, [hash_of(1)]).tolist() == [False]
+    writer.put(KEY, [hash_of(1)], vectors[1:])
+    assert eager.contains(KEY, [hash_of(1)]).tolist() == [True]
+    if kind == "memory":  # no change check on an object store: the period rules
+        assert lazy.contains(KEY, [hash_of(1)]).tolist() == [False]
+        lazy.refresh(KEY)
+    else:  # a local folder's commits folder changed: seen at once
+        pass
+    assert lazy.contains(KEY, [hash_of(1)]).tolist() == [True]
+    # the writer's own commits are seen at once, whatever its period
+    slow_writer = EmbeddingStore(root, refresh_seconds=3600.0)
+    slow_writer.put(KEY, [hash_of(2)], vectors[:1])
+    assert slow_writer.contains(KEY, [hash_of(2)]).tolist() == [True]
+
+
+def test_refresh_seconds_must_be_a_non_negative_number():
+    with pytest.raises(ValueError, match="refresh_seconds"):
+        EmbeddingStore(MemoryStore(), refresh_seconds=-1)
+
+
+def test_readers_in_threads_see_every_row_while_the_writer_merges_and_compacts(
+    tmp_path,
+):
+    import threading
+
+    store = EmbeddingStore(str(tmp_path / "store"), auto_merge=2)
+    vectors = np.arange(2 * 400, dtype=np.float32).reshape(400, 2)
+    hashes = [hash_of(i) for i in range(400)]
+    store.put(KEY, hashes[:40], vectors[:40])
+    done = threading.Event()
+    errors: list[Exception] = []
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                got, found = store.get(KEY, hashes[:40][::-1])
+                assert found.all()
+                np.testing.assert_array_equal(got, vectors[:40][::-1])
+        except Exception as err:  # noqa: BLE001 (reported below, in the test thread)
+            errors.append(err)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for lo in range(40, 400, 20):  # each put a shard; merges every 2 at a level
+            store.put(KEY, hashes[lo : lo + 20], vectors[lo : lo + 20])
+        store.compact()
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join()
+    assert not errors, errors[0]
+    assert store.keys()[0].n_shards == 1
+    got, found = EmbeddingStore(str(tmp_path / "store")).get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
