@@ -7,8 +7,9 @@ import os
 import re
 import secrets
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -32,7 +33,8 @@ from embedcache.store.commits import (
 )
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, to_hex
-from embedcache.store.layout import HOST
+from embedcache.store.layout import HOST, new_session_name
+from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.verify import Fault, verify_store
 
 if TYPE_CHECKING:
@@ -77,6 +79,9 @@ class EmbeddingStore:
     options
         obstore options for a URL (credentials, region, endpoint, ``allow_http``);
         see :func:`embedcache.store.open_object_store`.
+    lease
+        This writer's lease and the garbage collector's margin (see
+        :mod:`embedcache.store.lease`); default 60 s, renewed every 20 s, 5 min.
 
     Raises
     ------
@@ -93,6 +98,7 @@ class EmbeddingStore:
         create: bool = True,
         auto_merge: int = maintenance.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
+        lease: LeasePolicy | None = None,
     ) -> None:
         if writer_id is None:
             writer_id = f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -105,7 +111,13 @@ class EmbeddingStore:
         self.writer_id = writer_id
         self._backend = open_backend(root, options, create=create)
         self.root = self._backend.location
-        self._writer = Writer(writer_id)
+        session = new_session_name(writer_id)
+        policy = LeasePolicy() if lease is None else lease
+        self._writer = Writer(
+            writer_id, Lease(self._backend, session, writer_id, policy)
+        )
+        # the lease goes when the store does, or at exit, if close() was not called
+        self._closer = weakref.finalize(self, self._writer.lease.close)
         self._auto_merge = auto_merge
         self._lock = threading.RLock()
         self._views: dict[str, KeyView] = {}
@@ -114,6 +126,16 @@ class EmbeddingStore:
 
     def __repr__(self) -> str:
         return f"EmbeddingStore({self.root!r}, writer_id={self.writer_id!r})"
+
+    def close(self) -> None:
+        """Delete this writer's lease (the store stays usable; a new put takes one)."""
+        self._writer.lease.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- reading ----------------------------------------------------------------
 
