@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embedcache.store import EmbeddingStore, LeasePolicy, migrate_store
+from embedcache.store import EmbeddingStore, LeasePolicy, layout, migrate_store
 from tests.store.conftest import StoreHandle
 from tests.store.worker import KEY, dataset
 
@@ -93,11 +93,16 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     store.compact()
     assert store.keys()[0].n_shards == 1
     assert rows_stored(store) == N
-    # the killed compaction's leftover stays while its lease may be live, and goes
-    # once it expired by the margin (a collector whose clock is an hour ahead)
+    if point == "before-commit":  # its writer's lease is fresh: the shard stays
+        (leftover,) = store.garbage()
+        session = layout.session_of(leftover.rstrip("/").rpartition("/")[2])
+        assert handle.paths(layout.lease_path(session))
+    # the killed compaction's leftover goes once its lease expired by the margin
+    # (a collector whose clock is an hour ahead), and the lease with it
     later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + 3600))
     later.compact()
     assert later.garbage() == []
+    assert handle.paths("leases/*/zarr.json") == []
     assert_every_row_once(handle.open(), hashes, vectors)
 
 

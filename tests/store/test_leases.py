@@ -84,20 +84,21 @@ def test_a_zarr_client_sees_the_leases_as_a_group(tmp_path):
     store.close()
 
 
-def put_leftover(handle, *, lease_renewed: float | None, pid: int) -> str:
+def put_leftover(
+    handle, *, lease_renewed: float, host: str = layout.HOST, pid: int = 1
+) -> str:
     """A half-written shard of session OTHER, with its lease renewed at a time."""
     folder = f"{KEY.digest}/shards/{SHARD}"
     handle.write(f"{folder}/zarr.json", b"{half written")
-    if lease_renewed is not None:
-        doc = lease_doc(
-            writer_id="other",
-            session=OTHER,
-            now=lease_renewed,
-            seconds=layout.LEASE_S,
-            host=layout.HOST,  # the same host name as ours ...
-            pid=pid,  # ... and a pid that is not alive here (or is ours)
-        )
-        handle.write(layout.lease_path(OTHER), doc)
+    doc = lease_doc(
+        writer_id="other",
+        session=OTHER,
+        now=lease_renewed,
+        seconds=layout.LEASE_S,
+        host=host,
+        pid=pid,
+    )
+    handle.write(layout.lease_path(OTHER), doc)
     return folder
 
 
@@ -111,16 +112,26 @@ def dead_pid() -> int:
     return int(out.stdout)
 
 
-@pytest.mark.parametrize("pid", ["dead", "ours"])
-def test_gc_keeps_a_leftover_while_its_lease_is_fresh_and_removes_it_after(handle, pid):
+@pytest.mark.parametrize(
+    "owner",
+    [
+        "our host, a pid dead here",  # host name + pid would call it dead
+        "another host, our pid",  # two containers share a pid
+    ],
+)
+def test_gc_keeps_a_leftover_while_its_lease_is_fresh_and_removes_it_after(
+    handle, owner
+):
     hashes, vectors = dataset(10)
     clock = Clock()
     store = handle.open(lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes, vectors)
     renewed = clock.now
-    folder = put_leftover(
-        handle, lease_renewed=renewed, pid=dead_pid() if pid == "dead" else os.getpid()
-    )
+    if owner.startswith("our host"):
+        host, pid = layout.HOST, dead_pid()
+    else:
+        host, pid = "otherhost", os.getpid()
+    folder = put_leftover(handle, lease_renewed=renewed, host=host, pid=pid)
     assert store.garbage() == [handle.location(folder)]
     expiry = renewed + layout.LEASE_S
     for t in (renewed + 1, expiry + 1, expiry + layout.LEASE_MARGIN_S - 1):
@@ -143,7 +154,7 @@ def test_a_renewed_lease_keeps_its_leftover(handle):
     clock = Clock()
     store = handle.open(lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes, vectors)
-    folder = put_leftover(handle, lease_renewed=clock.now + 3600, pid=1)
+    folder = put_leftover(handle, lease_renewed=clock.now + 3600)
     clock.now += 3600 + layout.LEASE_MARGIN_S  # objects an hour old; lease fresh
     store.compact()
     assert store.garbage() == [handle.location(folder)]
@@ -154,7 +165,7 @@ def test_a_margin_is_configurable(handle):
     clock = Clock()
     store = handle.open(lease=LeasePolicy(margin_seconds=10, clock=clock))
     store.put(KEY, hashes, vectors)
-    put_leftover(handle, lease_renewed=clock.now, pid=1)
+    put_leftover(handle, lease_renewed=clock.now)
     clock.now += layout.LEASE_S + 11
     store.compact()
     assert store.garbage() == []
