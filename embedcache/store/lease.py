@@ -183,7 +183,8 @@ class Lease:
         """Stop renewing and delete the lease (it would expire by itself anyway)."""
         self._stop.set()
         thread = self._thread
-        if thread is not None:
+        # the store's finaliser may run on any thread, the renewer's too
+        if thread is not None and thread is not threading.current_thread():
             thread.join()
         if self._written:
             # one plain delete, no thread pool: this may run at interpreter exit
