@@ -96,7 +96,10 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
     for fault in faults:
         print(f"FAULT {fault.path}: {fault.problem}")
     for path in store.garbage():
-        print(f"garbage {path} (ignored by readers; `store compact` removes it)")
+        print(
+            f"garbage {path} (ignored by readers; `store compact` removes it once "
+            "its writer's lease has run out)"
+        )
     if faults:
         print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
         return 1

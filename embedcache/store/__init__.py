@@ -14,6 +14,7 @@ modules, one job each:
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
 - ``verify``: full checks; ``maintenance``: compaction and garbage collection
+- ``lease``: writer leases, renewed while a writer holds uncommitted shards
 - ``migrate``: convert a schema-1 or schema-2 store in place
 - ``options``: a URL's backend options from its cloud's environment variables
 - ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
@@ -26,18 +27,19 @@ from __future__ import annotations
 from embedcache.store.backend import is_url, open_object_store
 from embedcache.store.embedding_store import EmbeddingStore, KeyInfo
 from embedcache.store.layout import SCHEMA_VERSION
-from embedcache.store.maintenance import AUTO_MERGE, GARBAGE_GRACE_S
+from embedcache.store.lease import LeasePolicy
+from embedcache.store.maintenance import AUTO_MERGE
 from embedcache.store.migrate import migrate_store
 from embedcache.store.options import storage_options
 from embedcache.store.verify import Fault
 
 __all__ = [
     "AUTO_MERGE",
-    "GARBAGE_GRACE_S",
     "SCHEMA_VERSION",
     "EmbeddingStore",
     "Fault",
     "KeyInfo",
+    "LeasePolicy",
     "is_url",
     "migrate_store",
     "open_object_store",

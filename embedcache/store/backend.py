@@ -229,32 +229,30 @@ class Backend:
         self._attempt(lambda: obstore.put(self.store, path, data), "writing", path)
 
     def create(self, path: str, data: bytes) -> bool:
-        """Put-if-absent: write ``path`` unless it exists; True if this call made it.
+        """Put-if-absent: write ``path`` unless it exists; True if it now holds ``data``.
 
-        A create whose answer was lost may have succeeded: when a retry then finds
-        the object, it is ours if it holds exactly ``data`` (records name their
-        writer's shard and time, so another writer's never match).
+        Whenever the object exists already it is read back and compared byte for
+        byte: equal means this writer's own create landed (a lost answer that
+        obstore, or :func:`attempt`, retried and then heard "already exists"), or
+        that another writer put the very same bytes (a group document). Records
+        name their writer's shard and time, so another writer's never match.
         """
-        retried = False
-
-        def note(_: BaseException) -> None:
-            nonlocal retried
-            retried = True
 
         def once() -> bool:
             try:
                 obstore.put(self.store, path, data, mode="create")
             except AlreadyExistsError:
-                return retried and self.read_or_none(path) == data
+                found = self.read_or_none(path)
+                if found == data:
+                    logger.info(
+                        "%s exists already and holds what this writer meant to "
+                        "create: taken as its own (an answer was lost)",
+                        self.describe(path),
+                    )
+                return found == data
             return True
 
-        made = attempt(
-            once,
-            location=self.location,
-            op="committing (conditional create)",
-            where=self.describe(path),
-            on_retry=note,
-        )
+        made = self._attempt(once, "committing (conditional create)", path)
         if made:
             self.sync([path])
         return made

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from embedcache.specs import ModelKey
     from embedcache.store.backend import Backend
+    from embedcache.store.lease import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -371,9 +372,11 @@ def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray
 
 @dataclass(slots=True)
 class Writer:
-    """Who writes: names this process's shards and remembers those in progress."""
+    """Who writes: names this session's shards, holds its lease while it writes them,
+    and remembers those in progress."""
 
     writer_id: str
+    lease: Lease
     writing: set[str] = field(default_factory=set)
 
     def owner_attrs(self) -> dict[str, Any]:
@@ -381,6 +384,7 @@ class Writer:
             "kind": SHARD_KIND,
             "schema_version": SCHEMA_VERSION,
             "writer": self.writer_id,
+            "session": self.lease.name,
             "host": HOST,
             "pid": os.getpid(),
             "created_ns": time.time_ns(),
@@ -399,9 +403,10 @@ def commit_shard(
     aliases: Iterable[str] = (),
 ) -> Shard:
     """Write a complete shard, make it durable, then publish it with put-if-absent."""
-    shard = new_shard_name(writer.writer_id)
+    shard = new_shard_name(writer.lease.name)
     prefix = shard_prefix(view.digest, shard)
     path = record_path(view.digest, shard)
+    writer.lease.hold()  # before the first object: a collector sees a live writer
     writer.writing.add(shard)
     try:
         files, vectors = write_shard(
@@ -425,6 +430,8 @@ def commit_shard(
             aliases=tuple(sorted(set(aliases))),
             files=files,
         )
+        if writer.lease.lapsed():
+            raise _lapsed(backend, writer, prefix)
         if not backend.create(path, record.to_doc()):
             # shard names carry 48 random bits: only a reused name gets here, and
             # the objects under it may be the winner's, so they are left alone
@@ -438,7 +445,18 @@ def commit_shard(
         raise
     finally:
         writer.writing.discard(shard)
+        writer.lease.release()
     return Shard(record=record, prefix=prefix, keys=keys, vectors=vectors)
+
+
+def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:
+    msg = (
+        f"the lease of writer {writer.lease.name} was not renewed for "
+        f"{writer.lease.policy.seconds:g} s while it wrote {backend.describe(prefix)}, "
+        "so garbage collection may have removed the shard; it was not committed. "
+        "Run again when the store answers: only the missing vectors are computed."
+    )
+    return StoreError(msg)
 
 
 def adopt(view: KeyView, shard: Shard) -> None:

@@ -7,8 +7,9 @@ import os
 import re
 import secrets
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -36,7 +37,8 @@ from embedcache.store.commits import (
 )
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, distinct_count, to_hex
-from embedcache.store.layout import HOST
+from embedcache.store.layout import HOST, new_session_name
+from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.runs import BlockCache
 from embedcache.store.verify import Fault, verify_store
 
@@ -90,6 +92,9 @@ class EmbeddingStore:
         On a local folder an unchanged commits folder (its mtime) also keeps the
         view current, so other writers' commits show at once there. This
         process's own commits show at once everywhere.
+    lease
+        This writer's lease and the garbage collector's margin (see
+        :mod:`embedcache.store.lease`); default 60 s, renewed every 20 s, 5 min.
 
     Raises
     ------
@@ -107,6 +112,7 @@ class EmbeddingStore:
         auto_merge: int = maintenance.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
         refresh_seconds: float = REFRESH_SECONDS,
+        lease: LeasePolicy | None = None,
     ) -> None:
         if writer_id is None:
             writer_id = f"{HOST}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -123,7 +129,13 @@ class EmbeddingStore:
             msg = f"refresh_seconds must be a number of seconds >= 0, got {refresh_seconds!r}"
             raise ValueError(msg)
         self.refresh_seconds = float(refresh_seconds)
-        self._writer = Writer(writer_id)
+        session = new_session_name(writer_id)
+        policy = LeasePolicy() if lease is None else lease
+        self._writer = Writer(
+            writer_id, Lease(self._backend, session, writer_id, policy)
+        )
+        # the lease goes when the store does, or at exit, if close() was not called
+        self._closer = weakref.finalize(self, self._writer.lease.close)
         self._auto_merge = auto_merge
         # writers (put, compact) take _lock; readers take only _views_lock, for the
         # moment of finding a key's view, then read the view's immutable snapshot
@@ -136,6 +148,16 @@ class EmbeddingStore:
 
     def __repr__(self) -> str:
         return f"EmbeddingStore({self.root!r}, writer_id={self.writer_id!r})"
+
+    def close(self) -> None:
+        """Delete this writer's lease (the store stays usable; a new put takes one)."""
+        self._writer.lease.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- reading ----------------------------------------------------------------
 

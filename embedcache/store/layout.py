@@ -16,13 +16,26 @@ Every folder is a Zarr v3 group with its ``zarr.json``::
     <digest>/commits/zarr.json             group of the key's commit records
     <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
                                            a shard exists for readers iff this does
+    leases/zarr.json                       group of the writers' leases
+    leases/<session>/zarr.json             a live writer's lease (a group, in its
+                                           attrs: writer, renewed_ns, expires_ns)
+
+A writer session is ``<writer_id>~<random>`` and names its shards
+``<session>~<random>``. Before writing a shard it writes its lease (valid
+:data:`LEASE_S`), renews it every :data:`LEASE_RENEW_S` while any shard of it is
+uncommitted, and deletes it when closed. Garbage collection removes an uncommitted
+shard only when its session's lease expired more than :data:`LEASE_MARGIN_S` ago;
+a shard with no lease (an older writer's ``<writer>~<host>~<pid>~<random>``, or a
+lease already gone) only when its newest object is older than
+``LEASE_S + LEASE_MARGIN_S``. Host names and pids decide nothing: two containers
+can share both. Readers, ``verify`` and Zarr clients ignore ``leases/`` (readers
+and ``verify`` look only at key groups; to Zarr it is a group of empty groups).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import secrets
 import socket
@@ -39,6 +52,14 @@ SHARDS_KIND = "embedcache-shards"
 SHARD_KIND = "embedcache-shard"
 COMMITS_KIND = "embedcache-commits"
 COMMIT_KIND = "embedcache-commit"
+LEASES_KIND = "embedcache-leases"
+LEASE_KIND = "embedcache-lease"
+LEASES = "leases"
+# a lease lives this long after each renewal, renewed this often while its writer
+# holds an uncommitted shard; the collector waits this margin past its expiry
+LEASE_S = 60.0
+LEASE_RENEW_S = 20.0
+LEASE_MARGIN_S = 300.0
 META = "zarr.json"
 HASH_WIDTH = 32
 # the objects of a shard every reader checks against the record's sha256
@@ -82,20 +103,24 @@ def record_path(digest: str, shard: str) -> str:
     return f"{digest}/commits/{shard}/{META}"
 
 
-def new_shard_name(writer_id: str) -> str:
-    """``<writer>~<host>~<pid>~<random>``: unique, and names its owner process.
-
-    Host and pid let garbage collection tell a dead writer's leftovers.
-    """
-    return f"{writer_id}~{HOST}~{os.getpid()}~{secrets.token_hex(6)}"
+def new_session_name(writer_id: str) -> str:
+    """``<writer>~<random>``: one writer session, the name of its lease."""
+    return f"{writer_id}~{secrets.token_hex(6)}"
 
 
-def shard_owner(shard: str) -> tuple[str, int] | None:
-    """(host, pid) of the process that wrote a shard, if its name says."""
+def new_shard_name(session: str) -> str:
+    """``<session>~<random>``: unique, and names the lease of the writer."""
+    return f"{session}~{secrets.token_hex(6)}"
+
+
+def session_of(shard: str) -> str | None:
+    """The writer session (lease name) of a shard; None for an older writer's."""
     parts = shard.split("~")
-    if len(parts) == 4 and parts[2].isdigit():
-        return parts[1], int(parts[2])
-    return None
+    return "~".join(parts[:2]) if len(parts) == 3 else None
+
+
+def lease_path(session: str) -> str:
+    return f"{LEASES}/{session}/{META}"
 
 
 def sha256(data: bytes | memoryview) -> str:

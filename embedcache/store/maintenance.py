@@ -3,15 +3,14 @@
 Leftovers are *garbage*, not faults: a killed writer's uncommitted shard, or a
 superseded shard whose retirement was interrupted. Readers never look at them.
 ``compact`` merges a key's shards into one committed shard that supersedes them,
-retires them, and removes garbage whose writer is provably dead (same host, pid
-gone) or that is older than a day.
+retires them, and removes garbage whose writer's lease expired more than the
+margin ago (see ``lease``; a shard without a lease: its newest object is older
+than the lease plus the margin), and leases that expired as long ago.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +29,15 @@ from embedcache.store.commits import (
     retries_exhausted,
 )
 from embedcache.store.layout import (
-    HOST,
+    LEASES,
     commits_prefix,
+    lease_path,
     record_path,
-    shard_owner,
+    session_of,
     shard_prefix,
     shards_prefix,
 )
+from embedcache.store.lease import lease_expiry
 from embedcache.store.shards import chunk_rows
 
 if TYPE_CHECKING:
@@ -45,14 +46,13 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.commits import KeyView, Writer
     from embedcache.store.layout import CommitRecord
+    from embedcache.store.lease import LeasePolicy
 
 logger = logging.getLogger(__name__)
 
 # a writer merges its own shards once this many pile up at one level, so a long
 # embedding run that commits every batch still leaves few shards to open
 AUTO_MERGE = 16
-# uncommitted leftovers whose owner cannot be proven dead are kept this long
-GARBAGE_GRACE_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +174,14 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
     else:
         raise retries_exhausted(backend, view.key)
     collect(backend, view, find_garbage(backend, view, writer))
+    collect_leases(backend, writer.lease.policy)
     refresh(backend, view)
 
 
 def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftover]:
     """Every leftover under one key (the view must be fresh)."""
+    policy = writer.lease.policy
+    now = policy.clock()
     prefix = shards_prefix(view.digest) + "/"
     newest: dict[str, float] = {}
     for entry in backend.list(prefix):
@@ -186,13 +189,17 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
         if rest:
             newest[name] = max(newest.get(name, 0.0), entry.modified)
     # a local folder may hold only obstore's hidden staging files (a writer killed
-    # during its first write): age unknown, so only a dead owner lets it go
+    # during its first write): age unknown, so only an expired lease lets it go
     folders, _ = backend.list_dir(prefix)
     for name in set(folders) - newest.keys():
-        newest[name] = time.time()
+        newest[name] = now
     # a folder named in a committed record's supersedes whose own record is gone
     # was retired half way (records go first): never a shard still being written
     retired = {old for r in view.records.values() for old in r.supersedes}
+    uncommitted = sorted(
+        n for n in newest if n not in view.records and n not in view.hidden
+    )
+    expiry = _lease_expiries(backend, {session_of(n) for n in uncommitted} - {None})
     out = []
     for name in sorted(newest.keys() | view.hidden.keys()):
         folder = (shard_prefix(view.digest, name),) if name in newest else ()
@@ -201,9 +208,40 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
         elif name in retired and name not in view.records:
             out.append(Leftover(name, folder, True))
         elif name not in view.records:  # never committed
-            old = time.time() - newest[name] > GARBAGE_GRACE_S
-            out.append(Leftover(name, folder, old or _dead(name, writer)))
+            # no lease (an older writer's shard, or the lease is gone): as if its
+            # newest object had renewed one
+            until = expiry.get(session_of(name) or "")
+            if until is None:
+                until = newest[name] + policy.seconds
+            dead = now > until + policy.margin_seconds and name not in writer.writing
+            out.append(Leftover(name, folder, dead))
     return out
+
+
+def _lease_expiries(backend: Backend, sessions: Iterable[str]) -> dict[str, float]:
+    """Until when each session's lease runs (sessions without a lease left out)."""
+    sessions = sorted(sessions)
+    paths = [lease_path(s) for s in sessions]
+    out = {}
+    for session, path, doc in zip(
+        sessions, paths, backend.read_many(paths), strict=True
+    ):
+        until = None if doc is None else lease_expiry(doc, backend.describe(path))
+        if until is not None:
+            out[session] = until
+    return out
+
+
+def collect_leases(backend: Backend, policy: LeasePolicy) -> None:
+    """Remove leases that expired more than the margin ago (their writers are gone)."""
+    sessions, _ = backend.list_dir(LEASES)
+    expiry = _lease_expiries(backend, sessions)
+    now = policy.clock()
+    # a folder without a readable lease is a lease being deleted, or not ours
+    gone = [s for s, until in expiry.items() if now > until + policy.margin_seconds]
+    backend.delete_prefixes(f"{LEASES}/{s}" for s in gone)
+    if gone:
+        logger.info("removed %d expired writer leases", len(gone))
 
 
 def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> None:
@@ -225,23 +263,3 @@ def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> N
         logger.info(
             "removed %d leftover shards of %s", len(removable), view.key.short()
         )
-
-
-def _dead(shard: str, writer: Writer) -> bool:
-    """Whether an uncommitted shard's writer is provably gone."""
-    if shard in writer.writing:
-        return False
-    owner = shard_owner(shard)
-    if owner is None or owner[0] != HOST or owner[1] == os.getpid():
-        return False
-    return not _pid_alive(owner[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -4,7 +4,9 @@ It sits in front of moto's S3 server and, per request, by a schedule or a seeded
 probability, answers with a 500 or 503, resets the connection as soon as it is
 accepted (the client never reaches the server: a refused connection), forwards the
 request and then resets the connection half way through the answer (the server did
-the work; the client never hears it), or stalls a few seconds before forwarding.
+the work; the client never hears it), forwards it and cuts the answer short (a
+clean close right after the status line, inside the headers, or inside the body),
+or stalls a few seconds before forwarding.
 Every fault it injects is counted, so a test can assert that the fault happened.
 
 Each request is forwarded on its own upstream connection with ``Connection:
@@ -23,7 +25,11 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-FAULTS = ("refuse", "500", "503", "reset", "stall")
+# answers cut short after the server did the work: the connection closes cleanly
+# (FIN, not a reset) right after the status line, half way through the headers, or
+# inside the body (the answer re-sent chunked, so an empty body has framing to cut)
+CUTS = ("cut-status", "cut-headers", "cut-body")
+FAULTS = ("refuse", "500", "503", "reset", "stall", *CUTS)
 
 _ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code>'
@@ -64,6 +70,7 @@ class FaultProxy:
     rate: float = 0.0
     kinds: tuple[str, ...] = FAULTS
     rule: Rule = field(default_factory=Rule)
+    first_only: bool = False  # fault only the first request to each path
     port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,8 +87,13 @@ class FaultProxy:
         kinds: tuple[str, ...] = FAULTS,
         method: str | None = None,
         path: str | None = None,
+        first_only: bool = False,
     ) -> None:
-        """Plan the next faults; ``rate`` > 0 keeps injecting at random afterwards."""
+        """Plan the next faults; ``rate`` > 0 keeps injecting at random afterwards.
+
+        ``first_only`` spares every later request to a path already asked for (a
+        retry of a faulted request gets through).
+        """
         unknown = {f for f in (*faults, *kinds) if f is not None} - set(FAULTS)
         if unknown:
             msg = f"unknown faults {sorted(unknown)}; known: {FAULTS}"
@@ -90,6 +102,7 @@ class FaultProxy:
             self.schedule = deque(faults)
             self.rate, self.kinds = rate, kinds
             self.rule = Rule(method, path)
+            self.first_only, self._seen = first_only, set()
             self._rng = random.Random(self.seed)
 
     def calm(self) -> None:
@@ -109,7 +122,9 @@ class FaultProxy:
         with self._lock:
             self.counts["requests"] += 1
             fault = None
-            if self.rule.matches(method, path):
+            seen = (method, path) in self._seen
+            self._seen.add((method, path))
+            if self.rule.matches(method, path) and not (self.first_only and seen):
                 if self.schedule:
                     fault = self.schedule.popleft()
                 elif self.rate and self._rng.random() < self.rate:
@@ -123,6 +138,7 @@ class FaultProxy:
 
     def start(self) -> FaultProxy:
         self._rng = random.Random(self.seed)
+        self._seen: set[tuple[str, str]] = set()
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 
@@ -189,6 +205,10 @@ class FaultProxy:
             await writer.drain()
             _abort(writer)
             return
+        if fault in CUTS:
+            writer.write(_cut(answer, fault))
+            await _close(writer)
+            return
         writer.write(answer)
         await _close(writer)
 
@@ -222,6 +242,26 @@ def _force_close(answer: bytes) -> bytes:
     return b"\r\n".join([*lines, b"Connection: close"]) + sep + rest
 
 
+def _cut(answer: bytes, where: str) -> bytes:
+    """The first bytes of ``answer``, ending at the cut point ``where``."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, _, fields = head.partition(b"\r\n")
+    if where == "cut-status":
+        return status + b"\r\n"
+    if where == "cut-headers":
+        return status + b"\r\n" + fields[: max(1, len(fields) // 2)]
+    kept = [
+        ln
+        for ln in fields.split(b"\r\n")
+        if ln.partition(b":")[0].strip().lower()
+        not in (b"content-length", b"transfer-encoding")
+    ]
+    chunked = b"\r\n".join([status, *kept, b"Transfer-Encoding: chunked"])
+    # half of the one chunk; or, for no body, the last chunk without its blank line
+    part = b"%x\r\n" % len(body) + body[: len(body) // 2] if body else b"0\r\n"
+    return chunked + b"\r\n\r\n" + part
+
+
 def _abort(writer: asyncio.StreamWriter) -> None:
     """Close with a TCP reset (SO_LINGER 0), not a clean FIN."""
     sock = writer.get_extra_info("socket")
@@ -243,4 +283,4 @@ def start_proxy(endpoint: str, **kwargs: float) -> FaultProxy:
     return FaultProxy(host, int(port), **kwargs).start()
 
 
-__all__ = ["FAULTS", "FaultProxy", "start_proxy"]
+__all__ = ["CUTS", "FAULTS", "FaultProxy", "start_proxy"]

@@ -11,12 +11,13 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from embedcache.store import EmbeddingStore, migrate_store
+from embedcache.store import EmbeddingStore, LeasePolicy, layout, migrate_store
 from tests.store.conftest import StoreHandle
 from tests.store.worker import KEY, dataset
 
@@ -89,10 +90,19 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     expected = 1 if point in ("before-retire", "mid-retire") else 4
     assert store.keys()[0].n_shards == expected
     assert rows_stored(store) == N
-    store.compact()  # the killed compaction's leftovers belong to a dead process
+    store.compact()
     assert store.keys()[0].n_shards == 1
     assert rows_stored(store) == N
-    assert store.garbage() == []
+    if point == "before-commit":  # its writer's lease is fresh: the shard stays
+        (leftover,) = store.garbage()
+        session = layout.session_of(leftover.rstrip("/").rpartition("/")[2])
+        assert handle.paths(layout.lease_path(session))
+    # the killed compaction's leftover goes once its lease expired by the margin
+    # (a collector whose clock is an hour ahead), and the lease with it
+    later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + 3600))
+    later.compact()
+    assert later.garbage() == []
+    assert handle.paths("leases/*/zarr.json") == []
     assert_every_row_once(handle.open(), hashes, vectors)
 
 

@@ -9,7 +9,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -29,7 +28,14 @@ from embedcache.errors import (
     StoreError,
 )
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, Fault, KeyInfo, layout, maintenance
+from embedcache.store import (
+    EmbeddingStore,
+    Fault,
+    KeyInfo,
+    LeasePolicy,
+    layout,
+    maintenance,
+)
 from tests.store.worker import KEY, dataset
 
 KEY_A = ModelKey(model_id="m/a", revision="a" * 40, adapter="t", adapter_version="1")
@@ -312,36 +318,29 @@ def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
     np.testing.assert_array_equal(fresh.get(KEY_A, hs)[0], vs)
 
 
-def test_uncommitted_leftovers_are_garbage_not_faults(handle, monkeypatch):
+def test_uncommitted_leftovers_are_garbage_not_faults(handle):
     store = handle.open()
     hs, vs = hashes_of(10), vectors_of(10)
     store.put(KEY_A, hs, vs)
-    shards = f"{KEY_A.digest}/shards"
-    leftover = f"{shards}/w~otherhost~1~000001"
+    # an older writer's shard name (writer~host~pid~random): it has no lease
+    leftover = f"{KEY_A.digest}/shards/w~otherhost~1~000001"
     handle.write(f"{leftover}/zarr.json", b"{half written")
     assert store.verify() == []
     assert store.garbage() == [handle.location(leftover)]
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
     store.compact()
-    assert store.garbage() == [handle.location(leftover)]  # owner unknown, recent
-    monkeypatch.setattr(maintenance, "GARBAGE_GRACE_S", -1.0)  # as if a day passed
-    store.compact()
-    assert store.garbage() == []
-    monkeypatch.undo()
-    # a leftover of a dead process on this host goes at once
-    exited = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    # shard names are writer~host~pid~random
-    dead = f"{shards}/w~{layout.HOST}~{exited.stdout.strip()}~000001"
-    handle.write(f"{dead}/vectors/zarr.json", b"{")
-    assert store.garbage() == [handle.location(dead)]
-    store.compact()
-    assert store.garbage() == []
+    assert store.garbage() == [handle.location(leftover)]  # recent: may be at work
+    # judged by the age of its newest object: gone once lease + margin passed
+    ahead = layout.LEASE_S + layout.LEASE_MARGIN_S + 60
+    later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + ahead))
+    later.compact()
+    assert later.garbage() == []
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
+
+
+def later_clock() -> float:
+    """A collector's clock past any lease of this run, and its margin."""
+    return time.time() + layout.LEASE_S + layout.LEASE_MARGIN_S + 60
 
 
 # --- concurrency and crash safety ---------------------------------------------------
@@ -441,8 +440,10 @@ def test_kill_minus_9_at_random_moments_loses_no_committed_row(process_handle):
         done = process_handle.run_worker("--stop", str(N_ROWS), "--batch", "40")
         total = int(done.stdout.split()[-1])
         assert total == N_ROWS - n_before  # resuming wrote only what was missing
-        reopened = process_handle.open()
-        reopened.compact()  # also removes the killed writer's leftovers
+        # a collector past the killed writer's lease and margin also removes its
+        # leftovers (its lease would keep them until then)
+        reopened = process_handle.open(lease=LeasePolicy(clock=later_clock))
+        reopened.compact()
         assert reopened.garbage() == []
         got, found = reopened.get(KEY, hashes)
         assert found.all()
