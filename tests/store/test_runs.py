@@ -15,7 +15,7 @@ from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
 from embedcache.store import EmbeddingStore, commits, runs
-from embedcache.store.commits import Writer, adopt, commit_shard
+from embedcache.store.commits import adopt, commit_shard
 
 KEY = ModelKey(
     model_id="test/runs", revision="0" * 40, adapter="t", adapter_version="1"
@@ -34,7 +34,7 @@ def commit_raw(store: EmbeddingStore, ids: list[int], vectors: np.ndarray) -> No
     shard = commit_shard(
         store._backend,
         view,
-        Writer("raw"),
+        store._writer,
         keys,
         lambda arr: arr.__setitem__(..., vectors),
     )
