@@ -42,7 +42,9 @@ def free_port() -> int:
 
 def sequences(n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    return ["".join(rng.choice(list("ACGT"), size=rng.integers(20, 60))) for _ in range(n)]
+    return [
+        "".join(rng.choice(list("ACGT"), size=rng.integers(20, 60))) for _ in range(n)
+    ]
 
 
 def serve(root: Path, store: Path, log: Path) -> tuple[subprocess.Popen, str]:

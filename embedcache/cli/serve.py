@@ -65,9 +65,7 @@ def add_setting_flags(p: argparse.ArgumentParser) -> None:
         if info.annotation is bool:
             p.add_argument(flag, action="store_true", default=None, help=text)
             continue
-        kind = next(
-            (t for t in (int, float) if info.annotation in (t, t | None)), str
-        )
+        kind = next((t for t in (int, float) if info.annotation in (t, t | None)), str)
         p.add_argument(flag, type=kind, default=None, help=text)
 
 

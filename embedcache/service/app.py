@@ -325,7 +325,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embed(request: Request) -> Response:
         async with _deadline(state):
-            body = await off_loop(replies.parse_body, EmbedRequest, await request.body())
+            body = await off_loop(
+                replies.parse_body, EmbedRequest, await request.body()
+            )
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -360,7 +362,11 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 "n_cached": plan.n_cached,
             }
             data = await off_loop(
-                replies.embed_body, vectors, head=head, hashes=plan.hashes, cached=cached
+                replies.embed_body,
+                vectors,
+                head=head,
+                hashes=plan.hashes,
+                cached=cached,
             )
         return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
 
@@ -413,7 +419,9 @@ async def _embed(
     if plan.n_computed:
         batcher = state.batchers[served.name]
         if not batcher.alive:
-            msg = f"the queue of {served.name!r} stopped; retry against a running server"
+            msg = (
+                f"the queue of {served.name!r} stopped; retry against a running server"
+            )
             raise ServiceUnavailableError(msg)
         ticket = batcher.submit(
             plan.missing_seqs,

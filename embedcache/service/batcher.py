@@ -280,9 +280,8 @@ class Batcher:
                     with self._cond:  # its jobs not answered nor handed back
                         jobs = [j for j in window if self._jobs.get(j.digest) is j]
                     self._fail([j for j in jobs if j.running], err)
-        except BaseException:
+        except Exception:  # logged once here; the requests get 503 below
             logger.exception("%s: the queue's thread stopped", self.model.name)
-            raise
         finally:
             with self._cond:
                 self._dead = True

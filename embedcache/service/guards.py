@@ -95,7 +95,7 @@ class Guard:
 
         try:
             await self._guarded(scope, receive, counted_send)
-        except Exception as err:  # noqa: BLE001 (answered and logged, not re-raised)
+        except Exception as err:
             # the app's handler answered (and logged) it and re-raised; uvicorn would
             # log it again as a traceback
             if not status.get("sent"):
@@ -145,7 +145,11 @@ class Guard:
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     break
-            body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            body = {
+                "type": "http.request",
+                "body": b"".join(chunks),
+                "more_body": False,
+            }
             del chunks
             await self.app(scope, _replay([body], receive), send)
         finally:

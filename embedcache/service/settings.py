@@ -104,8 +104,12 @@ class _EnvSource(EnvSettingsSource):
     is strict: a text "false" from serve.toml is refused)."""
 
     def prepare_field_value(
-        self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
-    ) -> Any:  # noqa: ANN401 (any setting's value)
+        self,
+        field_name: str,
+        field: FieldInfo,
+        value: Any,  # noqa: ANN401 (any setting's value)
+        value_is_complex: bool,
+    ) -> Any:  # noqa: ANN401
         value = super().prepare_field_value(field_name, field, value, value_is_complex)
         if isinstance(value, str):
             try:
@@ -126,8 +130,8 @@ class ServeSettings(BaseSettings):
         default="store",
         description="embedding store: a folder or s3://, gs://, az:// URL",
     )
-    model: tuple[ModelTable, ...] = Field(
-        default=(), description="serve.toml's [[model]] tables"
+    model: list[ModelTable] = Field(
+        default_factory=list, description="serve.toml's [[model]] tables"
     )
     host: str = Field(default="127.0.0.1", description="address to bind")
     port: int = Field(default=8000, ge=0, le=65535, description="port")
@@ -231,7 +235,6 @@ def load_settings(
     *,
     config: Path | None = None,
     models: tuple[ModelSpec, ...] = (),
-    environ: Mapping[str, str] | None = None,
 ) -> ServeSettings:
     """The settings from ``flags`` (the given ones), ``config`` and the environment.
 
@@ -244,7 +247,7 @@ def load_settings(
     """
     from embedcache.store.options import storage_options
 
-    environ = os.environ if environ is None else environ
+    environ = os.environ
     given = {name: value for name, value in flags.items() if value is not None}
     from_file = read_serve_toml(config) if config is not None else {}
     try:
