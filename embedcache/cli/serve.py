@@ -8,6 +8,7 @@ every ``--model``; a ``--config serve.toml`` declares models each with its own.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,24 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         help="serve.toml: settings and [[model]] tables (flags win over it, it wins "
         "over EMBEDCACHE_<SETTING> variables)",
     )
-    add_setting_flags(p)
+    # the setting flags come from the settings model, whose import (pydantic) the
+    # other commands and `embedcache --help` should not pay: added on serve's parse
+    p.__class__ = _ServeParser
     p.set_defaults(func=_cmd_serve)
+
+
+class _ServeParser(argparse.ArgumentParser):
+    """The serve parser, adding the setting flags when it first parses."""
+
+    def parse_known_args(
+        self,
+        args: list[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if not getattr(self, "_settings_added", False):
+            add_setting_flags(self)
+            self._settings_added = True
+        return super().parse_known_args(args, namespace)
 
 
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
@@ -101,6 +118,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     flags = {name: getattr(args, name) for name in SERVER_SETTINGS}
     settings = load_settings(
-        flags, config=args.config, models=tuple(_model_specs(args))
+        flags,
+        config=args.config,
+        models=tuple(_model_specs(args)),
+        environ=os.environ,
     )
     return serve(settings)

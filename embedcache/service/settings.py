@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import stat
 import tomllib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,11 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from embedcache.service.errors import ServeConfigError
 from embedcache.service.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SEQUENCES
@@ -41,7 +45,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pydantic.fields import FieldInfo
-    from pydantic_settings import PydanticBaseSettingsSource
 
 logger = logging.getLogger(__name__)
 
@@ -99,24 +102,41 @@ class ModelTable(BaseModel):
         )
 
 
-class _EnvSource(EnvSettingsSource):
+# the environment load_settings reads (the CLI hands it the process environment)
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
+
+
+def env_name(setting: str) -> str:
+    """The variable that sets ``setting``: ``EMBEDCACHE_<SETTING>``."""
+    return f"{ENV_PREFIX}{setting.upper()}"
+
+
+class _EnvSource(PydanticBaseSettingsSource):
     """``EMBEDCACHE_*`` variables, text read as their field's type (the model itself
     is strict: a text "false" from serve.toml is refused)."""
 
-    def prepare_field_value(
-        self,
-        field_name: str,
-        field: FieldInfo,
-        value: Any,  # noqa: ANN401 (any setting's value)
-        value_is_complex: bool,
-    ) -> Any:  # noqa: ANN401
-        value = super().prepare_field_value(field_name, field, value, value_is_complex)
-        if isinstance(value, str):
+    def get_field_value(
+        self, field: FieldInfo, field_name: str
+    ) -> tuple[str | None, str, bool]:
+        environ = _ENVIRON.get() or {}
+        return environ.get(env_name(field_name)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, info in self.settings_cls.model_fields.items():
+            text, _, _ = self.get_field_value(info, name)
+            if text is None:
+                continue
+            adapter = TypeAdapter(info.annotation)
             try:
-                return TypeAdapter(field.annotation).validate_python(value)
+                values[name] = (
+                    adapter.validate_json(text)
+                    if name == "model"
+                    else adapter.validate_strings(text)
+                )
             except ValidationError:
-                return value  # the strict check names it
-        return value
+                values[name] = text  # the strict check names it
+        return values
 
 
 class ServeSettings(BaseSettings):
@@ -192,8 +212,8 @@ class ServeSettings(BaseSettings):
     refresh_seconds: float | None = Field(
         default=None,
         gt=0,
-        description="how stale the store's view of other writers' commits may be, s "
-        "(default: the store's)",
+        description="how stale the store's view of other writers' commits may be, "
+        "s (none: the store's own)",
     )
 
     _api_keys: tuple[str, ...] = PrivateAttr(default=())
@@ -235,8 +255,9 @@ def load_settings(
     *,
     config: Path | None = None,
     models: tuple[ModelSpec, ...] = (),
+    environ: Mapping[str, str],
 ) -> ServeSettings:
-    """The settings from ``flags`` (the given ones), ``config`` and the environment.
+    """The settings from ``flags`` (the given ones), ``config`` and ``environ``.
 
     Raises
     ------
@@ -247,14 +268,16 @@ def load_settings(
     """
     from embedcache.store.options import storage_options
 
-    environ = os.environ
     given = {name: value for name, value in flags.items() if value is not None}
     from_file = read_serve_toml(config) if config is not None else {}
+    reading = _ENVIRON.set(environ)
     try:
         settings = ServeSettings(**{**from_file, **given})
     except ValidationError as err:
         lines = [_describe(e, given, from_file, config, environ) for e in err.errors()]
         raise ServeConfigError("\n".join(lines)) from None
+    finally:
+        _ENVIRON.reset(reading)
     specs = tuple(table.spec() for table in settings.model) + tuple(models)
     _check_models(specs)
     if bool(settings.ssl_certfile) != bool(settings.ssl_keyfile):
@@ -288,8 +311,8 @@ def _describe(
         where = f"{config}: {name}"
         if name == "model" and len(loc) > 2:  # [[model]] number, then its key
             where = f"{config}: [[model]] number {int(loc[1]) + 1}: {'.'.join(loc[2:])}"
-    elif f"{ENV_PREFIX}{name.upper()}" in environ:
-        where = f"${ENV_PREFIX}{name.upper()}"
+    elif env_name(name) in environ:
+        where = f"${env_name(name)}"
     else:
         where = name
     message = error.get("msg", "invalid")

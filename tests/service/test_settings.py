@@ -65,7 +65,7 @@ def test_a_flag_beside_the_same_setting_in_serve_toml_wins(tmp_path):
     assert "Traceback" not in server.log()
 
 
-def test_precedence_flags_config_environment_defaults(tmp_path, monkeypatch):
+def test_precedence_flags_config_environment_defaults(tmp_path):
     path = config(tmp_path, "max_sequences = 7\nport = 9001\n")
     env = {
         "EMBEDCACHE_MAX_SEQUENCES": "5",
@@ -73,9 +73,9 @@ def test_precedence_flags_config_environment_defaults(tmp_path, monkeypatch):
         "EMBEDCACHE_GRACEFUL_TIMEOUT": "12.5",
         "EMBEDCACHE_ALLOW_UNAUTHENTICATED": "true",
     }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    settings = load_settings({"port": 9000, "host": None}, config=path, models=KMER)
+    settings = load_settings(
+        {"port": 9000, "host": None}, config=path, models=KMER, environ=env
+    )
     assert settings.port == 9000  # flag
     assert settings.max_sequences == 7  # serve.toml
     assert settings.graceful_timeout == 12.5  # environment, read as its type
@@ -101,7 +101,7 @@ def test_precedence_flags_config_environment_defaults(tmp_path, monkeypatch):
 def test_a_bad_setting_in_serve_toml_is_named_with_its_source(tmp_path, text, says):
     path = config(tmp_path, text)
     with pytest.raises(ServeConfigError) as caught:
-        load_settings({}, config=path, models=KMER)
+        load_settings({}, config=path, models=KMER, environ={})
     message = str(caught.value)
     assert "\n" not in message
     assert str(path) in message
@@ -109,14 +109,14 @@ def test_a_bad_setting_in_serve_toml_is_named_with_its_source(tmp_path, text, sa
         assert word in message
 
 
-def test_bad_flags_and_environment_are_named_by_flag_and_variable(monkeypatch):
+def test_bad_flags_and_environment_are_named_by_flag_and_variable():
     with pytest.raises(ServeConfigError, match=r"^--max-sequences: "):
-        load_settings({"max_sequences": 0}, models=KMER)
-    monkeypatch.setenv("EMBEDCACHE_ALLOW_UNAUTHENTICATED", "maybe")
+        load_settings({"max_sequences": 0}, models=KMER, environ={})
+    env = {"EMBEDCACHE_ALLOW_UNAUTHENTICATED": "maybe"}
     with pytest.raises(
         ServeConfigError, match=r"^\$EMBEDCACHE_ALLOW_UNAUTHENTICATED: "
     ):
-        load_settings({}, models=KMER)
+        load_settings({}, models=KMER, environ=env)
 
 
 def test_help_shows_the_declared_defaults():
