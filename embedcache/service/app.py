@@ -73,6 +73,16 @@ async def off_loop(func: Callable[..., T], *args: object, **kwargs: object) -> T
     return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 
+async def _build(
+    func: Callable[..., T], *args: object, size: int, **kwargs: object
+) -> T:
+    """A body parsed or a reply encoded: on the loop when small (``size`` bytes or
+    floats), else in a worker thread."""
+    if replies.is_small(size):
+        return func(*args, **kwargs)
+    return await off_loop(func, *args, **kwargs)
+
+
 @dataclass
 class ServiceState:
     """What the routes share: settings, models, store, queues, metrics, readiness."""
@@ -295,8 +305,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embeddings(request: Request) -> Response:
         async with _deadline(state):
-            body = await off_loop(
-                replies.parse_body, EmbeddingsRequest, await request.body()
+            raw = await request.body()
+            body = await _build(
+                replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
             )
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
@@ -304,10 +315,11 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 raise RequestError(msg)
             seqs = [body.input] if isinstance(body.input, str) else body.input
             vectors, _ = await _embed(state, served, seqs, request, field="input")
-            n_tokens = await off_loop(_count_tokens, served, seqs)
-            data = await off_loop(
+            n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
+            data = await _build(
                 replies.embeddings_body,
                 vectors,
+                size=vectors.size,
                 model=served.name,
                 n_tokens=n_tokens,
                 encoding_format=body.encoding_format,
@@ -325,9 +337,8 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embed(request: Request) -> Response:
         async with _deadline(state):
-            body = await off_loop(
-                replies.parse_body, EmbedRequest, await request.body()
-            )
+            raw = await request.body()
+            body = await _build(replies.parse_body, EmbedRequest, raw, size=len(raw))
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -343,10 +354,11 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 wire.ARROW_META_MODEL: served.name.encode(),
             }
             accept = request.headers.get("accept", "")
-            binary = await off_loop(
+            binary = await _build(
                 replies.embed_binary,
                 vectors,
                 accept,
+                size=vectors.size,
                 hashes=plan.hashes,
                 cached=cached,
                 metadata=meta,
@@ -361,9 +373,10 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 "n_computed": plan.n_computed,
                 "n_cached": plan.n_cached,
             }
-            data = await off_loop(
+            data = await _build(
                 replies.embed_body,
                 vectors,
+                size=vectors.size,
                 head=head,
                 hashes=plan.hashes,
                 cached=cached,

@@ -19,11 +19,16 @@ from pydantic import ValidationError
 from embedcache.service import wire
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from pydantic import BaseModel
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+# rows a JSON encoding call: ~1 ms of orjson at 256-d, so a thread encoding 10,000
+# rows hands the GIL to the event loop's thread between blocks
+BLOCK = 64
+# values (body bytes, reply floats) up to which the loop's thread does it itself
+SMALL = 16_384
 M = TypeVar("M", bound="BaseModel")
 
 
@@ -46,8 +51,27 @@ def dumps(content: object) -> bytes:
     return orjson.dumps(content, option=_OPTIONS)
 
 
+def is_small(n_values: int) -> bool:
+    """Whether a body or reply this size is cheaper built on the loop than handed to
+    a worker thread (a thread hop costs more than ~1 ms of encoding)."""
+    return n_values <= SMALL
+
+
 def _rows(vectors: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(vectors, dtype=np.float64)
+
+
+def _with_data(head: dict[str, object], rows: Sequence[bytes]) -> bytes:
+    """``head`` with ``"data": [rows...]`` last, each row already JSON."""
+    return dumps(head)[:-1] + b',"data":[' + b",".join(rows) + b"]}"
+
+
+def _blocks(n: int, make: Callable[[int, int], list[dict]]) -> list[bytes]:
+    """The items of rows [0, n) as JSON, :data:`BLOCK` rows a call: orjson holds the
+    GIL through a call, so the loop's thread gets a turn between blocks."""
+    return [
+        dumps(make(start, min(start + BLOCK, n)))[1:-1] for start in range(0, n, BLOCK)
+    ]
 
 
 def embeddings_body(
@@ -60,11 +84,18 @@ def embeddings_body(
         ]
     else:
         items = _rows(vectors)
-    data = [
-        {"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(items)
-    ]
     usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
-    return dumps({"object": "list", "data": data, "model": model, "usage": usage})
+    head = {"object": "list", "model": model, "usage": usage}
+    return _with_data(
+        head,
+        _blocks(
+            len(items),
+            lambda a, b: [
+                {"object": "embedding", "index": i, "embedding": items[i]}
+                for i in range(a, b)
+            ],
+        ),
+    )
 
 
 def embed_body(
@@ -75,11 +106,22 @@ def embed_body(
     cached: Sequence[bool],
 ) -> bytes:
     """The native JSON reply: ``head`` (model, key digest, counts) and the rows."""
-    items = [
-        {"index": i, "sha256": h, "cached": c, "embedding": e}
-        for i, (h, c, e) in enumerate(zip(hashes, cached, _rows(vectors), strict=True))
-    ]
-    return dumps({**head, "data": items})
+    rows = _rows(vectors)
+    return _with_data(
+        head,
+        _blocks(
+            len(rows),
+            lambda a, b: [
+                {
+                    "index": i,
+                    "sha256": hashes[i],
+                    "cached": cached[i],
+                    "embedding": rows[i],
+                }
+                for i in range(a, b)
+            ],
+        ),
+    )
 
 
 def embed_binary(
@@ -101,4 +143,11 @@ def embed_binary(
     return None
 
 
-__all__ = ["dumps", "embed_binary", "embed_body", "embeddings_body", "parse_body"]
+__all__ = [
+    "dumps",
+    "embed_binary",
+    "embed_body",
+    "embeddings_body",
+    "is_small",
+    "parse_body",
+]
