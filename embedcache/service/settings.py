@@ -83,7 +83,7 @@ class ModelTable(BaseModel):
     truncation: str | None = None
     kmer_split: int | None = Field(default=None, ge=1)
     random_init: int | None = None
-    family_options: dict[str, str] | None = None
+    family_options: dict[str, str | int | float | bool] | None = None
     trust_remote_code: bool | None = None
 
     def spec(self) -> ModelSpec:
@@ -92,7 +92,9 @@ class ModelTable(BaseModel):
             exclude_none=True, exclude={"model", "name", "revision", "token_budget"}
         )
         if "family_options" in options:
-            options["family_options"] = tuple(sorted(options["family_options"].items()))
+            options["family_options"] = tuple(
+                sorted((k, str(v)) for k, v in options["family_options"].items())
+            )
         return ModelSpec(
             name=self.name or served_name(self.model),
             model=self.model,
@@ -317,7 +319,8 @@ def _describe(
         where = name
     message = error.get("msg", "invalid")
     if error.get("type") == "extra_forbidden":
-        message = f"unknown setting; known are {sorted(ServeSettings.model_fields)}"
+        table = ModelTable if name == "model" else ServeSettings
+        message = f"unknown setting; known are {sorted(table.model_fields)}"
     elif "input" in error and not isinstance(error["input"], dict | list | tuple):
         message = f"{message}, got {error['input']!r}"
     return f"{where}: {message}"
