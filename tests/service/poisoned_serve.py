@@ -1,5 +1,6 @@
-"""`embedcache serve` whose k-mer model gives NaN for one marker sequence: a model
-failing on one request's item, for the test that it fails only that request.
+"""`embedcache serve` whose k-mer model gives NaN for one marker sequence (a model
+failing on one request's item) and takes seconds over another (a slow pass, for the
+request deadline).
 
 Run as ``python -m tests.service.poisoned_serve serve ...`` (the CLI's arguments).
 """
@@ -7,6 +8,7 @@ Run as ``python -m tests.service.poisoned_serve serve ...`` (the CLI's arguments
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -14,6 +16,8 @@ from embedcache.cli import main
 from embedcache.models.kmer import KmerAdapter
 
 MARKER = "GATTACAGATTACAGATTACA"
+SLOW = "CATCATCATCATCAT"
+SLOW_SECONDS = 3.0
 
 
 def _poisoned(embed_batch):
@@ -22,6 +26,8 @@ def _poisoned(embed_batch):
         for i, seq in enumerate(seqs):
             if seq.startswith(MARKER):
                 vectors[i] = np.nan
+            if seq.startswith(SLOW):
+                time.sleep(SLOW_SECONDS)
         return vectors
 
     return embed
