@@ -88,6 +88,9 @@ class Server:
                 *("--store", str(store), "--model", f"bench={model_dir}"),
                 *("--device", "cpu", "--port", self.url.rsplit(":", 1)[1]),
                 *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
+                # throughput, not deadlines: on a loaded machine part (a)'s clients
+                # wait longer than the default 300 s
+                *("--request-timeout", "3600"),
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -8,15 +8,11 @@ every ``--model``; a ``--config serve.toml`` declares models each with its own.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
-from embedcache.cli.common import (
-    add_store_argument,
-    default_store,
-    positive_int,
-    store_options,
-)
+from embedcache.cli.common import add_store_argument
 from embedcache.cli.model_options import add_model_options, embed_options
 
 _DESCRIPTION = (
@@ -48,50 +44,52 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "--config",
         type=Path,
         default=None,
-        help="serve.toml: settings and [[model]] tables",
+        help="serve.toml: settings and [[model]] tables (flags win over it, it wins "
+        "over EMBEDCACHE_<SETTING> variables)",
     )
-    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default 8000)")
-    p.add_argument(
-        "--api-key-file",
-        type=Path,
-        default=None,
-        help="keys clients send as `Authorization: Bearer KEY`, one a line; mode 600",
-    )
-    p.add_argument(
-        "--allow-unauthenticated",
-        action="store_true",
-        default=None,
-        help="allow a non-loopback --host without --api-key-file",
-    )
-    p.add_argument(
-        "--ssl-certfile", default=None, help="TLS certificate (PEM), passed to uvicorn"
-    )
-    p.add_argument(
-        "--ssl-keyfile", default=None, help="TLS private key (PEM), passed to uvicorn"
-    )
-    # the server's limits: None unless given, so serve.toml or the defaults apply
-    for flag, kind, help_text in (
-        ("--max-body-bytes", positive_int, "request body limit (default 16 MiB)"),
-        ("--max-sequences", positive_int, "sequences per request (default 10000)"),
-        (
-            "--max-queue-tokens",
-            positive_int,
-            "queued tokens per model before 429 (default 32 Mi)",
-        ),
-        (
-            "--batch-window-ms",
-            float,
-            "how long a batch that is not full waits for other requests (default 2)",
-        ),
-        (
-            "--graceful-timeout",
-            float,
-            "seconds to drain on SIGTERM/SIGINT (default 30)",
-        ),
-    ):
-        p.add_argument(flag, type=kind, default=None, help=help_text)
+    # the setting flags come from the settings model, whose import (pydantic) the
+    # other commands and `embedcache --help` should not pay: added on serve's parse
+    p.__class__ = _ServeParser
     p.set_defaults(func=_cmd_serve)
+
+
+class _ServeParser(argparse.ArgumentParser):
+    """The serve parser, adding the setting flags when it first parses."""
+
+    def parse_known_args(
+        self,
+        args: list[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if not getattr(self, "_settings_added", False):
+            add_setting_flags(self)
+            self._settings_added = True
+        return super().parse_known_args(args, namespace)
+
+
+def add_setting_flags(p: argparse.ArgumentParser) -> None:
+    """A flag per server setting, from its declaration (type, default, help); None
+    unless given, so serve.toml, the environment or the default applies."""
+    from embedcache.service.settings import SERVER_SETTINGS, ServeSettings
+
+    taken = {action.dest for action in p._actions}  # --store, --threads
+    for name in SERVER_SETTINGS:
+        if name in taken:
+            continue
+        info = ServeSettings.model_fields[name]
+        flag = "--" + name.replace("_", "-")
+        text = f"{info.description} (default: {_shown(info.default)})"
+        if info.annotation is bool:
+            p.add_argument(flag, action="store_true", default=None, help=text)
+            continue
+        kind = next((t for t in (int, float) if info.annotation in (t, t | None)), str)
+        p.add_argument(flag, type=kind, default=None, help=text)
+
+
+def _shown(default: object) -> str:
+    if isinstance(default, int) and not isinstance(default, bool) and default >= 2**20:
+        return f"{default} = {default / 2**20:g} Mi"
+    return "none" if default is None else str(default)
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -116,38 +114,13 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from embedcache.service.server import serve
-    from embedcache.service.settings import (
-        ServeSettings,
-        read_api_keys,
-        read_serve_toml,
-    )
+    from embedcache.service.settings import SERVER_SETTINGS, load_settings
 
-    config: dict[str, Any] = {}
-    models = []
-    if args.config is not None:
-        config, models = read_serve_toml(args.config)
-    models += _model_specs(args)
-    given = {
-        "host": args.host,
-        "port": args.port,
-        "allow_unauthenticated": args.allow_unauthenticated,
-        "ssl_certfile": args.ssl_certfile,
-        "ssl_keyfile": args.ssl_keyfile,
-        "max_body_bytes": args.max_body_bytes,
-        "max_sequences": args.max_sequences,
-        "max_queue_tokens": args.max_queue_tokens,
-        "batch_window_ms": args.batch_window_ms,
-        "graceful_timeout": args.graceful_timeout,
-        "threads": args.threads,
-    }
-    config.update({name: value for name, value in given.items() if value is not None})
-    key_file = args.api_key_file or config.pop("api_key_file", None)
-    location = args.store or config.pop("store", None) or default_store()
-    settings = ServeSettings(
-        store=location,
-        store_options=store_options(location),
-        models=tuple(models),
-        api_keys=read_api_keys(key_file) if key_file else (),
-        **config,
+    flags = {name: getattr(args, name) for name in SERVER_SETTINGS}
+    settings = load_settings(
+        flags,
+        config=args.config,
+        models=tuple(_model_specs(args)),
+        environ=os.environ,
     )
     return serve(settings)

@@ -5,13 +5,15 @@ Split as text-embeddings-inference splits router, queue and backend:
 - ``wire``: route names, media types, limits, the JSON error shape and the binary
   vector formats (Arrow IPC, NPY); light, so a client may import it too
 - ``errors``: the errors a request can meet, each with its HTTP status
-- ``settings``: what a server runs (models, limits, bind, keys), from options or
-  ``serve.toml``; the key file and bind checks
+- ``settings``: what a server runs (models, limits, bind, keys), declared once and
+  read from flags, ``serve.toml`` and ``EMBEDCACHE_*``; the key file and bind checks
 - ``registry``: the served models, each one adapter and one store key
 - ``batcher``: one queue per served model and the thread that drains it, cutting
   batches across requests with the engine's batching rule
 - ``metrics``: the Prometheus counters, gauges and histograms
-- ``guards``: ASGI middleware for the body-size limit and API keys
+- ``guards``: ASGI middleware for request ids, body-size limits and API keys
+- ``health``: the store probe `/health/ready` reports
+- ``replies``: the routes' bodies, parsed and encoded in worker threads
 - ``app``: the FastAPI application and its routes
 - ``server``: uvicorn, signals and the graceful drain
 

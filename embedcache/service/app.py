@@ -1,38 +1,43 @@
 """The FastAPI application: routes, error replies, and the state they share.
 
-Handlers validate and hash (the engine's plan, in a worker thread), answer hits from
-the store, and wait on the model's :class:`~embedcache.service.batcher.Batcher` for
-the rest; a client that leaves has its queued work dropped.
+Handlers only route: parsing a body, the engine's plan, the store's reads and the
+reply's encoding each run in a worker thread (:func:`off_loop`); a handler waits on
+the model's :class:`~embedcache.service.batcher.Batcher` for the misses. A client
+that leaves, or a request past its deadline (504), has its queued work dropped. A
+request's error names only its own inputs; a server fault answers a generic 500 or
+503 with the request id, and the log line with that id holds the error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from embedcache import __version__
-from embedcache.errors import EmbedcacheError
+from embedcache.errors import EmbedcacheError, StoreError
 from embedcache.hashing import normalise_sequence
-from embedcache.service import wire
+from embedcache.service import replies, wire
 from embedcache.service.errors import (
     QueueFullError,
     RequestError,
+    RequestTimeoutError,
     RequestTooLargeError,
+    SequenceFailedError,
     ServiceUnavailableError,
+    UnprocessableSequenceError,
 )
-from embedcache.service.guards import Guard
+from embedcache.service.guards import Guard, request_id
 from embedcache.service.lookup import plan_request, read_vectors
 from embedcache.service.schemas import (
     EmbeddingsRequest,
@@ -45,11 +50,12 @@ from embedcache.service.schemas import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     import numpy as np
 
     from embedcache.service.batcher import Batcher
+    from embedcache.service.health import StoreProbe
     from embedcache.service.lookup import RequestPlan
     from embedcache.service.metrics import Metrics
     from embedcache.service.registry import ModelRegistry, ServedModel
@@ -57,6 +63,24 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def off_loop(func: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """``func(*args, **kwargs)`` in a worker thread; a cancelled wait (a deadline)
+    returns at once, leaving the thread to finish on its own."""
+    call = functools.partial(func, *args, **kwargs)
+    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+
+async def _build(
+    func: Callable[..., T], *args: object, size: int, **kwargs: object
+) -> T:
+    """A body parsed or a reply encoded: on the loop when small (``size`` bytes or
+    floats), else in a worker thread."""
+    if replies.is_small(size):
+        return func(*args, **kwargs)
+    return await off_loop(func, *args, **kwargs)
 
 
 @dataclass
@@ -68,9 +92,23 @@ class ServiceState:
     store: EmbeddingStore
     batchers: dict[str, Batcher]
     metrics: Metrics
+    probe: StoreProbe | None = None
     ready: bool = False
     draining: bool = False
     deadline: float | None = field(default=None)
+
+    def readiness(self) -> str | None:
+        """None when ready; else why not."""
+        if self.draining:
+            return "draining"
+        if not self.ready:
+            return "starting"
+        stopped = [name for name, b in self.batchers.items() if not b.alive]
+        if stopped:
+            return f"the queue of {stopped} stopped"
+        if self.probe is not None and not self.probe.ok:
+            return "the store did not answer its last probe"
+        return None
 
     def begin_drain(self, *, timeout: float) -> None:
         """Stop taking work: not ready, queued work 503, the batch in flight finishes."""
@@ -108,11 +146,17 @@ def create_app(state: ServiceState) -> Guard:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         for batcher in state.batchers.values():
             batcher.start()
+        probing = None
+        if state.probe is not None:
+            await state.probe.check()
+            probing = asyncio.ensure_future(state.probe.run())
         state.ready = True
         logger.info("ready: serving %s", state.registry.names)
         yield
+        if probing is not None:
+            probing.cancel()
         state.begin_drain(timeout=state.settings.graceful_timeout)
-        await run_in_threadpool(state.join)
+        await anyio.to_thread.run_sync(state.join)
 
     app = FastAPI(
         title="embedcache",
@@ -139,49 +183,58 @@ def create_app(state: ServiceState) -> Guard:
         ],
         api_keys=state.settings.api_keys,
         max_body_bytes=state.settings.max_body_bytes,
+        max_buffered_bytes=state.settings.max_buffered_bytes,
     )
 
 
 def _error(
-    status: int, message: str, *, index: int | None = None, headers: dict | None = None
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    index: int | None = None,
+    headers: dict | None = None,
 ) -> JSONResponse:
-    return JSONResponse(
-        wire.error_body(message, status=status, index=index),
-        status_code=status,
-        headers=headers,
+    body = wire.error_body(
+        message, status=status, index=index, request_id=request_id(request.scope)
     )
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
-    async def request_error(_: Request, err: RequestError) -> JSONResponse:
-        headers = (
-            {"Retry-After": str(err.retry_after)}
-            if isinstance(err, QueueFullError)
-            else None
-        )
-        return _error(err.status, str(err), index=err.index, headers=headers)
+    async def request_error(request: Request, err: RequestError) -> JSONResponse:
+        headers = None
+        if isinstance(err, QueueFullError):
+            headers = {"Retry-After": str(err.retry_after)}
+        elif err.status == 503:
+            headers = {"Retry-After": "1"}
+        return _error(request, err.status, str(err), index=err.index, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def malformed(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
         message, index = _describe_validation(err.errors())
-        return _error(400, message, index=index)
+        return _error(request, 400, message, index=index)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return _error(
-            err.status_code, str(err.detail), headers=getattr(err, "headers", None)
-        )
-
-    @app.exception_handler(EmbedcacheError)
-    async def embedcache_error(_: Request, err: EmbedcacheError) -> JSONResponse:
-        logger.error("request failed: %s", err)
-        return _error(500, f"the server could not answer: {err}")
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        headers = getattr(err, "headers", None)
+        return _error(request, err.status_code, str(err.detail), headers=headers)
 
     @app.exception_handler(Exception)
-    async def unexpected(_: Request, err: Exception) -> JSONResponse:
-        logger.exception("unexpected error")
-        return _error(500, "internal error; the server log has the details")
+    async def fault(request: Request, err: Exception) -> JSONResponse:
+        # the message may name a bucket path or another request's sequence: it goes
+        # to the log line only, under the request id the reply carries
+        rid = request_id(request.scope)
+        if isinstance(err, StoreError | OSError):
+            logger.error("request %s: the store failed: %s", rid, err)
+            message = "the store did not answer; retry later"
+            return _error(request, 503, message, headers={"Retry-After": "1"})
+        if isinstance(err, EmbedcacheError):
+            logger.error("request %s failed: %s", rid, err)
+        else:
+            logger.error("request %s: unexpected error", rid, exc_info=err)
+        return _error(request, 500, "internal error; the server log has the details")
 
 
 def _describe_validation(errors: Sequence[dict[str, Any]]) -> tuple[str, int | None]:
@@ -215,11 +268,11 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         responses=error_responses(503),
         tags=["health"],
     )
-    async def ready() -> dict | JSONResponse:
-        if state.ready and not state.draining:
+    async def ready(request: Request) -> dict | JSONResponse:
+        reason = state.readiness()
+        if reason is None:
             return {"status": "ready"}
-        reason = "draining" if state.draining else "starting"
-        return _error(503, f"not ready: {reason}")
+        return _error(request, 503, f"not ready: {reason}")
 
     @app.get(
         wire.ROUTE_METRICS,
@@ -245,34 +298,33 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         }
 
     @app.post(
-        wire.ROUTE_EMBEDDINGS, response_model=EmbeddingsResponse, responses=ERRORS
+        wire.ROUTE_EMBEDDINGS,
+        response_model=EmbeddingsResponse,
+        responses=ERRORS,
+        openapi_extra=_body_schema(EmbeddingsRequest),
     )
-    async def embeddings(body: EmbeddingsRequest, request: Request) -> Response:
-        served = state.registry.get(body.model)
-        if body.dimensions is not None and body.dimensions != served.dim:
-            msg = f"{served.name} gives {served.dim}-dimensional vectors; dimensions={body.dimensions} cannot be served"
-            raise RequestError(msg)
-        seqs = [body.input] if isinstance(body.input, str) else body.input
-        vectors, _ = await _embed(state, served, seqs, request, field="input")
-        n_tokens = await run_in_threadpool(_count_tokens, served, seqs)
-        if body.encoding_format == "base64":
-            items = [
-                base64.b64encode(v.astype("<f4").tobytes()).decode() for v in vectors
-            ]
-        else:
-            items = vectors.tolist()
-        data = [
-            {"object": "embedding", "index": i, "embedding": e}
-            for i, e in enumerate(items)
-        ]
-        return _json(
-            {
-                "object": "list",
-                "data": data,
-                "model": served.name,
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-            }
-        )
+    async def embeddings(request: Request) -> Response:
+        async with _deadline(state):
+            raw = await request.body()
+            body = await _build(
+                replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
+            )
+            served = state.registry.get(body.model)
+            if body.dimensions is not None and body.dimensions != served.dim:
+                msg = f"{served.name} gives {served.dim}-dimensional vectors; dimensions={body.dimensions} cannot be served"
+                raise RequestError(msg)
+            seqs = [body.input] if isinstance(body.input, str) else body.input
+            vectors, _ = await _embed(state, served, seqs, request, field="input")
+            n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
+            data = await _build(
+                replies.embeddings_body,
+                vectors,
+                size=vectors.size,
+                model=served.name,
+                n_tokens=n_tokens,
+                encoding_format=body.encoding_format,
+            )
+        return Response(data, media_type=wire.MEDIA_JSON)
 
     @app.post(
         wire.ROUTE_EMBED,
@@ -281,55 +333,78 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             **ERRORS,
             200: {"content": {wire.MEDIA_ARROW: {}, wire.MEDIA_NPY: {}}},
         },
+        openapi_extra=_body_schema(EmbedRequest),
     )
-    async def embed(body: EmbedRequest, request: Request) -> Response:
-        served = state.registry.get(body.model)
-        vectors, planned = await _embed(
-            state, served, body.sequences, request, field="sequences"
-        )
-        plan, cached = planned.plan, planned.cached
-        n_computed, n_cached = plan.n_computed, plan.n_cached
-        headers = {
-            wire.HEADER_KEY_DIGEST: served.key.digest,
-            wire.HEADER_COMPUTED: str(n_computed),
-            wire.HEADER_CACHED: str(n_cached),
-        }
-        accept = request.headers.get("accept", "")
-        if wire.MEDIA_ARROW in accept:
+    async def embed(request: Request) -> Response:
+        async with _deadline(state):
+            raw = await request.body()
+            body = await _build(replies.parse_body, EmbedRequest, raw, size=len(raw))
+            served = state.registry.get(body.model)
+            vectors, planned = await _embed(
+                state, served, body.sequences, request, field="sequences"
+            )
+            plan, cached = planned.plan, planned.cached
+            headers = {
+                wire.HEADER_KEY_DIGEST: served.key.digest,
+                wire.HEADER_COMPUTED: str(plan.n_computed),
+                wire.HEADER_CACHED: str(plan.n_cached),
+            }
             meta = {
                 wire.ARROW_META_KEY_DIGEST: served.key.digest.encode(),
                 wire.ARROW_META_MODEL: served.name.encode(),
             }
-            data = wire.encode_arrow(
-                vectors, hashes=plan.hashes, cached=cached, metadata=meta
+            accept = request.headers.get("accept", "")
+            binary = await _build(
+                replies.embed_binary,
+                vectors,
+                accept,
+                size=vectors.size,
+                hashes=plan.hashes,
+                cached=cached,
+                metadata=meta,
             )
-            return Response(data, media_type=wire.MEDIA_ARROW, headers=headers)
-        if wire.MEDIA_NPY in accept:
-            return Response(
-                wire.encode_npy(vectors), media_type=wire.MEDIA_NPY, headers=headers
-            )
-        rows = vectors.tolist()
-        items = [
-            {"index": i, "sha256": h, "cached": c, "embedding": e}
-            for i, (h, c, e) in enumerate(zip(plan.hashes, cached, rows, strict=True))
-        ]
-        return _json(
-            {
+            if binary is not None:
+                data, media = binary
+                return Response(data, media_type=media, headers=headers)
+            head = {
                 "model": served.name,
                 "key_digest": served.key.digest,
                 "dim": served.dim,
-                "n_computed": n_computed,
-                "n_cached": n_cached,
-                "data": items,
-            },
-            headers=headers,
-        )
+                "n_computed": plan.n_computed,
+                "n_cached": plan.n_cached,
+            }
+            data = await _build(
+                replies.embed_body,
+                vectors,
+                size=vectors.size,
+                head=head,
+                hashes=plan.hashes,
+                cached=cached,
+            )
+        return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
 
 
-def _json(content: dict, *, headers: dict | None = None) -> Response:
-    # plain json.dumps: no per-float validation pass over 10,000 x dim vectors
-    body = json.dumps(content, separators=(",", ":"), allow_nan=False)
-    return Response(body, media_type=wire.MEDIA_JSON, headers=headers)
+def _body_schema(model: type) -> dict:
+    """The OpenAPI request body of a route that parses its body itself."""
+    schema = model.model_json_schema()
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {wire.MEDIA_JSON: {"schema": schema}},
+        }
+    }
+
+
+@contextlib.asynccontextmanager
+async def _deadline(state: ServiceState) -> AsyncIterator[None]:
+    """The request's deadline: past it, 504 (the queued work is dropped by _embed)."""
+    seconds = state.settings.request_timeout
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        msg = f"the request took longer than the server's limit of {seconds:g} s; retry, or split it"
+        raise RequestTimeoutError(msg) from None
 
 
 async def _embed(
@@ -340,7 +415,8 @@ async def _embed(
     *,
     field: str,
 ) -> tuple[np.ndarray, RequestPlan]:
-    """Plan, queue the misses, wait (dropping the work if the client leaves), read back."""
+    """Plan, queue the misses, wait (dropping the work if the client leaves or the
+    deadline passes), read back."""
     if state.draining:
         msg = "the server is shutting down; retry against a running server"
         raise ServiceUnavailableError(msg)
@@ -348,29 +424,53 @@ async def _embed(
     if len(seqs) > limit:
         msg = f"{len(seqs)} sequences in one request; the limit is {limit}: split it"
         raise RequestTooLargeError(msg)
-    planned = await run_in_threadpool(
-        plan_request, served, seqs, state.store, field=field
-    )
+    planned = await off_loop(plan_request, served, seqs, state.store, field=field)
     plan = planned.plan
     metrics = state.metrics
     metrics.hits.labels(served.name).inc(plan.n_cached)
     metrics.misses.labels(served.name).inc(plan.n_computed)
     if plan.n_computed:
         batcher = state.batchers[served.name]
+        if not batcher.alive:
+            msg = (
+                f"the queue of {served.name!r} stopped; retry against a running server"
+            )
+            raise ServiceUnavailableError(msg)
         ticket = batcher.submit(
-            plan.missing_seqs, plan.missing_hashes, plan.missing_tokens.tolist()
+            plan.missing_seqs,
+            plan.missing_hashes,
+            plan.missing_tokens.tolist(),
+            request_id=request_id(request.scope),
         )
         done = asyncio.wrap_future(ticket.future)
         gone = asyncio.ensure_future(_disconnected(request))
-        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not done.done():  # the client left, or the deadline passed
+                batcher.cancel(ticket)
         if not done.done():
-            batcher.cancel(ticket)
             msg = "the client disconnected"
             raise ServiceUnavailableError(msg)
-        gone.cancel()
-        done.result()
-    vectors = await run_in_threadpool(read_vectors, served, state.store, plan)
+        try:
+            done.result()
+        except SequenceFailedError as err:
+            raise _name_failed(err, plan.hashes, seqs, field) from None
+    vectors = await off_loop(read_vectors, served, state.store, plan)
     return vectors, planned
+
+
+def _name_failed(
+    err: SequenceFailedError, hashes: Sequence[str], seqs: Sequence[str], field: str
+) -> UnprocessableSequenceError:
+    """The failed sequence named by this request's own index and length."""
+    index = hashes.index(err.digest)
+    msg = (
+        f"{field}[{index}] (length {len(seqs[index])}) could not be embedded: {err}; "
+        "the server log has the details"
+    )
+    return UnprocessableSequenceError(msg, index=index)
 
 
 async def _disconnected(request: Request) -> None:

@@ -22,6 +22,13 @@ window, a queued sequence tagged before every pass left hands those passes back 
 the queue, and it waits only for the pass in flight and its own. A flow of small
 requests cannot starve a large one either: each pass moves the clock on, so the
 large one's next pass comes due after one budget of their work.
+
+Failures stay with their cause: a failed pass is halved and rerun down to the one
+sequence to blame, which alone fails (by digest; each request names its own index);
+a store fault gives its pass or window a generic 503, anything else a generic 500,
+logged once with the requests' ids; a failed request's queued jobs are dropped. The
+thread lives on; should it stop anyway, :attr:`Batcher.alive` turns false and every
+waiting request gets 503.
 """
 
 from __future__ import annotations
@@ -40,9 +47,12 @@ import numpy as np
 from embedcache.engine.batching import plan_batches
 from embedcache.engine.forward import run_unit
 from embedcache.engine.plan import WorkUnit, adapter_keys
+from embedcache.errors import EmbedcacheError, StoreError
 from embedcache.service.errors import (
     QueueFullError,
     RequestTooLargeError,
+    SequenceFailedError,
+    ServerFaultError,
     ServiceUnavailableError,
 )
 
@@ -68,7 +78,8 @@ class Ticket:
     """One request's share of the queue: done when every sequence it waits for is
     stored (``future`` resolves), or failed with the error that stopped it."""
 
-    def __init__(self, digests: Sequence[str]) -> None:
+    def __init__(self, digests: Sequence[str], request_id: str = "-") -> None:
+        self.request_id = request_id
         self.remaining = set(digests)
         self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.remaining:
@@ -110,6 +121,7 @@ class Batcher:
         self._queued_seqs = 0
         self._queued_tokens = 0
         self._stopping = False
+        self._dead = False  # the thread ended (a drain, or a fault outside the guard)
         self._clock = 0.0  # token budgets of work computed so far
         self._thread = threading.Thread(
             target=self._run, name=f"batcher-{model.name}", daemon=True
@@ -118,7 +130,12 @@ class Batcher:
     # --- requests' side -------------------------------------------------------------
 
     def submit(
-        self, seqs: Sequence[str], digests: Sequence[str], tokens: Sequence[int]
+        self,
+        seqs: Sequence[str],
+        digests: Sequence[str],
+        tokens: Sequence[int],
+        *,
+        request_id: str = "-",
     ) -> Ticket:
         """Queue the distinct sequences a request lacks; join jobs already queued.
 
@@ -129,7 +146,7 @@ class Batcher:
         QueueFullError
             The queue is too full to take it now (429: retry later).
         ServiceUnavailableError
-            The server is draining.
+            The server is draining, or the queue's thread stopped.
         """
         # how far into the request each sequence's pass ends, in token budgets: the
         # passes the engine would cut for this request alone
@@ -140,9 +157,8 @@ class Batcher:
             work += len(batch) * max(tokens[i] for i in batch)
             due[batch] = work / budget
         with self._cond:
-            if self._stopping:
-                msg = "the server is shutting down; retry against a running server"
-                raise ServiceUnavailableError(msg)
+            if self._stopping or self._dead:
+                raise ServiceUnavailableError(self._unavailable())
             new = [i for i, d in enumerate(digests) if d not in self._jobs]
             new_tokens = sum(tokens[i] for i in new)
             if new_tokens > self.max_queue_tokens:
@@ -159,7 +175,7 @@ class Batcher:
                     f"{new_tokens}. Retry later"
                 )
                 raise QueueFullError(msg, retry_after=1)
-            ticket = Ticket(digests)
+            ticket = Ticket(digests, request_id)
             number = next(self._tickets)
             for i, digest in enumerate(digests):
                 job = self._jobs.get(digest)
@@ -181,17 +197,8 @@ class Batcher:
     def cancel(self, ticket: Ticket) -> int:
         """Drop a gone request's queued, not yet computed work (others' stays);
         return how many sequences left the queue."""
-        dropped = 0
         with self._cond:
-            for digest in list(ticket.remaining):
-                job = self._jobs.get(digest)
-                if job is None:
-                    continue
-                job.waiters.discard(ticket)
-                if not job.waiters and not job.running:
-                    self._forget(job)
-                    dropped += 1
-            ticket.remaining.clear()
+            dropped = self._release(ticket)
             self._publish_depth()
         if dropped:
             self.metrics.dropped.labels(self.model.name).inc(dropped)
@@ -201,6 +208,27 @@ class Batcher:
                 dropped,
             )
         return dropped
+
+    def _release(self, ticket: Ticket) -> int:
+        """Take ``ticket`` off its jobs (the lock held); drop the queued jobs nobody
+        else waits for and return how many."""
+        dropped = 0
+        for digest in list(ticket.remaining):
+            job = self._jobs.get(digest)
+            if job is None:
+                continue
+            job.waiters.discard(ticket)
+            if not job.waiters and not job.running:
+                self._forget(job)
+                dropped += 1
+        ticket.remaining.clear()
+        return dropped
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs and takes work (false once it stopped for any
+        reason: the server is then not ready)."""
+        return self._thread.is_alive() and not self._dead
 
     @property
     def depth(self) -> tuple[int, int]:
@@ -241,11 +269,27 @@ class Batcher:
         self.metrics.queue_tokens.labels(self.model.name).set(self._queued_tokens)
 
     def _run(self) -> None:
-        while True:
-            window = self._take_window()
-            if window is None:
-                return
-            self._compute(window)
+        try:
+            while True:
+                window = self._take_window()
+                if window is None:
+                    return
+                try:
+                    self._compute(window)
+                except Exception as err:  # noqa: BLE001 (one window's fault, logged)
+                    with self._cond:  # its jobs not answered nor handed back
+                        jobs = [j for j in window if self._jobs.get(j.digest) is j]
+                    self._fail([j for j in jobs if j.running], err)
+        except Exception:  # logged once here; the requests get 503 below
+            logger.exception("%s: the queue's thread stopped", self.model.name)
+        finally:
+            with self._cond:
+                self._dead = True
+                self._fail_waiting(running=True)
+
+    def _unavailable(self) -> str:
+        why = "the server is shutting down" if self._stopping else "the queue stopped"
+        return f"{why}; retry against a running server"
 
     def _take_window(self) -> list[_Job] | None:
         budget = self.model.rule.token_budget
@@ -253,7 +297,7 @@ class Batcher:
             while not self._queued_seqs and not self._stopping:
                 self._cond.wait()
             if self._stopping:
-                self._fail_queued()
+                self._fail_waiting(running=False)
                 return None
             if self._queued_tokens < budget and self.window_seconds > 0:
                 # a short wait lets concurrent requests join a batch that is not full
@@ -303,13 +347,7 @@ class Batcher:
         for number, batch in enumerate(batches):
             jobs = self._still_wanted([todo[i] for i in batch])
             if jobs:
-                try:
-                    self._forward(jobs)
-                except Exception as err:  # the thread must survive one bad batch
-                    logger.exception("%s: a batch failed", self.model.name)
-                    self._finish(jobs, error=err)
-                else:
-                    self._finish(jobs)
+                self._forward_or_split(jobs)
             rest = [todo[i] for later in batches[number + 1 :] for i in later]
             if rest and self._hand_back(rest):
                 return
@@ -343,6 +381,46 @@ class Batcher:
             self._publish_depth()
             return True
 
+    def _forward_or_split(self, jobs: list[_Job]) -> None:
+        """Forward and commit ``jobs``; on a failure that is not the store's, run
+        each half again, so only the sequence to blame fails."""
+        try:
+            self._forward(jobs)
+        except Exception as err:  # noqa: BLE001 (the cause is found below)
+            if _is_store_fault(err) or len(jobs) == 1:
+                self._fail(jobs, err)
+                return
+            half = len(jobs) // 2
+            for part in (jobs[:half], jobs[half:]):
+                part = self._still_wanted(part)
+                if part:
+                    self._forward_or_split(part)
+        else:
+            self._finish(jobs)
+
+    def _fail(self, jobs: list[_Job], err: Exception) -> None:
+        """Fail ``jobs`` (all of a pass or window) with the error their requests may
+        see, logging the whole error once with their request ids."""
+        with self._cond:
+            ids = sorted({t.request_id for job in jobs for t in job.waiters})
+        if _is_store_fault(err):
+            error: Exception = ServerFaultError(
+                "the store did not answer; retry later", status=503
+            )
+        elif len(jobs) == 1:
+            error = SequenceFailedError(jobs[0].digest, type(err).__name__)
+        else:
+            error = ServerFaultError("the server failed computing this request")
+        logger.error(
+            "%s: %d sequences failed (requests %s): %s",
+            self.model.name,
+            len(jobs),
+            ", ".join(ids),
+            err,
+            exc_info=None if isinstance(err, EmbedcacheError | OSError) else err,
+        )
+        self._finish(jobs, error=error)
+
     def _forward(self, jobs: list[_Job]) -> None:
         """One forward pass over ``jobs``, committed to the store."""
         model = self.model
@@ -368,27 +446,40 @@ class Batcher:
             "%s: a batch of %d sequences, %.3f s", model.name, len(jobs), seconds
         )
 
-    def _finish(self, jobs: list[_Job], *, error: BaseException | None = None) -> None:
+    def _finish(self, jobs: list[_Job], *, error: Exception | None = None) -> None:
+        """Answer the waiters of ``jobs``: done, or failed with ``error`` (and their
+        other queued jobs dropped: nobody would read them)."""
+        dropped = 0
         with self._cond:
             for job in jobs:
-                self._jobs.pop(job.digest, None)
-                for ticket in job.waiters:
+                if self._jobs.get(job.digest) is job:
+                    del self._jobs[job.digest]
+                for ticket in list(job.waiters):
                     if ticket.future.done():
                         continue
                     if error is not None:
+                        ticket.remaining.discard(job.digest)
+                        dropped += self._release(ticket)
                         ticket.future.set_exception(error)
                         continue
                     ticket.remaining.discard(job.digest)
                     if not ticket.remaining:
                         ticket.future.set_result(None)
+            self._publish_depth()
+        if dropped:
+            self.metrics.dropped.labels(self.model.name).inc(dropped)
 
-    def _fail_queued(self) -> None:
+    def _fail_waiting(self, *, running: bool) -> None:
+        """503 to the requests of the queued jobs (and of the running ones too, when
+        the thread has ended); the lock held."""
         error = ServiceUnavailableError(
-            "the server is shutting down before this request's sequences were "
-            "computed; retry against a running server"
+            self._unavailable()
+            if running
+            else "the server is shutting down before this request's sequences "
+            "were computed; retry against a running server"
         )
         for job in list(self._jobs.values()):
-            if job.running:
+            if job.running and not running:
                 continue
             for ticket in job.waiters:
                 if not ticket.future.done():
@@ -396,6 +487,12 @@ class Batcher:
             self._forget(job)
         self._heap.clear()
         self._publish_depth()
+
+
+def _is_store_fault(err: BaseException) -> bool:
+    """Whether ``err`` came from the store (a bucket down, a full disk), not from
+    the sequences of the pass."""
+    return isinstance(err, (StoreError, OSError))
 
 
 __all__ = ["Batcher", "Ticket"]

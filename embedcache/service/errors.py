@@ -52,6 +52,37 @@ class ServiceUnavailableError(RequestError):
     status = 503
 
 
+class RequestTimeoutError(RequestError):
+    """The request's deadline (``request_timeout``) passed before it was answered;
+    its queued work is dropped."""
+
+    status = 504
+
+
+class ServerFaultError(RequestError):
+    """The server failed on this request for a reason not in its inputs (500), or a
+    backend it needs is down (``status`` 503): the message is generic, the log line
+    with the same request id holds the details."""
+
+    status = 500
+
+    def __init__(self, message: str, *, status: int = 500) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SequenceFailedError(RequestError):
+    """The model failed on one sequence alone (the rest of its pass was computed
+    without it): ``digest`` names it, so each request can name it by its own index."""
+
+    status = 422
+
+    def __init__(self, digest: str, kind: str) -> None:
+        super().__init__(f"the model failed on this sequence alone ({kind})")
+        self.digest = digest
+        self.kind = kind
+
+
 class ServeConfigError(EmbedcacheError, ValueError):
     """The server cannot start as configured (options, serve.toml, key file, bind)."""
 
@@ -60,9 +91,12 @@ __all__ = [
     "MalformedRequestError",
     "QueueFullError",
     "RequestError",
+    "RequestTimeoutError",
     "RequestTooLargeError",
+    "SequenceFailedError",
     "ServeConfigError",
     "ServedModelNotFoundError",
+    "ServerFaultError",
     "ServiceUnavailableError",
     "UnauthorizedError",
     "UnprocessableSequenceError",

@@ -1,14 +1,22 @@
-"""ASGI middleware in front of every route: API keys, the body-size limit, and the
-request metrics (so refused requests are counted too)."""
+"""ASGI middleware in front of every route: request ids, API keys, the body-size
+limits (per request, and server-wide on the bodies held at once), and the request
+metrics (so refused requests are counted too)."""
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from embedcache.service.wire import ROUTE_LIVE, ROUTE_READY, error_body
+from embedcache.service.wire import (
+    HEADER_REQUEST_ID,
+    ROUTE_LIVE,
+    ROUTE_READY,
+    error_body,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -21,7 +29,15 @@ if TYPE_CHECKING:
     Send = Callable[[Message], Awaitable[None]]
     ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+logger = logging.getLogger(__name__)
+
 OPEN_ROUTES = frozenset({ROUTE_LIVE, ROUTE_READY})
+_REQUEST_ID = "embedcache.request_id"  # the scope entry holding it
+
+
+def request_id(scope: Scope) -> str:
+    """The id the :class:`Guard` gave this request ("-" outside one)."""
+    return scope.get(_REQUEST_ID, "-")
 
 
 def key_matches(given: bytes, keys: Iterable[bytes]) -> bool:
@@ -34,8 +50,10 @@ def key_matches(given: bytes, keys: Iterable[bytes]) -> bool:
 
 
 class Guard:
-    """Count every reply by route and status; refuse unauthenticated requests (401)
-    and bodies over ``max_body_bytes`` (413) before the app reads them."""
+    """Give every request an id (the ``X-Request-Id`` reply header); count every reply
+    by route and status; refuse unauthenticated requests (401), bodies over
+    ``max_body_bytes`` (413), and bodies beyond ``max_buffered_bytes`` held by all
+    requests at once (503), before the app reads them."""
 
     def __init__(
         self,
@@ -45,12 +63,15 @@ class Guard:
         routes: Iterable[str],
         api_keys: Iterable[str] = (),
         max_body_bytes: int,
+        max_buffered_bytes: int,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.routes = frozenset(routes)
         self.keys = tuple(key.encode() for key in api_keys)
         self.max_body_bytes = max_body_bytes
+        self.max_buffered_bytes = max_buffered_bytes
+        self.buffered = 0  # bytes of request bodies held now (one event loop: no lock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -60,14 +81,26 @@ class Guard:
         route = path if path in self.routes else "other"
         status = {"code": 500}
         start = time.perf_counter()
+        rid = scope[_REQUEST_ID] = secrets.token_hex(8)
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    (HEADER_REQUEST_ID.lower().encode(), rid.encode()),
+                ]
+                status["sent"] = True
             await send(message)
 
         try:
             await self._guarded(scope, receive, counted_send)
+        except Exception as err:
+            # the app's handler answered (and logged) it and re-raised; uvicorn would
+            # log it again as a traceback
+            if not status.get("sent"):
+                logger.error("request %s: unexpected error", rid, exc_info=err)
+                await _reply(counted_send, 500, "internal error", request_id=rid)
         finally:
             self.metrics.requests.labels(route, str(status["code"])).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)
@@ -93,21 +126,34 @@ class Guard:
             return
         # read the body here, counting, so a chunked body cannot pass the limit
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message], receive), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _reply(send, 413, _too_large(limit))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(scope, _replay([body], receive), send)
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    await self.app(scope, _replay([message], receive), send)
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                self.buffered += len(chunk)
+                if size > limit:
+                    await _reply(send, 413, _too_large(limit))
+                    return
+                if self.buffered > self.max_buffered_bytes:
+                    msg = "the server holds too many request bodies now; retry later"
+                    await _reply(send, 503, msg, headers=[(b"retry-after", b"1")])
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = {
+                "type": "http.request",
+                "body": b"".join(chunks),
+                "more_body": False,
+            }
+            del chunks
+            await self.app(scope, _replay([body], receive), send)
+        finally:
+            self.buffered -= size
 
     def _authorised(self, scope: Scope) -> bool:
         for name, value in scope.get("headers") or ():
@@ -142,8 +188,11 @@ async def _reply(
     message: str,
     *,
     headers: list[tuple[bytes, bytes]] | None = None,
+    request_id: str | None = None,
 ) -> None:
-    body = json.dumps(error_body(message, status=status)).encode()
+    body = json.dumps(
+        error_body(message, status=status, request_id=request_id)
+    ).encode()
     await send(
         {
             "type": "http.response.start",
@@ -158,4 +207,4 @@ async def _reply(
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["Guard", "key_matches"]
+__all__ = ["Guard", "key_matches", "request_id"]

@@ -89,6 +89,9 @@ class ErrorDetail(BaseModel):
     message: str
     type: str
     index: int | None = None
+    request_id: str | None = Field(
+        default=None, description="the id the server log names this request by"
+    )
 
 
 class ErrorBody(BaseModel):

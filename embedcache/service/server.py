@@ -15,6 +15,7 @@ import uvicorn
 
 from embedcache.service.app import ServiceState, create_app
 from embedcache.service.batcher import Batcher
+from embedcache.service.health import StoreProbe
 from embedcache.service.metrics import Metrics
 from embedcache.service.registry import ModelRegistry, load_models
 
@@ -46,6 +47,8 @@ def build_state(settings: ServeSettings) -> ServiceState:
     """Open the store and load every model once; the queues are made, not started."""
     from embedcache.store import EmbeddingStore
 
+    # TODO(coordinator): pass refresh_seconds=settings.refresh_seconds here once the
+    # store's EmbeddingStore(refresh_seconds=...) is merged (the setting exists already)
     store = EmbeddingStore(settings.store, options=settings.store_options)
     registry = ModelRegistry(load_models(settings.models, threads=settings.threads))
     metrics = Metrics()
@@ -59,7 +62,13 @@ def build_state(settings: ServeSettings) -> ServiceState:
         )
         for model in registry.models
     }
-    return ServiceState(settings, registry, store, batchers, metrics)
+    probe = StoreProbe(
+        settings.store,
+        settings.store_options,
+        interval=settings.store_probe_seconds,
+        timeout=max(settings.store_probe_seconds, 1.0),
+    )
+    return ServiceState(settings, registry, store, batchers, metrics, probe=probe)
 
 
 def serve(settings: ServeSettings) -> int:
@@ -72,6 +81,7 @@ def serve(settings: ServeSettings) -> int:
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
         timeout_graceful_shutdown=max(int(settings.graceful_timeout), 1),
+        limit_concurrency=settings.limit_concurrency,
         lifespan="on",
         log_config=None,  # the command's logging configuration
         server_header=False,

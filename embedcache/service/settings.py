@@ -1,7 +1,16 @@
-"""What a server runs: models, store, bind, keys and limits, from options or serve.toml.
+"""What a server runs, declared once: :class:`ServeSettings`, from flags, serve.toml
+and ``EMBEDCACHE_*`` environment variables, in that precedence, over its defaults.
 
-Also the two start-up refusals the issue asks for: a key file other users can read,
-and a non-loopback bind without keys (unless explicitly allowed).
+Every setting is one typed field with its default and its help: `embedcache serve`
+makes its flags from the fields (:func:`setting_flags`), ``serve.toml`` may name
+any of them (and ``[[model]]`` tables, :class:`ModelTable`), ``EMBEDCACHE_<NAME>``
+sets one from the environment. Values from flags and serve.toml are strict (a
+boolean is a boolean: ``"false"`` is refused, not taken as true); an environment
+variable is text, read as its field's type. Unknown keys are errors. A bad setting
+is one line naming it and where it came from (:class:`ServeConfigError`, exit 2).
+
+Also the start-up refusals: a key file other users can read, and a non-loopback
+bind without keys (unless explicitly allowed).
 """
 
 from __future__ import annotations
@@ -10,39 +19,36 @@ import ipaddress
 import logging
 import stat
 import tomllib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from embedcache.service.errors import ServeConfigError
 from embedcache.service.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SEQUENCES
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pydantic.fields import FieldInfo
+
 logger = logging.getLogger(__name__)
 
-# Queued sequence tokens per model before 429. Larger than the bases a 16 MiB body
-# can carry, so with the default limits one request always fits an empty queue.
-DEFAULT_MAX_QUEUE_TOKENS = 32 * 2**20
-# How long the batcher waits for concurrent requests to join a batch that is not full.
-DEFAULT_BATCH_WINDOW_MS = 2.0
-DEFAULT_GRACEFUL_TIMEOUT = 30.0
-
-# per-model keys of serve.toml besides the EmbedOptions fields
-_MODEL_KEYS = {"name", "model", "revision", "token_budget"}
-_SERVER_KEYS = {
-    "store",
-    "host",
-    "port",
-    "api_key_file",
-    "allow_unauthenticated",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "max_body_bytes",
-    "max_sequences",
-    "max_queue_tokens",
-    "batch_window_ms",
-    "graceful_timeout",
-    "threads",
-}
+ENV_PREFIX = "EMBEDCACHE_"
 
 
 @dataclass(frozen=True)
@@ -57,50 +63,281 @@ class ModelSpec:
     token_budget: int | None = None
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    """Everything `embedcache serve` runs with."""
+class ModelTable(BaseModel):
+    """One ``[[model]]`` table of serve.toml: what to load, its served name, and the
+    options of `embed` (those not given keep `embed`'s defaults)."""
 
-    store: str
-    models: tuple[ModelSpec, ...]
-    store_options: dict[str, str] = field(default_factory=dict, repr=False)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
-    allow_unauthenticated: bool = False
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_sequences: int = DEFAULT_MAX_SEQUENCES
-    max_queue_tokens: int = DEFAULT_MAX_QUEUE_TOKENS
-    batch_window_ms: float = DEFAULT_BATCH_WINDOW_MS
-    graceful_timeout: float = DEFAULT_GRACEFUL_TIMEOUT
-    threads: int | None = None
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    def __post_init__(self) -> None:
-        if not self.models:
-            msg = "no model to serve: give --model (repeatable) or [[model]] tables in --config"
-            raise ServeConfigError(msg)
-        names = [spec.name for spec in self.models]
-        doubled = sorted({n for n in names if names.count(n) > 1})
-        if doubled:
-            msg = (
-                f"served names must be distinct, {doubled} appear more than once; "
-                "name each model in serve.toml ([[model]] name = ...)"
-            )
-            raise ServeConfigError(msg)
-        for name in ("max_body_bytes", "max_sequences", "max_queue_tokens"):
-            if getattr(self, name) < 1:
-                msg = f"{name} must be at least 1, got {getattr(self, name)}"
-                raise ServeConfigError(msg)
-        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
-            msg = "TLS needs both --ssl-certfile and --ssl-keyfile"
-            raise ServeConfigError(msg)
-        check_bind(
-            self.host,
-            has_keys=bool(self.api_keys),
-            allow_unauthenticated=self.allow_unauthenticated,
+    model: str = Field(min_length=1)
+    name: str | None = None
+    revision: str | None = None
+    token_budget: int | None = Field(default=None, ge=1)
+    dtype: str | None = None
+    device: str | None = None
+    rc_mode: str | None = None
+    layers: str | list[int] | None = None
+    layer: int | None = None
+    pooling: str | None = None
+    special_tokens: str | None = None
+    truncation: str | None = None
+    kmer_split: int | None = Field(default=None, ge=1)
+    random_init: int | None = None
+    family_options: dict[str, str | int | float | bool] | None = None
+    trust_remote_code: bool | None = None
+
+    def spec(self) -> ModelSpec:
+        """The served model this table declares."""
+        options = self.model_dump(
+            exclude_none=True, exclude={"model", "name", "revision", "token_budget"}
         )
+        if "family_options" in options:
+            options["family_options"] = tuple(
+                sorted((k, str(v)) for k, v in options["family_options"].items())
+            )
+        return ModelSpec(
+            name=self.name or served_name(self.model),
+            model=self.model,
+            revision=self.revision,
+            options=options,
+            token_budget=self.token_budget,
+        )
+
+
+# the environment load_settings reads (the CLI hands it the process environment)
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
+
+
+def env_name(setting: str) -> str:
+    """The variable that sets ``setting``: ``EMBEDCACHE_<SETTING>``."""
+    return f"{ENV_PREFIX}{setting.upper()}"
+
+
+class _EnvSource(PydanticBaseSettingsSource):
+    """``EMBEDCACHE_*`` variables, text read as their field's type (the model itself
+    is strict: a text "false" from serve.toml is refused)."""
+
+    def get_field_value(
+        self, field: FieldInfo, field_name: str
+    ) -> tuple[str | None, str, bool]:
+        environ = _ENVIRON.get() or {}
+        return environ.get(env_name(field_name)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, info in self.settings_cls.model_fields.items():
+            text, _, _ = self.get_field_value(info, name)
+            if text is None:
+                continue
+            adapter = TypeAdapter(info.annotation)
+            try:
+                values[name] = (
+                    adapter.validate_json(text)
+                    if name == "model"
+                    else adapter.validate_strings(text)
+                )
+            except ValidationError:
+                values[name] = text  # the strict check names it
+        return values
+
+
+class ServeSettings(BaseSettings):
+    """Everything `embedcache serve` runs with. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", strict=True, frozen=True
+    )
+
+    store: str = Field(
+        default="store",
+        description="embedding store: a folder or s3://, gs://, az:// URL",
+    )
+    model: list[ModelTable] = Field(
+        default_factory=list, description="serve.toml's [[model]] tables"
+    )
+    host: str = Field(default="127.0.0.1", description="address to bind")
+    port: int = Field(default=8000, ge=0, le=65535, description="port")
+    api_key_file: str | None = Field(
+        default=None,
+        description="keys clients send as `Authorization: Bearer KEY`, one a line; mode 600",
+    )
+    allow_unauthenticated: bool = Field(
+        default=False, description="allow a non-loopback --host without --api-key-file"
+    )
+    ssl_certfile: str | None = Field(
+        default=None, description="TLS certificate (PEM), passed to uvicorn"
+    )
+    ssl_keyfile: str | None = Field(
+        default=None, description="TLS private key (PEM), passed to uvicorn"
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES, ge=1, description="request body limit, bytes"
+    )
+    max_sequences: int = Field(
+        default=DEFAULT_MAX_SEQUENCES, ge=1, description="sequences per request"
+    )
+    # larger than the bases a 16 MiB body can carry: one request always fits
+    max_queue_tokens: int = Field(
+        default=32 * 2**20, ge=1, description="queued tokens per model before 429"
+    )
+    batch_window_ms: float = Field(
+        default=2.0,
+        ge=0,
+        le=10_000,
+        description="how long a batch that is not full waits for other requests, ms",
+    )
+    graceful_timeout: float = Field(
+        default=30.0, gt=0, description="seconds to drain on SIGTERM/SIGINT"
+    )
+    request_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a request may take; past it 504 and its queued work is dropped",
+    )
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads")
+    limit_concurrency: int = Field(
+        default=512,
+        ge=1,
+        description="connections and requests at once; beyond it 503 (uvicorn's)",
+    )
+    max_buffered_bytes: int = Field(
+        default=256 * 2**20,
+        ge=1,
+        description="request body bytes held by all requests at once; beyond it 503",
+    )
+    store_probe_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="how often /health/ready reads the store to check it answers, s",
+    )
+    refresh_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="how stale the store's view of other writers' commits may be, "
+        "s (none: the store's own)",
+    )
+
+    _api_keys: tuple[str, ...] = PrivateAttr(default=())
+    _models: tuple[ModelSpec, ...] = PrivateAttr(default=())
+    _store_options: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # flags and serve.toml arrive merged as init values (flags win), then the
+        # environment; no .env or secrets files
+        return init_settings, _EnvSource(settings_cls)
+
+    @property
+    def api_keys(self) -> tuple[str, ...]:
+        return self._api_keys
+
+    @property
+    def models(self) -> tuple[ModelSpec, ...]:
+        """Every served model: serve.toml's tables, then the ``--model`` flags'."""
+        return self._models
+
+    @property
+    def store_options(self) -> dict[str, str]:
+        return self._store_options
+
+
+SERVER_SETTINGS = tuple(name for name in ServeSettings.model_fields if name != "model")
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    *,
+    config: Path | None = None,
+    models: tuple[ModelSpec, ...] = (),
+    environ: Mapping[str, str],
+) -> ServeSettings:
+    """The settings from ``flags`` (the given ones), ``config`` and ``environ``.
+
+    Raises
+    ------
+    ServeConfigError
+        A setting is unknown, of the wrong type or out of range (one line each,
+        naming it and its source); no model to serve or one name twice; a key file
+        other users can read; a public bind without keys.
+    """
+    from embedcache.store.options import storage_options
+
+    given = {name: value for name, value in flags.items() if value is not None}
+    from_file = read_serve_toml(config) if config is not None else {}
+    reading = _ENVIRON.set(environ)
+    try:
+        settings = ServeSettings(**{**from_file, **given})
+    except ValidationError as err:
+        lines = [_describe(e, given, from_file, config, environ) for e in err.errors()]
+        raise ServeConfigError("\n".join(lines)) from None
+    finally:
+        _ENVIRON.reset(reading)
+    specs = tuple(table.spec() for table in settings.model) + tuple(models)
+    _check_models(specs)
+    if bool(settings.ssl_certfile) != bool(settings.ssl_keyfile):
+        msg = "TLS needs both --ssl-certfile and --ssl-keyfile"
+        raise ServeConfigError(msg)
+    keys = read_api_keys(settings.api_key_file) if settings.api_key_file else ()
+    check_bind(
+        settings.host,
+        has_keys=bool(keys),
+        allow_unauthenticated=settings.allow_unauthenticated,
+    )
+    settings._api_keys = keys
+    settings._models = specs
+    settings._store_options = storage_options(settings.store, environ)
+    return settings
+
+
+def _describe(
+    error: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    from_file: Mapping[str, Any],
+    config: Path | None,
+    environ: Mapping[str, str],
+) -> str:
+    """One line: where the bad setting came from, its name, what is wrong."""
+    loc = [str(part) for part in error.get("loc", ())]
+    name = loc[0] if loc else "?"
+    if name in flags:
+        where = f"--{name.replace('_', '-')}"
+    elif name in from_file:
+        where = f"{config}: {name}"
+        if name == "model" and len(loc) > 2:  # [[model]] number, then its key
+            where = f"{config}: [[model]] number {int(loc[1]) + 1}: {'.'.join(loc[2:])}"
+    elif env_name(name) in environ:
+        where = f"${env_name(name)}"
+    else:
+        where = name
+    message = error.get("msg", "invalid")
+    if error.get("type") == "extra_forbidden":
+        table = ModelTable if name == "model" else ServeSettings
+        message = f"unknown setting; known are {sorted(table.model_fields)}"
+    elif "input" in error and not isinstance(error["input"], dict | list | tuple):
+        message = f"{message}, got {error['input']!r}"
+    return f"{where}: {message}"
+
+
+def _check_models(specs: tuple[ModelSpec, ...]) -> None:
+    if not specs:
+        msg = "no model to serve: give --model (repeatable) or [[model]] tables in --config"
+        raise ServeConfigError(msg)
+    names = [spec.name for spec in specs]
+    doubled = sorted({n for n in names if names.count(n) > 1})
+    if doubled:
+        msg = (
+            f"served names must be distinct, {doubled} appear more than once; "
+            "name each model in serve.toml ([[model]] name = ...)"
+        )
+        raise ServeConfigError(msg)
 
 
 def served_name(model: str) -> str:
@@ -112,53 +349,20 @@ def served_name(model: str) -> str:
     return model
 
 
-def read_serve_toml(path: Path | str) -> tuple[dict[str, Any], list[ModelSpec]]:
-    """The server settings and the ``[[model]]`` tables of a serve.toml.
+def read_serve_toml(path: Path | str) -> dict[str, Any]:
+    """The settings of a serve.toml as written (checked by :class:`ServeSettings`).
 
     Raises
     ------
     ServeConfigError
-        The file cannot be read, is not TOML, or names an unknown setting.
+        The file cannot be read or is not TOML.
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         msg = f"{path}: cannot read the serve config ({err}); fix the file or the path"
         raise ServeConfigError(msg) from err
-    tables = data.pop("model", [])
-    unknown = sorted(set(data) - _SERVER_KEYS)
-    if unknown:
-        msg = f"{path}: unknown settings {unknown}; known are {sorted(_SERVER_KEYS)}"
-        raise ServeConfigError(msg)
-    if not isinstance(tables, list):
-        msg = f"{path}: models are [[model]] tables (an array), got {type(tables).__name__}"
-        raise ServeConfigError(msg)
-    models = []
-    for number, table in enumerate(tables, start=1):
-        fields = dict(table)
-        model = fields.pop("model", None)
-        if not isinstance(model, str) or not model:
-            msg = f"{path}: [[model]] number {number} has no `model = ...`"
-            raise ServeConfigError(msg)
-        name = fields.pop("name", None) or served_name(model)
-        revision = fields.pop("revision", None)
-        budget = fields.pop("token_budget", None)
-        options = fields
-        if isinstance(options.get("family_options"), dict):
-            options["family_options"] = tuple(
-                sorted((str(k), str(v)) for k, v in options["family_options"].items())
-            )
-        models.append(
-            ModelSpec(
-                name=str(name),
-                model=model,
-                revision=revision,
-                options=options,
-                token_budget=budget,
-            )
-        )
-    return data, models
 
 
 def read_api_keys(path: Path | str) -> tuple[str, ...]:
@@ -216,13 +420,13 @@ def check_bind(host: str, *, has_keys: bool, allow_unauthenticated: bool) -> Non
 
 
 __all__ = [
-    "DEFAULT_BATCH_WINDOW_MS",
-    "DEFAULT_GRACEFUL_TIMEOUT",
-    "DEFAULT_MAX_QUEUE_TOKENS",
+    "SERVER_SETTINGS",
     "ModelSpec",
+    "ModelTable",
     "ServeSettings",
     "check_bind",
     "is_loopback",
+    "load_settings",
     "read_api_keys",
     "read_serve_toml",
     "served_name",

@@ -52,17 +52,29 @@ ERROR_TYPES = {
     429: "queue_full",
     500: "internal_error",
     503: "unavailable",
+    504: "timeout",
 }
+# every reply carries its request id; a server fault's log line names the same id
+HEADER_REQUEST_ID = "X-Request-Id"
 
 
-def error_body(message: str, *, status: int, index: int | None = None) -> dict:
-    """``{"error": {"message", "type", "index"?}}``: the body of every error reply."""
+def error_body(
+    message: str,
+    *,
+    status: int,
+    index: int | None = None,
+    request_id: str | None = None,
+) -> dict:
+    """``{"error": {"message", "type", "index"?, "request_id"?}}``: the body of every
+    error reply."""
     error: dict[str, Any] = {
         "message": message,
         "type": ERROR_TYPES.get(status, "error"),
     }
     if index is not None:
         error["index"] = index
+    if request_id is not None:
+        error["request_id"] = request_id
     return {"error": error}
 
 
@@ -154,6 +166,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_SEQUENCES",
+    "HEADER_REQUEST_ID",
     "MEDIA_ARROW",
     "MEDIA_JSON",
     "MEDIA_NPY",

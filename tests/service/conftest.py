@@ -54,7 +54,17 @@ def run_cli(*args, timeout=120):
 class Server:
     """One `embedcache serve` process: its URL, log, and how to stop it."""
 
-    def __init__(self, args, *, log_path, key=None, scheme="http", verify=True):
+    def __init__(
+        self,
+        args,
+        *,
+        log_path,
+        key=None,
+        scheme="http",
+        verify=True,
+        env=None,
+        module="embedcache.cli",
+    ):
         self.port = free_port()
         self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.verify = verify
@@ -65,7 +75,7 @@ class Server:
             [
                 sys.executable,
                 "-m",
-                "embedcache.cli",
+                module,
                 "serve",
                 "--port",
                 str(self.port),
@@ -73,7 +83,7 @@ class Server:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=cli_env(),
+            env={**cli_env(), **(env or {})},
         )
         self._wait_ready()
 

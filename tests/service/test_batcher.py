@@ -12,10 +12,16 @@ import numpy as np
 import pytest
 
 from embedcache.engine.batching import BatchRule
+from embedcache.errors import StoreUnavailableError
 from embedcache.hashing import sequence_key
 from embedcache.models import load_adapter
 from embedcache.service import batcher as batcher_module
 from embedcache.service.batcher import Batcher
+from embedcache.service.errors import (
+    SequenceFailedError,
+    ServerFaultError,
+    ServiceUnavailableError,
+)
 from embedcache.service.metrics import Metrics
 from embedcache.store import EmbeddingStore
 
@@ -152,3 +158,74 @@ def test_passes_nobody_waits_for_any_more_are_dropped(make_batcher, monkeypatch)
     (key,) = store.keys()
     _, found = store.get(key.key, [sequence_key(s) for s in first + leaving])
     assert found.tolist() == [True, True, False, False]
+
+
+def test_a_store_fault_fails_its_window_and_the_thread_lives_on(
+    make_batcher, monkeypatch
+):
+    forward = HeldForward(hold=0)
+    batcher, store = make_batcher(forward, monkeypatch)
+    real, calls = store.contains, []
+
+    def contains(key, hashes):  # the bucket down once, as after obstore's retries
+        calls.append(hashes)
+        if len(calls) == 1:
+            msg = "s3://lab-bucket/embeddings: connection refused"
+            raise StoreUnavailableError(msg)
+        return real(key, hashes)
+
+    monkeypatch.setattr(store, "contains", contains)
+    seqs = random_seqs(2, seed=8)
+    failed = submit(batcher, seqs)
+    batcher.start()
+    with pytest.raises(ServerFaultError) as caught:
+        failed.future.result(timeout=30)
+    assert caught.value.status == 503
+    assert "lab-bucket" not in str(caught.value)
+    assert batcher.alive
+    submit(batcher, seqs).future.result(timeout=30)
+    assert forward.passes == [tuple(seqs)]
+
+
+def test_a_failing_sequence_fails_alone_and_its_pass_mates_are_computed(
+    make_batcher, monkeypatch
+):
+    forward = HeldForward(hold=0)
+    bad = random_seqs(1, seed=9)[0]
+
+    def on_pass(seqs):
+        if bad in seqs:
+            msg = "the model failed"
+            raise RuntimeError(msg)
+
+    forward.on_pass = on_pass
+    batcher, store = make_batcher(forward, monkeypatch)
+    mine, other = [*random_seqs(1, seed=10), bad], random_seqs(2, seed=11)
+    tickets = [submit(batcher, mine), submit(batcher, other)]
+    batcher.start()
+    with pytest.raises(SequenceFailedError) as caught:
+        tickets[0].future.result(timeout=30)
+    assert caught.value.digest == sequence_key(bad)
+    tickets[1].future.result(timeout=30)
+    (key,) = store.keys()
+    _, found = store.get(key.key, [sequence_key(s) for s in mine + other])
+    assert found.tolist()[1:] == [False, True, True]
+    assert batcher.alive
+
+
+def test_a_stopped_thread_answers_503_and_is_not_alive(make_batcher, monkeypatch):
+    batcher, _ = make_batcher(HeldForward(hold=0), monkeypatch)
+    waiting = submit(batcher, random_seqs(2, seed=12))
+
+    def broken():
+        msg = "a bug outside the window's guard"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(batcher, "_take_window", broken)
+    batcher.start()
+    with pytest.raises(ServiceUnavailableError):
+        waiting.future.result(timeout=30)
+    assert batcher.join(30)
+    assert not batcher.alive
+    with pytest.raises(ServiceUnavailableError):
+        submit(batcher, random_seqs(1, seed=13))

@@ -181,3 +181,40 @@ def test_tls_files_pass_through_to_uvicorn(tmp_path):
             httpx.get(f"http://127.0.0.1:{server.port}{wire.ROUTE_LIVE}", timeout=5)
     finally:
         assert server.stop() == 0
+
+
+def test_bodies_beyond_the_server_wide_buffer_bound_get_503_and_are_released():
+    import asyncio
+
+    from embedcache.service.guards import Guard
+    from embedcache.service.metrics import Metrics
+
+    async def echo(scope, receive, send):
+        body = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(len(body)).encode()})
+
+    guard = Guard(
+        echo,
+        metrics=Metrics(),
+        routes=[wire.ROUTE_EMBED],
+        max_body_bytes=10_000,
+        max_buffered_bytes=3_000,
+    )
+
+    async def ask():
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://x"
+        ) as client:
+            small = await client.post(wire.ROUTE_EMBED, content=b"a" * 2_000)
+            big = await client.post(wire.ROUTE_EMBED, content=b"a" * 5_000)
+            return small, big
+
+    small, big = asyncio.run(ask())
+    assert small.status_code == 200
+    assert small.text == "2000"
+    assert small.headers[wire.HEADER_REQUEST_ID]
+    assert big.status_code == 503, big.text
+    assert big.json()["error"]["type"] == "unavailable"
+    assert guard.buffered == 0
