@@ -47,9 +47,13 @@ def build_state(settings: ServeSettings) -> ServiceState:
     """Open the store and load every model once; the queues are made, not started."""
     from embedcache.store import EmbeddingStore
 
-    # TODO(coordinator): pass refresh_seconds=settings.refresh_seconds here once the
-    # store's EmbeddingStore(refresh_seconds=...) is merged (the setting exists already)
-    store = EmbeddingStore(settings.store, options=settings.store_options)
+    # unset: the store's own default staleness
+    staleness = (
+        {}
+        if settings.refresh_seconds is None
+        else {"refresh_seconds": settings.refresh_seconds}
+    )
+    store = EmbeddingStore(settings.store, options=settings.store_options, **staleness)
     registry = ModelRegistry(load_models(settings.models, threads=settings.threads))
     metrics = Metrics()
     batchers = {

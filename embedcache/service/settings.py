@@ -213,7 +213,7 @@ class ServeSettings(BaseSettings):
     )
     refresh_seconds: float | None = Field(
         default=None,
-        gt=0,
+        ge=0,
         description="how stale the store's view of other writers' commits may be, "
         "s (none: the store's own)",
     )
