@@ -114,7 +114,12 @@ class Replicas:
         self.balancer.wait(30)
         for proc, _ in self.procs:
             proc.terminate()
-        return [proc.wait(120) for proc, _ in self.procs]
+        codes = [proc.wait(120) for proc, _ in self.procs]
+        for (_, log), code in zip(self.procs, codes, strict=True):
+            if code != 0:  # say how, before the work folder goes
+                print(f"{log.name} exited {code}; last lines:", flush=True)
+                print(*log.read_text().splitlines()[-15:], sep="\n", flush=True)
+        return codes
 
 
 def run_locust(url: str, pool_file: Path, users: int, seconds: int, out: Path) -> dict:
@@ -127,10 +132,14 @@ def run_locust(url: str, pool_file: Path, users: int, seconds: int, out: Path) -
             *("--headless", "-u", str(users), "-r", str(users)),
             *("-t", f"{seconds}s", "--host", url, "--csv", str(out)),
             *("--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0"),
+            # at the end, the requests in flight finish (a miss request can take
+            # seconds) and are counted
+            *("--stop-timeout", "120"),
         ],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
+        stderr=Path(f"{out}.log").open("w"),  # noqa: SIM115 (closed with the process)
     )
     with Path(f"{out}_stats.csv").open() as f:
         return {row["Name"]: row for row in csv.DictReader(f)}
@@ -176,7 +185,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--users", type=int, default=16)
-    parser.add_argument("--pool", type=int, default=512, help="hit sequences")
+    parser.add_argument("--pool", type=int, default=256, help="hit sequences")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="serve-load-"))

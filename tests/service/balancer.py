@@ -63,8 +63,13 @@ class RoundRobinProxy:
             writer.close()
             return
         method, path, headers = head
-        body = await read_body(reader, headers)
-        writer.write(await self._answer(method, path, headers, body))
+        try:
+            body = await read_body(reader, headers)
+            answer = await self._answer(method, path, headers, body)
+        except asyncio.CancelledError:  # the proxy stops: drop the connection
+            writer.close()
+            return
+        writer.write(answer)
         await close_writer(writer)
 
     async def _answer(
