@@ -54,7 +54,9 @@ def run_cli(*args, timeout=120):
 class Server:
     """One `embedcache serve` process: its URL, log, and how to stop it."""
 
-    def __init__(self, args, *, log_path, key=None, scheme="http", verify=True):
+    def __init__(
+        self, args, *, log_path, key=None, scheme="http", verify=True, ready_s=90
+    ):
         self.port = free_port()
         self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.verify = verify
@@ -75,7 +77,7 @@ class Server:
             stderr=subprocess.STDOUT,
             env=cli_env(),
         )
-        self._wait_ready()
+        self._wait_ready(ready_s)
 
     @property
     def headers(self):

@@ -27,10 +27,10 @@ from tests.store.conftest import new_bucket, s3_endpoint, s3_options
 __all__ = ["s3_endpoint"]  # the session's moto server, a fixture
 
 N_REPLICAS = 3
-N_CLIENTS = 6
+N_CLIENTS = 4
 PER_REQUEST = 4
-N_REQUESTS = 10  # per client
-STEP = 8  # client c starts at sequence c * STEP: neighbours share most of theirs
+N_REQUESTS = 8  # per client
+STEP = 6  # client c starts at sequence c * STEP: neighbours share most of theirs
 # a replica's view of the bucket may lag other replicas' commits by its refresh
 # period; the visibility check tolerates this many seconds of it
 STALENESS_S = 20.0
@@ -78,7 +78,10 @@ def test_replicas_on_one_bucket_survive_kill_9_and_agree_with_embed(bucket, tmp_
     with ThreadPoolExecutor(N_REPLICAS) as pool:  # they load their models at once
         replicas = list(
             pool.map(
-                lambda i: Server(args, log_path=tmp_path / f"replica-{i}.log"),
+                # three start at once on a busy machine
+                lambda i: Server(
+                    args, log_path=tmp_path / f"replica-{i}.log", ready_s=240
+                ),
                 range(N_REPLICAS),
             )
         )
@@ -128,13 +131,13 @@ def test_replicas_on_one_bucket_survive_kill_9_and_agree_with_embed(bucket, tmp_
 
         # each survivor serves what another replica committed as a hit, within the
         # staleness: ask one sequence at a time (a stale miss computes only that one)
-        late = random_seqs(40, seed=30)
+        late = random_seqs(24, seed=30)
         ask(survivors[0].url, late)
         for n, seq in enumerate(late):
             if ask(survivors[1].url, [seq])["n_cached"] == 1:
                 break
-            assert n * 0.5 < STALENESS_S, "replica 2 never saw replica 1's commits"
-            time.sleep(0.5)
+            assert n < STALENESS_S, "replica 2 never saw replica 1's commits"
+            time.sleep(1.0)
         rest = ask(survivors[1].url, late[n + 1 :])
         assert rest["n_cached"] == len(late) - n - 1
     finally:
