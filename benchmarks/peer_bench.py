@@ -252,9 +252,12 @@ def main() -> None:
             seqs = new_seqs(args.n, rng)
             n_total += len(seqs)
             order = peers if r % 2 == 0 else peers[::-1]
-            for peer in order:
-                seconds[peer.name] += drive(peer, seqs, args.clients)
-            print(f"round {r + 1} misses done, load {load()}", flush=True)
+            took = {peer.name: drive(peer, seqs, args.clients) for peer in order}
+            print(f"round {r + 1} misses, sequences/s: ", end="")
+            print(*(f"{k} {len(seqs) / v:.1f}" for k, v in took.items()), end="")
+            print(f"; load {load()}", flush=True)
+            for name, value in took.items():
+                seconds[name] += value
             for peer in order:
                 repeat[peer.name] += drive(peer, seqs, args.clients)
             repeat["binary"] += drive(ours, seqs, args.clients, route=wire.ROUTE_EMBED)
