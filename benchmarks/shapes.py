@@ -7,6 +7,7 @@ import itertools
 import json
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,18 +71,18 @@ def _save_fast_tokenizer(
     ).save_pretrained(path)
 
 
-def build_bert_char(path: Path) -> None:
-    """512-wide 8-layer BERT, one token per base, random weights."""
+def build_bert_char(path: Path, *, width: int = 512, layers: int = 8) -> None:
+    """A BERT (512-wide, 8 layers by default), one token per base, random weights."""
     from transformers import BertConfig, BertModel
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab = {t: i for i, t in enumerate([*specials, *"ACGTN"])}
     config = BertConfig(
         vocab_size=len(vocab),
-        hidden_size=512,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        intermediate_size=2048,
+        hidden_size=width,
+        num_hidden_layers=layers,
+        num_attention_heads=width // 64,
+        intermediate_size=4 * width,
         max_position_embeddings=1024,
     )
     torch.manual_seed(0)
@@ -231,6 +232,8 @@ class Shape:
 RANDOM_INIT = ("--random-init", "0")
 SHAPES = {
     "bert-char-512x8": Shape("BERT 512 x 8 layers, one token per base", build_bert_char),
+    "bert-char-256x4": Shape("BERT 256 x 4 layers, one token per base",
+                             partial(build_bert_char, width=256, layers=4)),
     "ntv2-50m": Shape("NT-v2 50m (published config, 6-mers)", build_ntv2_50m, RANDOM_INIT),
     "dnabert2-117m": Shape("DNABERT-2-117M (published config, BPE)", build_dnabert2, RANDOM_INIT),
     "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),

@@ -24,6 +24,10 @@ import struct
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 # answers cut short after the server did the work: the connection closes cleanly
 # (FIN, not a reset) right after the status line, half way through the headers, or
@@ -49,6 +53,40 @@ class Rule:
         return (self.method is None or method == self.method) and (
             self.path is None or re.search(self.path, path) is not None
         )
+
+
+class ProxyThread:
+    """An asyncio server on 127.0.0.1 (a free port) in its own thread, calling
+    ``handle(reader, writer)`` for each connection."""
+
+    def __init__(self, handle: Callable[..., Awaitable[None]], *, name: str) -> None:
+        self.handle, self.name = handle, name
+
+    def start(self) -> int:
+        """Serve; the port."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(serve(), self._loop)
+        if not ready.wait(10):
+            msg = f"{self.name} did not start"
+            raise RuntimeError(msg)
+        return self.port
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self._server.close()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
 
 @dataclass
@@ -139,51 +177,26 @@ class FaultProxy:
     def start(self) -> FaultProxy:
         self._rng = random.Random(self.seed)
         self._seen: set[tuple[str, str]] = set()
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        async def serve() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
-            ready.set()
-
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(serve(), self._loop)
-        if not ready.wait(10):
-            msg = "the fault proxy did not start"
-            raise RuntimeError(msg)
+        self._serving = ProxyThread(self._handle, name="the fault proxy")
+        self.port = self._serving.start()
         return self
 
     def stop(self) -> None:
-        async def close() -> None:
-            self._server.close()
-
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._serving.stop()
 
     async def _handle(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
+        head = await read_head(reader)
+        if head is None:
             writer.close()
             return
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = lines[0].split(" ", 2)
+        method, path, headers = head
         fault = self._choose(method, path)
         if fault == "refuse":
             _abort(writer)  # before reading the body: the server never sees it
             return
-        headers = [ln for ln in lines[1:] if ln]
-        length = 0
-        for line in headers:
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-        body = await reader.readexactly(length) if length else b""
+        body = await read_body(reader, headers)
         if fault in ("500", "503"):
             code = b"InternalError" if fault == "500" else b"SlowDown"
             payload = _ERROR_BODY % code
@@ -195,11 +208,13 @@ class FaultProxy:
                 f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
                 + payload
             )
-            await _close(writer)
+            await close_writer(writer)
             return
         if fault == "stall":
             await asyncio.sleep(self.stall_s)
-        answer = await self._forward(method, path, headers, body)
+        answer = await forward(
+            self.upstream_host, self.upstream_port, method, path, headers, body
+        )
         if fault == "reset":
             writer.write(answer[: max(1, len(answer) // 2)])
             await writer.drain()
@@ -207,28 +222,54 @@ class FaultProxy:
             return
         if fault in CUTS:
             writer.write(_cut(answer, fault))
-            await _close(writer)
+            await close_writer(writer)
             return
         writer.write(answer)
-        await _close(writer)
+        await close_writer(writer)
 
-    async def _forward(
-        self, method: str, path: str, headers: list[str], body: bytes
-    ) -> bytes:
-        kept = [
-            h
-            for h in headers
-            if h.partition(":")[0].strip().lower() not in ("connection", "keep-alive")
-        ]
-        request = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close"])
-        up_reader, up_writer = await asyncio.open_connection(
-            self.upstream_host, self.upstream_port
-        )
+
+async def read_head(
+    reader: asyncio.StreamReader,
+) -> tuple[str, str, list[str]] | None:
+    """A request's method, path and header lines (None if the client left)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    return method, path, [ln for ln in lines[1:] if ln]
+
+
+async def read_body(reader: asyncio.StreamReader, headers: list[str]) -> bytes:
+    """The request body its ``Content-Length`` announces."""
+    length = 0
+    for line in headers:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return await reader.readexactly(length) if length else b""
+
+
+async def forward(
+    host: str, port: int, method: str, path: str, headers: list[str], body: bytes
+) -> bytes:
+    """The whole answer of ``host:port`` to the request, said with ``Connection:
+    close`` on both sides (one request per connection)."""
+    kept = [
+        h
+        for h in headers
+        if h.partition(":")[0].strip().lower() not in ("connection", "keep-alive")
+    ]
+    request = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close"])
+    up_reader, up_writer = await asyncio.open_connection(host, port)
+    try:
         up_writer.write(request.encode("latin-1") + b"\r\n\r\n" + body)
         await up_writer.drain()
         answer = await up_reader.read(-1)
+    finally:
         up_writer.close()
-        return _force_close(answer)
+    return _force_close(answer)
 
 
 def _force_close(answer: bytes) -> bytes:
@@ -270,7 +311,7 @@ def _abort(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
+async def close_writer(writer: asyncio.StreamWriter) -> None:
     try:
         await writer.drain()
     finally:
@@ -283,4 +324,14 @@ def start_proxy(endpoint: str, **kwargs: float) -> FaultProxy:
     return FaultProxy(host, int(port), **kwargs).start()
 
 
-__all__ = ["CUTS", "FAULTS", "FaultProxy", "start_proxy"]
+__all__ = [
+    "CUTS",
+    "FAULTS",
+    "FaultProxy",
+    "ProxyThread",
+    "close_writer",
+    "forward",
+    "read_body",
+    "read_head",
+    "start_proxy",
+]

@@ -64,6 +64,7 @@ class Server:
         verify=True,
         env=None,
         module="embedcache.cli",
+        ready_s=90,
     ):
         self.port = free_port()
         self.url = f"{scheme}://127.0.0.1:{self.port}"
@@ -85,7 +86,7 @@ class Server:
             stderr=subprocess.STDOUT,
             env={**cli_env(), **(env or {})},
         )
-        self._wait_ready()
+        self._wait_ready(ready_s)
 
     @property
     def headers(self):
