@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from embedcache.cli import main
-from embedcache.models.kmer import KmerAdapter
+from embedcache.models.floors.kmer import KmerAdapter
 
 MARKER = "GATTACAGATTACAGATTACA"
 SLOW = "CATCATCATCATCAT"
