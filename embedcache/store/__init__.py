@@ -9,7 +9,8 @@ modules, one job each:
 - ``groups``: open the location, the root group and the key groups
 - ``commits``: the commit protocol, and each key's view: immutable snapshots of its
   committed shards, refreshed from the listing every ``refresh_seconds``
-- ``shards``: shard I/O through zarr arrays with the crc32c codec
+- ``shards``: shard I/O through zarr arrays with the crc32c codec; ``chunks``: raw
+  chunk reads beside zarr (the same crc32c check)
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
