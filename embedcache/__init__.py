@@ -71,7 +71,15 @@ def __getattr__(name: str) -> object:
     if module is None:
         msg = f"module 'embedcache' has no attribute {name!r}"
         raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as err:
+        from embedcache.extras import missing_extra
+
+        missing = missing_extra(err, what=f"embedcache.{name}")
+        if missing is None:
+            raise
+        raise missing from err
     globals()[name] = value  # later reads skip this function
     return value
 
