@@ -45,9 +45,9 @@ def fresh_venv(where: Path, requirement: str) -> Path:
     """A new venv with ``requirement`` installed; its python."""
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
     python = where / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt"]
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt"]
-        + [requirement],
+        [*pip, requirement],
         capture_output=True,
         check=True,
         timeout=1800,
@@ -137,9 +137,10 @@ def test_the_client_extra_alone_calls_a_server(wheel, tmp_path):
             check=True,
         )
         (tmp_path / "in.txt").write_text("ACGTACGTAA\nGGGCCCATAT\nTTTTACGCGA\n")
+        embed = ["embed", "--model", "kmer-4", "--input", "in.txt"]
+        embed += ["--output", "b.npy", "--server", server.url]
         cli = subprocess.run(
-            [python, "-c", _CLI.format(heavy=HEAVY), "embed", "--model", "kmer-4"]
-            + ["--input", "in.txt", "--output", "b.npy", "--server", server.url],
+            [python, "-c", _CLI.format(heavy=HEAVY), *embed],
             capture_output=True,
             text=True,
             env=env,
