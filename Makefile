@@ -35,9 +35,9 @@ report: install
 demo: install
 	$(PY) -m embedcache.cli demo --store $(STORE)
 
-# the jupytext .py notebooks open as notebooks (jupytext's contents manager)
+# notebooks/*.py open as notebooks: .jupyter/ makes jupytext's viewer the default
 lab: install
-	.venv/bin/jupyter lab notebooks/
+	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
 bench: install
 	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done

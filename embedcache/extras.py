@@ -26,7 +26,6 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "uvicorn": "serve",
     "prometheus_client": "serve",
     "orjson": "serve",
-    "pyarrow": "serve",
     "distributed": "cluster",
     "dask": "cluster",
     "sklearn": "report",
@@ -42,6 +41,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     # brings it, and the report's is the smaller to name
     "numba": "report",
     "httpx": "client",
+    "pyarrow": "client",  # the Arrow replies; the server writes them too
 }
 
 

@@ -26,16 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "numba", "polars", "dask", "distributed", "fastapi")
 
 
+def run(args: list, **kwargs: object) -> subprocess.CompletedProcess:
+    """Run ``args``; a failure shows what the child printed."""
+    done = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)
+    assert done.returncode == 0, (
+        f"{args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    return done
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
     """``python -m build``: an sdist, and the wheel built from it."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        capture_output=True,
-        check=True,
-        timeout=600,
-    )
+    run([sys.executable, "-m", "build", "--outdir", out, ROOT], timeout=600)
     assert len(list(out.glob("embedcache-*.tar.gz"))) == 1
     (found,) = out.glob("embedcache-*.whl")
     return found
@@ -43,15 +47,10 @@ def wheel(tmp_path_factory) -> Path:
 
 def fresh_venv(where: Path, requirement: str) -> Path:
     """A new venv with ``requirement`` installed; its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    run([sys.executable, "-m", "venv", where])
     python = where / "bin" / "python"
     pip = [python, "-m", "pip", "install", "-q", "-c", ROOT / "constraints.txt"]
-    subprocess.run(
-        [*pip, requirement],
-        capture_output=True,
-        check=True,
-        timeout=1800,
-    )
+    run([*pip, requirement], timeout=1800)
     return python
 
 
@@ -92,10 +91,11 @@ from embedcache.client import EmbedClient
 
 url, out = sys.argv[1], sys.argv[2]
 with EmbedClient(url) as client:
-    served = client.embed(["ACGTACGTAA", "GGGCCCATAT", "acgtacgtaa"], model="kmer-4")
-np.save(out, served.vectors)
+    names = [m["id"] for m in client.models()]
+    vectors = client.embed(["ACGTACGTAA", "GGGCCCATAT", "acgtacgtaa"], model="kmer-4")
+np.save(out, vectors)
 heavy = sorted(m for m in {heavy!r} if m in sys.modules)
-print(json.dumps({{"heavy": heavy, "computed": served.n_computed}}))
+print(json.dumps({{"heavy": heavy, "models": names}}))
 """
 
 _CLI = """
@@ -113,13 +113,8 @@ print("HEAVY " + json.dumps({{"rc": code, "heavy": heavy}}))
 def test_the_client_extra_alone_calls_a_server(wheel, tmp_path):
     python = fresh_venv(tmp_path / "venv", f"{wheel}[client]")
     env = venv_env(python, tmp_path)
-    not_installed = subprocess.run(
-        [python, "-c", "import importlib.util as u; print(u.find_spec('torch'))"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
+    find_torch = "import importlib.util as u; print(u.find_spec('torch'))"
+    not_installed = run([python, "-c", find_torch], env=env)
     assert not_installed.stdout.strip() == "None"
 
     server = Server(
@@ -127,30 +122,24 @@ def test_the_client_extra_alone_calls_a_server(wheel, tmp_path):
         log_path=tmp_path / "server.log",
     )
     try:
-        api = subprocess.run(
-            [python, "-c", _CLIENT.format(heavy=HEAVY), server.url, tmp_path / "a.npy"],
-            capture_output=True,
-            text=True,
+        api = run(
+            [python, "-c", _CLIENT.format(heavy=HEAVY), server.url, "a.npy"],
             env=env,
             cwd=tmp_path,
             timeout=120,
-            check=True,
         )
         (tmp_path / "in.txt").write_text("ACGTACGTAA\nGGGCCCATAT\nTTTTACGCGA\n")
         embed = ["embed", "--model", "kmer-4", "--input", "in.txt"]
         embed += ["--output", "b.npy", "--server", server.url]
-        cli = subprocess.run(
+        cli = run(
             [python, "-c", _CLI.format(heavy=HEAVY), *embed],
-            capture_output=True,
-            text=True,
             env=env,
             cwd=tmp_path,
             timeout=120,
-            check=True,
         )
     finally:
         assert server.stop() == 0, server.log()
-    assert json.loads(api.stdout) == {"heavy": [], "computed": 2}
+    assert json.loads(api.stdout) == {"heavy": [], "models": ["kmer-4"]}
     lines = cli.stdout.splitlines()
     assert json.loads(lines[-1].removeprefix("HEAVY ")) == {"rc": 0, "heavy": []}
     assert lines[-2] == "computed=1 cached=2"
@@ -171,16 +160,12 @@ def test_the_all_extra_runs_the_demo_offline_and_renders_its_report(wheel, tmp_p
     env = venv_env(python, tmp_path)
     work = tmp_path / "work"  # no notebooks/ or pyproject anywhere above it
     work.mkdir()
-    done = subprocess.run(
+    run(
         [python.parent / "embedcache", "demo", "--store", "store"],
-        capture_output=True,
-        text=True,
         env=env,
         cwd=work,
         timeout=1800,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     html = (work / "reports" / "demo-v1" / "index.html").read_text()
     assert "Leaderboard" in html
     assert 'src="data:image/png;base64,' in html
