@@ -63,15 +63,22 @@ def jupyter_lab(root: Path, tmp: Path):
         "IPYTHONDIR": str(tmp / "ipython"),
         "PYTHONPATH": str(ROOT),  # the kernel imports this checkout
     }
+    options = [
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={tmp / 'settings'}",
+        f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        # no extension index from the network; CI runs as root
+        "--LabApp.extension_manager=readonly",
+        "--ServerApp.allow_root=True",
+    ]
     log = (tmp / "lab.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}"]
-        + ["--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0"]
-        + [f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
-        + [f"--LabApp.user_settings_dir={tmp / 'settings'}"]
-        + [f"--LabApp.workspaces_dir={tmp / 'workspaces'}"]
-        # no extension index from the network; CI runs as root
-        + ["--LabApp.extension_manager=readonly", "--ServerApp.allow_root=True"],
+        [sys.executable, "-m", "jupyterlab", *options],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -99,6 +106,16 @@ def jupyter_lab(root: Path, tmp: Path):
         log.close()
 
 
+def wait_for_idle_kernel(url: str, token: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sessions = httpx.get(f"{url}/api/sessions?token={token}").json()
+        if [s for s in sessions if s["kernel"]["execution_state"] == "idle"]:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"no idle kernel after {timeout} s: {sessions}")
+
+
 def test_explore_runs_in_jupyterlab_and_shows_its_outputs(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -113,8 +130,10 @@ def test_explore_runs_in_jupyterlab_and_shows_its_outputs(tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}/lab/tree/explore.py?token={token}")
-            # opened as a notebook (not the text editor), its kernel started
+            # opened as a notebook (not the text editor), its kernel started (the
+            # page says idle before a kernel exists, so the server is asked first)
             page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60_000)
+            wait_for_idle_kernel(url, token)
             page.wait_for_selector(
                 '.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=60_000
             )
