@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from embedcache.models.cpu_features import cpu_has_bf16
+from embedcache.models.shared.cpu_features import cpu_has_bf16
 
 
 def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:

@@ -160,7 +160,7 @@ def parse_layers(
         msg = "give --layer or --layers, not both"
         raise AdapterOptionError(msg)
     if spec.strip().lower() == "all":
-        from embedcache.models import layer_count
+        from embedcache.models.registry import layer_count
 
         n = layer_count(model, revision=revision)
         return (LAST_LAYER, *range(n))

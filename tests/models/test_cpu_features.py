@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from embedcache.models import cpu_features, load_adapter
+from embedcache.models import load_adapter
+from embedcache.models.shared import cpu_features
 
 FLAGS = "fpu vme sse sse2 avx avx2 fma"
 
@@ -41,7 +42,9 @@ def test_bf16_without_bf16_instructions_warns_once_and_keeps_the_key(
     probe, tiny_bert_dir, caplog
 ):
     probe(False)
-    with caplog.at_level(logging.WARNING, logger="embedcache.models.cpu_features"):
+    with caplog.at_level(
+        logging.WARNING, logger="embedcache.models.shared.cpu_features"
+    ):
         first = load_adapter(str(tiny_bert_dir), dtype="bfloat16", device="cpu")
         second = load_adapter(str(tiny_bert_dir), dtype="bfloat16", device="cpu")
     warned = [r for r in caplog.records if "float32 will be" in r.getMessage()]
@@ -69,7 +72,9 @@ def test_no_warning_where_bf16_is_not_slow(probe, caplog, has_bf16, dtype, devic
 
 def test_float32_load_on_a_cpu_without_bf16_says_nothing(probe, tiny_bert_dir, caplog):
     probe(False)
-    with caplog.at_level(logging.WARNING, logger="embedcache.models.cpu_features"):
+    with caplog.at_level(
+        logging.WARNING, logger="embedcache.models.shared.cpu_features"
+    ):
         adapter = load_adapter(str(tiny_bert_dir), dtype="float32", device="cpu")
     assert adapter.key.dtype == "float32"
     assert not caplog.records
