@@ -9,6 +9,7 @@ The package, by stage of the data flow (docs/architecture.md; imports only go do
 - ``engine``: hash -> store lookup -> forward the missing -> commit
 - ``analysis``: probes, bootstrap and paired statistics, leakage, clusters, curves, layers
 - ``report``: tables, figures, sections, rendering and export
+- ``extras``: which install extra brings each optional library
 - ``cli``: the ``embedcache`` command
 
 The names below are the notebook's API. They load on first use (PEP 562), so
