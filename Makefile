@@ -3,18 +3,19 @@ VERSION ?= atlas-full-v1
 MODEL   ?= kmer-4
 STORE   ?= store
 
-.PHONY: install lint format test test-all embeddings report demo bench check clean
+.PHONY: install lint format test test-all embeddings report demo lab bench check clean
 
 # The environment is (re)built whenever the project's dependency files change.
 .venv/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[all,dev]'
 	touch $@
 
 install: .venv/.installed
 
 lint: install
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+	.venv/bin/deptry . && .venv/bin/lint-imports
 
 format: install
 	.venv/bin/ruff check --fix . && .venv/bin/ruff format .
@@ -33,6 +34,10 @@ report: install
 
 demo: install
 	$(PY) -m embedcache.cli demo --store $(STORE)
+
+# notebooks/*.py open as notebooks: .jupyter/ makes jupytext's viewer the default
+lab: install
+	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
 bench: install
 	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done

@@ -9,6 +9,7 @@ The package, by stage of the data flow (docs/architecture.md; imports only go do
 - ``engine``: hash -> store lookup -> forward the missing -> commit
 - ``analysis``: probes, bootstrap and paired statistics, leakage, clusters, curves, layers
 - ``report``: tables, figures, sections, rendering and export
+- ``extras``: which install extra brings each optional library
 - ``cli``: the ``embedcache`` command
 
 The names below are the notebook's API. They load on first use (PEP 562), so
@@ -71,7 +72,15 @@ def __getattr__(name: str) -> object:
     if module is None:
         msg = f"module 'embedcache' has no attribute {name!r}"
         raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as err:
+        from embedcache.extras import missing_extra
+
+        missing = missing_extra(err, what=f"embedcache.{name}")
+        if missing is None:
+            raise
+        raise missing from err
     globals()[name] = value  # later reads skip this function
     return value
 

@@ -437,7 +437,7 @@ def embed_file_on_server(
     from pathlib import Path
 
     from embedcache.data.seqfile import read_sequences
-    from embedcache.engine.api import write_npy
+    from embedcache.engine.output import write_npy
 
     records = read_sequences(Path(path))
     with EmbedClient(server, api_key) as client:

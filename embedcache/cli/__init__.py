@@ -26,6 +26,7 @@ from embedcache.cli.report import add_demo_command, add_report_commands
 from embedcache.cli.serve import add_serve_command
 from embedcache.cli.store import add_store_commands
 from embedcache.errors import EmbedcacheError
+from embedcache.extras import missing_extra
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -101,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _kernel_cache_env():
             return int(args.func(args) or 0)
+    except ModuleNotFoundError as err:
+        # an optional library of an extra the user did not install: say which
+        missing = missing_extra(err, what=f"embedcache {args.command}")
+        if missing is None:
+            raise
+        print(f"embedcache: error: {missing}", file=sys.stderr)
+        return 2
     except EmbedcacheError as err:
         notes = "".join(f"\n  {note}" for note in getattr(err, "__notes__", ()))
         print(f"embedcache: error: {err}{notes}", file=sys.stderr)

@@ -15,6 +15,7 @@ the data flows through them:
 - ``unit_queue``: units cut on demand, sized to a worker's measured rate
 - ``worker``: the Dask worker plugin and task, and what a task receives
 - ``dask_setup``: start a local cluster or reach a scheduler
+- ``output``: the ``.npy`` a command writes, atomically (light: the client uses it)
 
 May import the bottom floor (``errors``, ``hashing``, ``specs``), ``data``,
 ``models`` and ``store``; never ``analysis``, ``report`` or ``cli``. Dask is imported

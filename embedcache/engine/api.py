@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedcache.engine.output import write_npy
 from embedcache.errors import AdapterOptionError, ClusterError
 from embedcache.models.options import LAST_LAYER, EmbedOptions, parse_layers
 
@@ -268,22 +269,6 @@ def embed_version(
         names += [f"{i}:rc" for i in test["item_id"].to_list()]
     result = embed_into_store(model, seqs, store, names=names, **kwargs)
     return subset, result
-
-
-def write_npy(path: Path | str, array: np.ndarray) -> Path:
-    """Write ``array`` as ``.npy`` atomically: a reader sees the old file or the new."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            np.save(fh, array)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 __all__ = [

@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+# an installed wheel carries the notebooks here (pyproject's force-include); a source
+# checkout runs them from notebooks/ beside the package, where they are edited
+NOTEBOOKS_DIRS = (
+    Path(__file__).resolve().parent / "notebooks",
+    Path(__file__).resolve().parents[2] / "notebooks",
+)
 KERNEL = "python3"
 # The lab template minus every block that pulls a script from a CDN.
 _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
@@ -59,14 +64,15 @@ class ReportPaths:
 
 def notebook_source(name: str = "leaderboard") -> Path:
     """The jupytext source of a shipped notebook (``notebooks/<name>.py``)."""
-    path = NOTEBOOKS_DIR / f"{name}.py"
-    if not path.exists():
-        msg = (
-            f"notebook source {path} not found; reports render from a source checkout "
-            "of embedcache (the notebooks/ folder beside the package)"
-        )
-        raise ReportError(msg)
-    return path
+    for folder in NOTEBOOKS_DIRS:
+        path = folder / f"{name}.py"
+        if path.exists():
+            return path
+    msg = (
+        f"notebook {name}.py is in none of {', '.join(map(str, NOTEBOOKS_DIRS))}; "
+        "install embedcache from its wheel, or run from a source checkout"
+    )
+    raise ReportError(msg)
 
 
 def execute_notebook(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from datetime import UTC, datetime
-from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +20,6 @@ from embedcache.report import sections
 from embedcache.report.parts import Html
 from embedcache.report.provenance import model_keys_table, store_keys_table
 from embedcache.report.published import (
-    PUBLISHED_FILE,
     STATUS,
     load_published,
     published_for,
@@ -204,14 +201,6 @@ def test_published_sources_belong_to_one_shipped_version_each(tmp_path):
     same = tmp_path / "atlas-n100-v1.toml"
     same.write_text(text)
     assert [s.id for s in published_for(load_version(same))] == ["hub-atlas-n100-v1"]
-
-
-def test_published_file_ships_with_the_package():
-    root = Path(__file__).resolve().parents[2]
-    with (root / "pyproject.toml").open("rb") as fh:
-        package_data = tomllib.load(fh)["tool"]["setuptools"]["package-data"]
-    relative = PUBLISHED_FILE.relative_to(root / "embedcache").as_posix()
-    assert any(fnmatch(relative, pattern) for pattern in package_data["embedcache"])
 
 
 @pytest.mark.parametrize(
