@@ -19,7 +19,7 @@ and prints two tables:
   that inside planning), the network, the store's commits, the read-back, and the
   rest (padding, pooling, batching, Python between them). Start-up (imports, model
   load) is shown apart;
-* **the network by op**: one batch at the family's token budget under
+* **the network by op**: one batch at the family's token budget (``--batch-tokens``) under
   ``torch.profiler``, self CPU time per op (numba kernels labelled), the top
   ``--top`` ops and the rest.
 
@@ -206,7 +206,7 @@ def engine_phases(
 
 
 def op_profile(
-    adapter: Adapter, seqs: list[str]
+    adapter: Adapter, seqs: list[str], budget: int | None
 ) -> tuple[float, list[tuple[str, float]]]:
     """One batch at the adapter's token budget under torch.profiler: wall seconds,
     and (op, self CPU seconds) largest first."""
@@ -214,7 +214,8 @@ def op_profile(
 
     longest = [s for s in seqs if len(s) == max(map(len, seqs))]
     counts = adapter.n_tokens_many(longest)
-    batch = [longest[i] for i in plan_batches(counts, batch_rule(adapter))[0]]
+    rule = batch_rule(adapter, budget)
+    batch = [longest[i] for i in plan_batches(counts, rule)[0]]
     adapter.embed_batch(batch)  # warm
     with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
@@ -253,7 +254,7 @@ def report(
     print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
     for name, seconds in [*own.items(), ("the rest (padding, pooling, Python)", rest)]:
         print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / wall:5.1f}%")
-    batch_wall, ops = op_profile(adapter, seqs)
+    batch_wall, ops = op_profile(adapter, seqs, args.batch_tokens)
     total = sum(s for _, s in ops)
     print(
         f"  one batch by op (torch.profiler, self CPU time {total:.3f} s of "
@@ -270,6 +271,12 @@ def main() -> None:
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="padded tokens of the profiled batch (default: the family's budget)",
+    )
     parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args()
