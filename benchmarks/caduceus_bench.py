@@ -46,17 +46,20 @@ from benchmarks.cli_embed import embed_cli
 from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
 from benchmarks.wrapping import wrapped
 from embedcache.hashing import reverse_complement
-from embedcache.models import _caduceus_numba
-from embedcache.models._caduceus_model import (
+from embedcache.models.families.caduceus import kernels as caduceus_kernels
+from embedcache.models.families.caduceus.adapter import load_caduceus_adapter, tokenize
+from embedcache.models.families.caduceus.network import (
     arch_from_config,
     weights_from_state_dict,
 )
-from embedcache.models.caduceus import load_caduceus_adapter, tokenize
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from embedcache.models._caduceus_model import CaduceusWeights, MambaWeights
+    from embedcache.models.families.caduceus.network import (
+        CaduceusWeights,
+        MambaWeights,
+    )
 
 
 def make_checkpoint(
@@ -197,7 +200,7 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 
         return timed
 
-    with wrapped(_caduceus_numba, ("scan_gated", "conv_silu"), wrap):
+    with wrapped(caduceus_kernels, ("scan_gated", "conv_silu"), wrap):
         yield
 
 

@@ -48,8 +48,9 @@ from benchmarks.cli_embed import embed_cli
 from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
 from benchmarks.wrapping import wrapped
 from embedcache.engine.local import embed_sequences
-from embedcache.models import _hyena_numba, load_adapter
-from embedcache.models.hyena import SEP_ID, tokenize
+from embedcache.models import load_adapter
+from embedcache.models.families.hyena import kernels as hyena_kernels
+from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -208,7 +209,7 @@ def labelled_kernels() -> Iterator[None]:
         return labelled
 
     names = ("short_conv_gate", "gate_out", "gelu_tanh")
-    with wrapped(_hyena_numba, names, wrap):
+    with wrapped(hyena_kernels, names, wrap):
         yield
 
 

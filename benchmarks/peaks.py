@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from embedcache.models.cpu_features import cpu_flags, cpu_has_bf16
+from embedcache.models.shared.cpu_features import cpu_has_bf16, cpu_kind
 
 
 def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:
@@ -47,20 +47,6 @@ def faster_dtype(peaks: dict[str, float] | None = None) -> str:
     if peaks is not None:
         return "bfloat16" if peaks["bfloat16"] > peaks["float32"] else "float32"
     return "float32" if cpu_has_bf16() is False else "bfloat16"
-
-
-def cpu_kind() -> str:
-    """The CPU kind by its bf16 support: AMX, AVX-512 BF16, else its widest vectors."""
-    flags = cpu_flags() or frozenset()
-    for flag, kind in (
-        ("amx_bf16", "AMX"),
-        ("avx512_bf16", "AVX-512 BF16"),
-        ("avx512f", "AVX-512 (no bf16)"),
-        ("avx2", "AVX2"),
-    ):
-        if flag in flags:
-            return kind
-    return "unknown"
 
 
 def cpu_kind_line() -> str:

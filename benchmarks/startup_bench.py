@@ -44,12 +44,16 @@ SEQS = [
 # what loads before a family's weights: its adapter, network and tokenizer modules
 # (the 512-wide BERT goes through `hf`, which has its own plain BERT)
 FAMILY_IMPORTS = {
-    "hf (BERT)": "import embedcache.models.hf, embedcache.models._bert_model, "
-    "embedcache.models.meta_init, tokenizers, safetensors.torch",
-    "ntv2": "import embedcache.models.ntv2, embedcache.models._ntv2_model, "
-    "embedcache.models.esm_tokens, embedcache.models.meta_init, safetensors.torch",
-    "hyena": "import embedcache.models.hyena, embedcache.models._hyena_model",
-    "caduceus": "import embedcache.models.caduceus, embedcache.models._caduceus_numba",
+    "hf (BERT)": "import embedcache.models.families.hf.adapter, "
+    "embedcache.models.families.bert.adapter, embedcache.models.families.bert.network, "
+    "embedcache.models.shared.meta_init, tokenizers, safetensors.torch",
+    "ntv2": "import embedcache.models.families.ntv2.adapter, "
+    "embedcache.models.families.ntv2.network, embedcache.models.shared.esm_tokens, "
+    "embedcache.models.shared.meta_init, safetensors.torch",
+    "hyena": "import embedcache.models.families.hyena.adapter, "
+    "embedcache.models.families.hyena.network",
+    "caduceus": "import embedcache.models.families.caduceus.adapter, "
+    "embedcache.models.families.caduceus.kernels",
 }
 LOAD = (
     "from embedcache.models import load_adapter; "

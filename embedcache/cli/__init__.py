@@ -61,7 +61,7 @@ def _kernel_cache_env() -> Iterator[None]:
     outside the (possibly read-only) installed package and reused by later runs. A
     ``NUMBA_CACHE_DIR`` the user set wins; an unusable dir leaves numba its defaults.
     """
-    from embedcache.models.jitcache import default_cache_dir
+    from embedcache.models.shared.jitcache import default_cache_dir
 
     if os.environ.get("NUMBA_CACHE_DIR"):
         yield

@@ -17,8 +17,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
         help="compute dtype; auto: the fast one where the model runs, bfloat16 on "
         "a GPU with bf16 or a CPU with AMX / AVX-512 BF16, else float32 (the key "
         "records the resolved dtype: pin it when machines of different kinds "

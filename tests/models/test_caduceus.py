@@ -21,13 +21,13 @@ from safetensors.torch import load_file, save_file
 from embedcache import errors
 from embedcache.hashing import normalise_sequence, reverse_complement
 from embedcache.models import load_adapter
-from embedcache.models._caduceus_weights import arch_from_config
-from embedcache.models.caduceus import (
+from embedcache.models.families.caduceus.adapter import (
     CaduceusAdapter,
     is_caduceus_config,
     load_caduceus_adapter,
     tokenize,
 )
+from embedcache.models.families.caduceus.weights import arch_from_config
 from tests.models import adapter_contract as contract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
@@ -412,7 +412,7 @@ def test_kernel_exp_and_softplus_are_accurate():
     # lost all precision below x = -15 once fastmath reassociated Kahan's log1p
     import numba
 
-    from embedcache.models._caduceus_numba import _exp2, _softplus
+    from embedcache.models.families.caduceus.kernels import _exp2, _softplus
 
     @numba.njit(fastmath=True)
     def evaluate(x, exp_out, softplus_out):

@@ -12,11 +12,11 @@ import torch
 
 from embedcache.errors import AdapterOptionError
 from embedcache.models import BUILTIN_ARCHITECTURES, layer_count, load_adapter
-from embedcache.models._caduceus_init import random_weights
-from embedcache.models._caduceus_weights import arch_from_config
-from embedcache.models.caduceus import tokenize
-from embedcache.models.char_tokens import BASE_IDS
-from embedcache.models.checkpoint import config_digest
+from embedcache.models.families.caduceus.adapter import tokenize
+from embedcache.models.families.caduceus.init import random_weights
+from embedcache.models.families.caduceus.weights import arch_from_config
+from embedcache.models.shared.char_tokens import BASE_IDS
+from embedcache.models.shared.checkpoint import config_digest
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 SEQS = ["ACGTTGCAAGGCTTAGCNAC", "GGGCCCAATTACGATCGATC", "TTTTACGA"]
@@ -107,7 +107,7 @@ def test_layer_zero_is_the_mean_token_embedding_of_both_strands():
 
 
 def test_intermediate_layers_agree_between_numba_and_torch_kernels():
-    from embedcache.models.caduceus import load_caduceus_adapter
+    from embedcache.models.families.caduceus.adapter import load_caduceus_adapter
 
     numba_ad = load_caduceus_adapter(FIXTURES / "ph", scan="numba")
     torch_ad = load_caduceus_adapter(FIXTURES / "ph", scan="torch")

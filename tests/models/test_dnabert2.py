@@ -19,14 +19,15 @@ import torch
 
 from embedcache.errors import AdapterOptionError, CheckpointError, UnknownModelError
 from embedcache.hashing import reverse_complement
-from embedcache.models import dnabert2 as family
-from embedcache.models import hf, load_adapter, read_config, recognise_family
-from embedcache.models._dnabert2_model import (
+from embedcache.models import load_adapter, read_config, recognise_family
+from embedcache.models.families.dnabert2 import adapter as family
+from embedcache.models.families.dnabert2.network import (
     MosaicBertNetwork,
     alibi_slopes,
     arch_from_config,
 )
-from embedcache.models.checkpoint import Source
+from embedcache.models.families.hf import adapter as hf
+from embedcache.models.shared.checkpoint import Source
 from tests.models import adapter_contract as contract
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dnabert2"

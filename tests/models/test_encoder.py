@@ -11,14 +11,14 @@ import torch
 from embedcache.engine.local import embed_sequences
 from embedcache.errors import AdapterOptionError, SequenceTooLongError
 from embedcache.hashing import reverse_complement, sequence_key
-from embedcache.models.checkpoint import Source
-from embedcache.models.encoder import (
+from embedcache.models.options import EmbedOptions
+from embedcache.models.shared.checkpoint import Source
+from embedcache.models.shared.encoder import (
     Encoded,
     EncoderAdapter,
     EncoderTraits,
     truncate_right,
 )
-from embedcache.models.options import EmbedOptions
 from embedcache.store import EmbeddingStore
 from tests.models.adapter_contract import AdapterContract
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedcache import errors
-from embedcache.models.esm_tokens import read_vocab_tokenizer
+from embedcache.models.shared.esm_tokens import read_vocab_tokenizer
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
 VARIANTS = ("ntv2", "ntv2_3mer_bias")

@@ -9,7 +9,7 @@ from embedcache.analysis.selection import _is_floor_key
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter
-from embedcache.models.gc import GCAdapter, gc_fraction
+from embedcache.models.floors.gc_content import GCAdapter, gc_fraction
 from tests.models.adapter_contract import AdapterContract
 
 

@@ -19,12 +19,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from embedcache import errors
-from embedcache.models import gena as gena_family
-from embedcache.models import hf as hf_family
 from embedcache.models import load_adapter, read_config, recognise_family
-from embedcache.models._gena_model import GenaNetwork, arch_from_config
-from embedcache.models.checkpoint import Source
+from embedcache.models.families.gena import adapter as gena_family
+from embedcache.models.families.gena.network import GenaNetwork, arch_from_config
+from embedcache.models.families.hf import adapter as hf_family
 from embedcache.models.options import EmbedOptions
+from embedcache.models.shared.checkpoint import Source
 from tests.models import adapter_contract as contract
 
 DATA = Path(__file__).parents[1] / "fixtures" / "gena"

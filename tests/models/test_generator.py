@@ -24,8 +24,8 @@ from safetensors.torch import load_file, save_file
 
 from embedcache import errors
 from embedcache.hashing import reverse_complement
-from embedcache.models import generator as gen
 from embedcache.models import load_adapter, read_config, recognise_family
+from embedcache.models.families.generator import adapter as gen
 from tests.models import adapter_contract as contract
 from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 

@@ -20,7 +20,7 @@ from embedcache.models import (
     recognise_family,
     resolve_device,
 )
-from embedcache.models.hf import kmer_split, token_budget
+from embedcache.models.families.hf.adapter import kmer_split, token_budget
 from tests.conftest import make_kmer3_tokenizer, save_tiny_model
 from tests.models.adapter_contract import AdapterContract, min_cosine
 

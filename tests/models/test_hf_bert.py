@@ -1,7 +1,7 @@
 """The hf family's own BERT path: the same hidden states and tokens as transformers.
 
 A plain ``model_type: bert`` checkpoint with a plain ``tokenizer.json`` loads without
-transformers (``_bert_model`` + ``tokenizers``); these tests compare it with
+transformers (``families.bert`` + ``tokenizers``); these tests compare it with
 transformers' ``BertModel`` and ``AutoTokenizer`` on checkpoints saved by them.
 """
 
@@ -18,16 +18,17 @@ from hypothesis import strategies as st
 
 from embedcache import errors
 from embedcache.models import load_adapter
-from embedcache.models._bert_model import (
+from embedcache.models.families.bert.adapter import native_tokenizer
+from embedcache.models.families.bert.network import (
     BertNetwork,
     arch_from_config,
     encoder_state,
     native_config,
 )
-from embedcache.models._hf_network import HFNetwork
-from embedcache.models.checkpoint import empty_module
-from embedcache.models.hf import kmer_split, native_tokenizer
-from embedcache.models.weights import load_strict, read_state_dict
+from embedcache.models.families.hf.adapter import kmer_split
+from embedcache.models.families.hf.network import HFNetwork
+from embedcache.models.shared.checkpoint import empty_module
+from embedcache.models.shared.weights import load_strict, read_state_dict
 from tests.conftest import make_dna_tokenizer, make_kmer3_tokenizer
 
 # (hidden, heads, layers, intermediate, type vocab, layer-norm eps, class saved)

@@ -22,10 +22,10 @@ from safetensors.torch import load_file, save_file
 from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter, recognise_family
-from embedcache.models._hyena_checkpoint import arch_from_config
-from embedcache.models._hyena_filter import fft_size, positional_features
-from embedcache.models._hyena_model import HyenaBackbone
-from embedcache.models.hyena import HyenaTokenizer, is_hyena_config
+from embedcache.models.families.hyena.adapter import HyenaTokenizer, is_hyena_config
+from embedcache.models.families.hyena.checkpoint import arch_from_config
+from embedcache.models.families.hyena.filter import fft_size, positional_features
+from embedcache.models.families.hyena.network import HyenaBackbone
 from tests.models import adapter_contract as contract
 from tests.models.adapter_contract import fixture_sequences as normalised_sequences
 

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from embedcache.cli import _kernel_cache_env
-from embedcache.models.jitcache import COMPILE_MESSAGE, CompileNotice, default_cache_dir
+from embedcache.models.shared.jitcache import (
+    COMPILE_MESSAGE,
+    CompileNotice,
+    default_cache_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +32,7 @@ import sys
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 import toykernels
-from embedcache.models.jitcache import CompileNotice
+from embedcache.models.shared.jitcache import CompileNotice
 
 notice = CompileNotice(modules=["toykernels"], what="toy kernels", seconds="1 s")
 with notice.watch():
@@ -119,7 +123,9 @@ def test_second_process_loads_kernels_from_the_cache_silently(tmp_path):
 
 
 def test_notice_ignores_other_modules_and_speaks_once():
-    notice = CompileNotice(modules=["embedcache.models._caduceus_numba"], what="x")
+    notice = CompileNotice(
+        modules=["embedcache.models.families.caduceus.kernels"], what="x"
+    )
 
     class Disp:
         def __init__(self, module):
@@ -127,7 +133,7 @@ def test_notice_ignores_other_modules_and_speaks_once():
 
     notice.on_compile(Disp("somebody.else"))
     assert not notice.said
-    notice.on_compile(Disp("embedcache.models._caduceus_numba"))
+    notice.on_compile(Disp("embedcache.models.families.caduceus.kernels"))
     assert notice.said
 
 

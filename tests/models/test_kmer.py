@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import BUILTIN_MODELS, load_adapter
-from embedcache.models.kmer import KmerAdapter, kmer_names, kmer_spectrum
+from embedcache.models.floors.kmer import KmerAdapter, kmer_names, kmer_spectrum
 from tests.models.adapter_contract import AdapterContract
 
 

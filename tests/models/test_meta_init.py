@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from embedcache.models.meta_init import materialise, meta_device
+from embedcache.models.shared.meta_init import materialise, meta_device
 from tests.fresh_python import fresh_python
 
 
@@ -34,7 +34,7 @@ def test_a_family_build_imports_neither_dynamo_nor_sympy():
     code = (
         "import sys, torch\n"
         "from torch import nn\n"
-        "from embedcache.models.checkpoint import empty_module\n"
+        "from embedcache.models.shared.checkpoint import empty_module\n"
         "empty_module(lambda: nn.Sequential(nn.Embedding(9, 4), nn.LayerNorm(4)))\n"
         "print(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))\n"
     )

@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 
 from embedcache import errors
 from embedcache.models import load_adapter, recognise_family
-from embedcache.models import ntv2 as ntv2_family
-from embedcache.models._ntv2_model import NTv2Network, arch_from_config
-from embedcache.models.esm_tokens import EsmVocabTokenizer
+from embedcache.models.families.ntv2 import adapter as ntv2_family
+from embedcache.models.families.ntv2.network import NTv2Network, arch_from_config
+from embedcache.models.shared.esm_tokens import EsmVocabTokenizer
 from tests.models import adapter_contract as contract
 
 DATA = Path(__file__).parents[1] / "fixtures" / "ntv2"
