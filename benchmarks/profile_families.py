@@ -145,7 +145,7 @@ def network_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
 def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
     """(object, attribute) pairs whose calls tokenise."""
     if family == "caduceus":
-        import embedcache.models.caduceus as module
+        import embedcache.models.families.caduceus.adapter as module
 
         return [(module, "tokenize")]
     tokenizer = adapter.tokenizer
@@ -157,7 +157,8 @@ def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
 def labelled_kernels() -> Iterator[None]:
     """The numba kernels as labelled ranges in torch's profiler."""
     from benchmarks.wrapping import wrapped
-    from embedcache.models import _caduceus_numba, _hyena_numba
+    from embedcache.models.families.caduceus import kernels as caduceus_kernels
+    from embedcache.models.families.hyena import kernels as hyena_kernels
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def labelled(*args: Any) -> Any:  # noqa: ANN401
@@ -167,9 +168,15 @@ def labelled_kernels() -> Iterator[None]:
         return labelled
 
     with ExitStack() as stack:
-        stack.enter_context(wrapped(_caduceus_numba, ("scan_gated", "conv_silu"), wrap))
         stack.enter_context(
-            wrapped(_hyena_numba, ("short_conv_gate", "gate_out", "gelu_tanh"), wrap)
+            wrapped(caduceus_kernels, ("scan_gated", "conv_silu", "add_rms_norm"), wrap)
+        )
+        stack.enter_context(
+            wrapped(
+                hyena_kernels,
+                ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"),
+                wrap,
+            )
         )
         yield
 
