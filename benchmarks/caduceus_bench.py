@@ -24,7 +24,7 @@ variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
 Rounds interleave the three variants so that load from other jobs hits them alike;
 rates are also given per CPU-second of this process, which load disturbs less.
 
-Usage: ``python benchmarks/caduceus_bench.py [--n-seqs 32] [--rounds 3] [--length 500]``
+Usage: ``python -m benchmarks.caduceus_bench [--n-seqs 32] [--rounds 3] [--length 500]``
 """
 
 from __future__ import annotations

@@ -24,8 +24,12 @@ in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, an
 the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
 each dataset; the 200 bp dataset at the 251 bp rate).
 
-Usage: ``python benchmarks/hyena_bench.py [--n 96] [--n-naive 16] [--rounds 3]
-[--threads N]``. The machine is shared: the load average is printed with each round.
+Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences of
+500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
+(benchmarks/cli_embed.py), after an untimed two-sequence run that fills the kernel cache.
+
+Usage: ``python -m benchmarks.hyena_bench [--n 96] [--n-naive 16] [--rounds 3]
+[--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
 """
 
 from __future__ import annotations
