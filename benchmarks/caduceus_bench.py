@@ -12,7 +12,8 @@ random init) in a temporary directory and embeds random 500 bp sequences in rc m
   the RC pass batched with the forward pass, compiled numba kernels on CPU;
 - ``embedcache embed`` end to end (``--end-to-end-seqs``, default 256, in the faster
   dtype): a fresh interpreter on a fresh store, from launch to exit, start-up,
-  imports, tokenising, the store's commit and the .npy included; its vectors are
+  imports, tokenising, the store's commit and the .npy included, and the engine's own
+  time beside it (start-up shown apart); its vectors are
   checked against the in-process adapter's. An untimed two-sequence run before it
   fills the CLI's kernel cache (compiled once per machine, ~/.cache/embedcache).
 
