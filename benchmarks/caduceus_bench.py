@@ -12,7 +12,8 @@ random init) in a temporary directory and embeds random 500 bp sequences in rc m
   the RC pass batched with the forward pass, compiled numba kernels on CPU;
 - ``embedcache embed`` end to end (``--end-to-end-seqs``, default 256, in the faster
   dtype): a fresh interpreter on a fresh store, from launch to exit, start-up,
-  imports, tokenising, the store's commit and the .npy included; its vectors are
+  imports, tokenising, the store's commit and the .npy included, and the engine's own
+  time beside it (start-up shown apart); its vectors are
   checked against the in-process adapter's. An untimed two-sequence run before it
   fills the CLI's kernel cache (compiled once per machine, ~/.cache/embedcache).
 
@@ -24,7 +25,7 @@ variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
 Rounds interleave the three variants so that load from other jobs hits them alike;
 rates are also given per CPU-second of this process, which load disturbs less.
 
-Usage: ``python benchmarks/caduceus_bench.py [--n-seqs 32] [--rounds 3] [--length 500]``
+Usage: ``python -m benchmarks.caduceus_bench [--n-seqs 32] [--rounds 3] [--length 500]``
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -45,7 +43,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.peaks import describe, faster_dtype, machine_peaks
+from benchmarks.cli_embed import embed_cli
+from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
 from benchmarks.wrapping import wrapped
 from embedcache.hashing import reverse_complement
 from embedcache.models.families.caduceus import kernels as caduceus_kernels
@@ -231,30 +230,6 @@ def clocks(into: dict[str, float]) -> Iterator[None]:
     into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
 
 
-def end_to_end(
-    path: Path, seqs: list[str], dtype: str, work: Path
-) -> tuple[float, np.ndarray]:
-    """Wall seconds of ``embedcache embed`` on ``seqs`` (fresh store), and its vectors."""
-    inputs, output, store = work / "seqs.txt", work / "out.npy", work / "store"
-    inputs.write_text("\n".join(seqs) + "\n")
-    command = [
-        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(path),
-        "--rc", "average", "--dtype", dtype, "--store", str(store),
-        "--input", str(inputs), "--output", str(output), "--no-progress",
-    ]  # fmt: skip
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
-    last = done.stdout.strip().splitlines()[-1]
-    if last != f"computed={len(seqs)} cached=0":
-        sys.exit(f"embedcache embed printed {last!r}, expected every sequence computed")
-    return wall, np.load(output)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
     parser.add_argument(
@@ -287,7 +262,7 @@ def main() -> int:
     path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{describe(machine_peaks())}; adapter dtypes {args.dtypes}"
+        f"{cpu_kind_line()}; {describe(machine_peaks())}; adapter dtypes {args.dtypes}"
     )
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
@@ -356,16 +331,17 @@ def main() -> int:
             for _ in range(args.end_to_end_seqs)
         ]
         work = Path(tempfile.mkdtemp(prefix="caduceus-e2e-"))
-        (work / "warm").mkdir()
-        end_to_end(path, many[:2], dtype, work / "warm")  # the kernel cache
-        wall, vectors = end_to_end(path, many, dtype, work)
-        rate = len(many) * args.length / wall
+        options = ("--rc", "average")
+        # untimed: fills the CLI's kernel cache
+        embed_cli(path, many[:2], work / "warm", dtype=dtype, options=options)
+        run = embed_cli(path, many, work / "run", dtype=dtype, options=options)
+        tokens = len(many) * args.length
         check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
         print(
-            f"embedcache embed end to end ({dtype}, {len(many)} seqs, start-up "
-            f"included): {wall:.1f} s, {rate:7.0f} tokens/s = {rate / naive_rate:5.1f}x "
-            f"naive; its vectors vs the adapter's: min cosine "
-            f"{cosine_min(vectors[:8], check):.7f}"
+            f"embedcache embed end to end ({dtype}, {len(many)} seqs): "
+            f"{run.describe(tokens)}; {tokens / run.wall / naive_rate:5.1f}x naive "
+            f"({tokens / run.engine / naive_rate:5.1f}x start-up excluded); its "
+            f"vectors vs the adapter's: min cosine {cosine_min(run.vectors[:8], check):.7f}"
         )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]

@@ -56,9 +56,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,8 +69,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.peaks import describe, faster_dtype, machine_peaks
-from benchmarks.shapes import SHAPES, Shape, adapter_options, load_sequences
+from benchmarks.cli_embed import CliRun, embed_cli
+from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
+from benchmarks.shapes import SHAPES, adapter_options, load_sequences
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
 
@@ -80,7 +79,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 TARGET_SHARE = 0.65  # issue 22: of the machine's best matmul rate
-ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) s")
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -143,37 +141,6 @@ def linear_rate(adapter: object, rows: int, *, seconds: float = 1.0) -> float:
     while time.perf_counter() < end:
         best = min(best, once())
     return flops / best
-
-
-@dataclass
-class CliRun:
-    wall: float
-    engine: float
-    computed: int
-
-
-def run_cli(
-    folder: Path, shape: Shape, seqs_file: Path, tmp: Path, dtype: str
-) -> CliRun:
-    """``embedcache embed --dtype DTYPE`` on a fresh store, from launch to exit."""
-    store, output = tmp / "store", tmp / "out.npy"
-    shutil.rmtree(store, ignore_errors=True)
-    command = [
-        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(folder),
-        *shape.options, "--dtype", dtype, "--store", str(store),
-        "--input", str(seqs_file), "--output", str(output), "--no-progress",
-    ]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
-    last = done.stdout.strip().splitlines()[-1]
-    engine = ENGINE_LOG.search(done.stderr)
-    if not last.startswith("computed=") or engine is None:
-        sys.exit(f"unexpected output:\n{done.stdout[-500:]}\n{done.stderr[-1000:]}")
-    computed = int(last.split()[0].split("=")[1])
-    return CliRun(wall=wall, engine=float(engine.group(3)), computed=computed)
 
 
 def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]:
@@ -284,18 +251,16 @@ def measure(
     fast = load_adapter(str(folder), device="cpu", dtype=args.dtype, **options)
     work = Work.of(fast, fast.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
-        seqs_file = Path(tmp) / "seqs.txt"
-        seqs_file.write_text("\n".join(seqs) + "\n")
         before = machine_peaks()
-        run = run_cli(folder, shape, seqs_file, Path(tmp), args.dtype)
-        if run.computed != len(set(seqs)):  # a fresh store computes every sequence
-            sys.exit(f"{name}: computed={run.computed}, expected {len(set(seqs))}")
+        run = embed_cli(
+            folder, seqs, Path(tmp), dtype=args.dtype, options=shape.options
+        )
         after = machine_peaks()
         counts = fast.n_tokens_many(seqs)
         longest = max(counts)
         rows = max(batch_rule(fast).token_budget // longest, 1) * longest
         linears = linear_rate(fast, rows)
-        engine_vectors = np.load(Path(tmp) / "out.npy")[: args.n_naive]
+        engine_vectors = run.vectors[: args.n_naive]
     fp32 = load_adapter(str(folder), device="cpu", **options)
     naive_seqs = seqs[: args.n_naive]
     naive_vectors, naive_seconds = naive_loop(fp32, naive_seqs)
@@ -322,7 +287,8 @@ def print_result(r: Result) -> None:
     rate = work.tokens / run.wall
     print(
         f"  round {r.round} {r.shape}: end to end {run.wall:.1f} s ({run.engine:.1f} s "
-        f"engine, {run.wall - run.engine:.1f} s start-up), {rate:,.0f} tokens/s, "
+        f"engine, {run.startup:.1f} s start-up), {rate:,.0f} tokens/s "
+        f"({work.tokens / run.engine:,.0f} start-up excluded), "
         f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
         f"without attention; engine alone {100 * engine_attn:.1f}%); {r.peaks}; "
         f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
@@ -363,7 +329,7 @@ def main() -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load}; "
-        f"engine dtype {args.dtype}"
+        f"{cpu_kind_line()}; engine dtype {args.dtype}"
     )
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}

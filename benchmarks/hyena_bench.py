@@ -24,8 +24,12 @@ in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, an
 the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
 each dataset; the 200 bp dataset at the 251 bp rate).
 
-Usage: ``python benchmarks/hyena_bench.py [--n 96] [--n-naive 16] [--rounds 3]
-[--threads N]``. The machine is shared: the load average is printed with each round.
+Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences of
+500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
+(benchmarks/cli_embed.py), after an untimed two-sequence run that fills the kernel cache.
+
+Usage: ``python -m benchmarks.hyena_bench [--n 96] [--n-naive 16] [--rounds 3]
+[--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +48,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.peaks import describe, faster_dtype, machine_peaks
+from benchmarks.cli_embed import embed_cli
+from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
 from benchmarks.wrapping import wrapped
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
@@ -236,6 +242,29 @@ def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
     return shares
 
 
+def end_to_end(
+    folder: Path, n: int, naive_tps: float, adapters: dict, work: Path
+) -> None:
+    """``embedcache embed`` in the faster dtype over ``n`` 500 bp sequences."""
+    dtype = faster_dtype()
+    many, _ = load_sequences("human_enhancers_cohn", 500, n, seed=2)
+    options = ("--random-init", "0")
+    # untimed: fills the CLI's kernel cache
+    embed_cli(folder, many[:2], work / "warm", dtype=dtype, options=options)
+    run = embed_cli(folder, many, work / "run", dtype=dtype, options=options)
+    tokens = sum(len(s) + 1 for s in many)
+    check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
+    cos = (run.vectors[:8] * check).sum(1) / (
+        np.linalg.norm(run.vectors[:8], axis=1) * np.linalg.norm(check, axis=1)
+    )
+    print(
+        f"  embedcache embed end to end ({dtype}, {len(many)} seqs): "
+        f"{run.describe(tokens)}; {tokens / run.wall / naive_tps:.1f}x the naive loop "
+        f"({tokens / run.engine / naive_tps:.1f}x start-up excluded); vectors vs the "
+        f"adapter's: min cosine {cos.min():.7f}"
+    )
+
+
 def matmul_flops_per_token(config: dict) -> int:
     d, inner, n = config["d_model"], config["d_inner"], config["n_layer"]
     return 2 * n * (d * 3 * d + d * d + 2 * d * inner)
@@ -255,6 +284,12 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch and numba threads"
     )
+    parser.add_argument(
+        "--end-to-end",
+        type=int,
+        default=256,
+        help="500 bp sequences for the `embedcache embed` run (0: skip it)",
+    )
     args = parser.parse_args()
     if args.threads:
         import numba
@@ -263,7 +298,7 @@ def main() -> None:
         numba.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        f"{cpu_kind_line()}, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
     seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
     short, short_what = load_sequences("human_nontata_promoters", 251, args.n, seed=1)
@@ -276,14 +311,14 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     flops = matmul_flops_per_token(CONFIG)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "hyenadna-medium-160k-random"
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(CONFIG))
-        adapters = {
-            dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
-            for dtype in args.dtypes.split(",")
-        }
+    work = Path(tempfile.mkdtemp(prefix="hyena-bench-"))
+    folder = work / "hyenadna-medium-160k-random"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    adapters = {
+        dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
+        for dtype in args.dtypes.split(",")
+    }
     for adapter in adapters.values():
         adapter.embed_batch(seqs[:4])  # warm-up: numba's cache, first allocations
     net = next(iter(adapters.values())).network
@@ -350,6 +385,9 @@ def main() -> None:
         print(
             f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}"
         )
+    if args.end_to_end:
+        end_to_end(folder, args.end_to_end, naive_tps, adapters, work)
+    shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops
     print(
         f"  bound: matmuls alone at the best matmul rate would run {bound:.0f} tok/s = "

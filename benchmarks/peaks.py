@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from embedcache.models.shared.cpu_features import cpu_has_bf16
+from embedcache.models.shared.cpu_features import cpu_has_bf16, cpu_kind
 
 
 def matmul_peak(dtype: torch.dtype, *, size: int = 2048, seconds: float = 2.0) -> float:
@@ -47,6 +47,10 @@ def faster_dtype(peaks: dict[str, float] | None = None) -> str:
     if peaks is not None:
         return "bfloat16" if peaks["bfloat16"] > peaks["float32"] else "float32"
     return "float32" if cpu_has_bf16() is False else "bfloat16"
+
+
+def cpu_kind_line() -> str:
+    return f"CPU kind {cpu_kind()} (/proc/cpuinfo flags)"
 
 
 def describe(peaks: dict[str, float]) -> str:

@@ -17,9 +17,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="compute dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="compute dtype; auto: the fast one where the model runs, bfloat16 on "
+        "a GPU with bf16 or a CPU with AMX / AVX-512 BF16, else float32 (the key "
+        "records the resolved dtype: pin it when machines of different kinds "
+        "share a store)",
     )
     p.add_argument(
         "--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N"

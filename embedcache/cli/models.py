@@ -13,7 +13,13 @@ def add_models_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from embedcache.models import BUILTIN_MODELS, FAMILY_MODULES, family_module
+    from embedcache.models import (
+        BUILTIN_MODELS,
+        FAMILY_MODULES,
+        cpu_kind,
+        family_module,
+        resolve_dtype,
+    )
     from embedcache.models.catalogue import load_catalogue
 
     print("families (recognised from config.json, most specific first):")
@@ -35,5 +41,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
     print(
         f"{len(entries)} known checkpoints; any other checkpoint whose config.json "
         "is recognised loads too"
+    )
+    print(
+        f"this machine: CPU kind {cpu_kind()}; --dtype auto computes in "
+        f"{resolve_dtype('auto', 'cpu')} on its CPU (bfloat16 on a GPU with bf16)"
     )
     return 0

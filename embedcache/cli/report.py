@@ -97,8 +97,10 @@ def _demo_steps(store: str, output_dir: Path, version: str) -> list[list[str]]:
         for m in BUILTIN_MODELS
     ]
     # the neural row: a random-init Caduceus (shipped config, no trained weights),
-    # labelled as a control, with every layer for the layer sweep
+    # labelled as a control, with every layer for the layer sweep; float32 pinned so
+    # that the demo's results are the same on every kind of CPU
     control = ["--model", "caduceus-tiny", "--random-init", "0", "--layers", "all"]
+    control += ["--dtype", "float32"]
     steps.append(
         ["embeddings", *control, "--version", version, "--store", store, "--with-rc"]
     )

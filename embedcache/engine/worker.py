@@ -27,7 +27,12 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from embedcache.engine.forward import run_unit
 from embedcache.engine.plan import adapter_keys
 from embedcache.errors import ClusterError, EmbedcacheError, StoreError
-from embedcache.models import BUILTIN_MODELS, load_adapter, resolve_hub_model
+from embedcache.models import (
+    BUILTIN_MODELS,
+    load_adapter,
+    resolve_dtype,
+    resolve_hub_model,
+)
 from embedcache.models.options import EmbedOptions
 from embedcache.store import EmbeddingStore, is_url
 
@@ -94,11 +99,15 @@ def resolve_spec(
     options: EmbedOptions | Mapping[str, Any] | None = None,
 ) -> AdapterSpec:
     """Pin ``model`` for the workers: absolute path of a local directory, commit of a
-    hub id (resolved here, on the client), built-in names as they are."""
+    hub id (resolved here, on the client), built-in names as they are; ``auto`` dtype
+    as the client resolves it."""
     if options is None:
         options = EmbedOptions()
     elif not isinstance(options, EmbedOptions):
         options = EmbedOptions(**options)
+    # --dtype auto once, here: every worker then computes the key the client plans
+    dtype = resolve_dtype(options.dtype, options.device)
+    options = dataclasses.replace(options, dtype=dtype)
     path = Path(model).expanduser()
     if model in BUILTIN_MODELS:
         return AdapterSpec(model, revision, options)

@@ -46,6 +46,7 @@ from embedcache.models.registry import (
     resolve_device,
     resolve_hub_model,
 )
+from embedcache.models.shared.cpu_features import cpu_kind, resolve_dtype
 
 __all__ = [
     "BUILTIN_ARCHITECTURES",
@@ -53,6 +54,7 @@ __all__ = [
     "FAMILY_MODULES",
     "LOCAL_MODEL_ID",
     "EmbedOptions",
+    "cpu_kind",
     "describe_config",
     "family_module",
     "layer_count",
@@ -61,5 +63,6 @@ __all__ = [
     "read_config",
     "recognise_family",
     "resolve_device",
+    "resolve_dtype",
     "resolve_hub_model",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 
 from embedcache.errors import AdapterOptionError
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "auto")  # auto: resolved when the model loads
 POOLINGS = ("mean", "cls", "last")
 SPECIAL_TOKEN_POLICIES = ("exclude", "include")
 TRUNCATION_POLICIES = ("error", "right")
@@ -27,7 +27,10 @@ class EmbedOptions:
     Parameters
     ----------
     dtype
-        Compute dtype; vectors are stored as float32 whatever it is.
+        Compute dtype; vectors are stored as float32 whatever it is. ``"auto"`` is
+        resolved when the model loads to the fast one where it runs (bfloat16 on a
+        GPU with bf16 or a CPU with AMX / AVX-512 BF16, else float32); the key records
+        the resolved dtype.
     device
         ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"`` or ``"cuda:<i>"``.
     rc_mode

@@ -20,6 +20,7 @@ name needs them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -36,7 +37,12 @@ from embedcache.errors import (
 from embedcache.hashing import files_digest
 from embedcache.models.options import EmbedOptions
 from embedcache.models.shared.checkpoint import Source
-from embedcache.models.shared.cpu_features import warn_if_bf16_is_slow
+from embedcache.models.shared.cpu_features import (
+    AUTO,
+    describe_auto,
+    resolve_dtype,
+    warn_if_bf16_is_slow,
+)
 
 if TYPE_CHECKING:
     from embedcache.models.base import Adapter
@@ -309,6 +315,9 @@ def load_adapter(
     family = recognise_family(config, folder, trust_remote_code=opts.trust_remote_code)
     logger.debug("%s: recognised as %s", model, family.FAMILY)
     device = resolve_device(opts.device)
+    if opts.dtype == AUTO:  # the key records what runs
+        logger.info("%s: %s", model, describe_auto(device))
+        opts = dataclasses.replace(opts, dtype=resolve_dtype(AUTO, device))
     warn_if_bf16_is_slow(opts.dtype, device, model=model)
     source = Source(
         folder=folder,

@@ -483,3 +483,14 @@ def test_client_killed_mid_run_then_rerun_computes_only_what_is_missing(
     np.testing.assert_array_equal(stored(store, kmer.key, seqs), clean.vectors)
     assert EmbeddingStore(store).verify() == []
     assert EmbeddingStore(store).keys()[0].n_vectors == 2400
+
+
+@pytest.mark.parametrize(
+    ("has_bf16", "dtype"), [(True, "bfloat16"), (False, "float32")]
+)
+def test_auto_dtype_is_resolved_once_on_the_client(monkeypatch, has_bf16, dtype):
+    from embedcache.models.shared import cpu_features
+
+    monkeypatch.setattr(cpu_features, "cpu_has_bf16", lambda: has_bf16)
+    spec = resolve_spec("kmer-2", options={"dtype": "auto", "device": "cpu"})
+    assert spec.options.dtype == dtype

@@ -78,3 +78,56 @@ def test_float32_load_on_a_cpu_without_bf16_says_nothing(probe, tiny_bert_dir, c
         adapter = load_adapter(str(tiny_bert_dir), dtype="float32", device="cpu")
     assert adapter.key.dtype == "float32"
     assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [
+        (f"{FLAGS} avx512f avx512_bf16 amx_bf16 amx_tile", "AMX"),
+        (f"{FLAGS} avx512f avx512_bf16", "AVX-512 BF16"),
+        (f"{FLAGS} avx512f", "AVX-512"),
+        (FLAGS, "AVX2"),
+        ("fpu sse sse2", "unknown"),
+    ],
+)
+def test_cpu_kind_is_named_by_its_best_flag(flags, kind):
+    assert cpu_features.kind_of(frozenset(flags.split())) == kind
+
+
+def test_cpu_kind_of_unreadable_flags_is_unknown():
+    assert cpu_features.kind_of(None) == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("has_bf16", "dtype"), [(True, "bfloat16"), (False, "float32"), (None, "float32")]
+)
+def test_auto_dtype_is_recorded_resolved_in_the_key(
+    probe, tiny_bert_dir, has_bf16, dtype
+):
+    probe(has_bf16)
+    adapter = load_adapter(str(tiny_bert_dir), dtype="auto", device="cpu")
+    assert adapter.key.dtype == dtype
+    asked = load_adapter(str(tiny_bert_dir), dtype=dtype, device="cpu")
+    assert adapter.key.digest == asked.key.digest
+
+
+def test_auto_dtype_leaves_the_floors_exact(probe):
+    probe(True)
+    assert load_adapter("kmer-4", dtype="auto").key.dtype == "float32"
+
+
+def test_explicit_dtypes_are_kept_whatever_the_cpu(probe):
+    probe(True)
+    assert cpu_features.resolve_dtype("float32", "cpu") == "float32"
+    probe(False)
+    assert cpu_features.resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    assert cpu_features.resolve_dtype("auto", "cpu") == "float32"
+
+
+def test_models_command_names_the_cpu_kind(capsys):
+    from embedcache.cli import main
+
+    assert main(["models"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"CPU kind {cpu_features.cpu_kind()}" in last
+    assert "--dtype auto computes in float32" in last  # the suite's CPU has no bf16

@@ -387,7 +387,7 @@ def test_bfloat16_stays_close_to_float32(adapters):
     fp32 = adapters[("dnabert2", "none")].embed_batch(seqs)
     bf16 = load_adapter(str(FIXTURES / "dnabert2"), device="cpu", dtype="bfloat16")
     assert bf16.key.dtype == "bfloat16"
-    assert contract.min_cosine(bf16.embed_batch(seqs), fp32) > 0.99
+    assert contract.min_cosine(bf16.embed_batch(seqs), fp32) > 0.999
 
 
 def test_unknown_remote_code_family_is_still_refused(tmp_path):

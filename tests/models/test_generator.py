@@ -470,7 +470,7 @@ def test_bfloat16_stays_close(adapters):
     assert adapter.key.dtype == "bfloat16"
     assert adapter.network.model.embed_tokens.weight.dtype == torch.bfloat16
     fast = adapter.embed_batch(seqs)
-    assert contract.min_cosine(exact, fast) > 0.99
+    assert contract.min_cosine(exact, fast) > 0.999
     assert not np.array_equal(exact, fast)
 
 

@@ -158,6 +158,8 @@ def served(tmp_path_factory, tiny_bert_dir):
             str(2**20),
             "--threads",
             "1",
+            "--dtype",  # the key it reports, on any kind of CPU
+            "float32",
         ],
         log_path=tmp / "server.log",
     )

@@ -1,0 +1,308 @@
+"""Where a batch's time goes, per family, at each family's benchmark shape.
+
+For each family (``--families``, default all four) and dtype (``--dtypes``, default
+float32, the fast dtype on a CPU without bf16 instructions; add bfloat16 to see its
+emulation cost there) this builds the shape its speed benchmark uses, random weights:
+
+``bert``      the 512-wide 8-layer BERT, one token per base (embed_bench.py)
+``ntv2``      NT-v2 50m's published config, its seeded init (embed_bench.py)
+``caduceus``  Caduceus-ph at its published shape, d 256, 16 layers, RC average
+              (caduceus_bench.py)
+``hyena``     HyenaDNA medium-160k's shape, d 256, 8 layers (hyena_bench.py)
+
+and prints two tables:
+
+* **the engine in process**: ``embed_sequences`` over ``--n`` real test sequences
+  (251 and 500 bp) into a fresh store on disk, its wall time split by phase, each
+  phase's own time (nested phases are subtracted from their parent): planning
+  (validation, sha256 hashing, token counts, store look-up), tokenisation (also
+  that inside planning), the network, the store's commits, the read-back, and the
+  rest (padding, pooling, batching, Python between them). Start-up (imports, model
+  load) is shown apart;
+* **the network by op**: one batch at the family's token budget (``--batch-tokens``) under
+  ``torch.profiler``, self CPU time per op (numba kernels labelled), the top
+  ``--top`` ops and the rest.
+
+Also printed: the CPU kind (from /proc/cpuinfo's flags), the fp32 and bf16 matmul
+rates measured beside the runs, the load average.
+
+Run: ``.venv/bin/python benchmarks/profile_families.py [--families bert,ntv2]
+[--dtypes float32,bfloat16] [--n 128] [--top 12]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+START = time.perf_counter()
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peaks import cpu_kind_line, describe, machine_peaks
+from benchmarks.shapes import (
+    build_bert_char,
+    build_ntv2_50m,
+    load_sequences,
+)
+from embedcache.engine import local as engine_local
+from embedcache.engine.batching import batch_rule, plan_batches
+from embedcache.models import load_adapter
+from embedcache.store import EmbeddingStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from embedcache.models.base import Adapter
+
+IMPORTS = time.perf_counter() - START
+PHASES = (
+    "plan (validate, hash, look up)",
+    "tokenise",
+    "network",
+    "store commit",
+    "read back",
+)
+
+
+# --- phase clocks ---------------------------------------------------------------------
+
+
+class Phases:
+    """Wall time per phase, each phase's own: time spent in a nested phase is taken
+    from the phase around it."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._stack: list[list[Any]] = []  # [name, start, time in nested phases]
+
+    def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+            self._stack.append([name, time.perf_counter(), 0.0])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _, start, nested = self._stack.pop()
+                spent = time.perf_counter() - start
+                self.own[name] += spent - nested
+                if self._stack:
+                    self._stack[-1][2] += spent
+
+        return run
+
+
+@contextmanager
+def patched(obj: object, name: str, phases: Phases, phase: str) -> Iterator[None]:
+    """``obj.name`` timed as ``phase`` inside the block."""
+    original = getattr(obj, name)
+    setattr(obj, name, phases.timed(phase, original))
+    try:
+        yield
+    finally:
+        setattr(obj, name, original)
+
+
+# --- the families ---------------------------------------------------------------------
+
+
+def build(family: str, folder: Path) -> dict[str, Any]:
+    """Write ``family``'s benchmark shape into ``folder``; the load_adapter options."""
+    if family == "bert":
+        build_bert_char(folder)
+        return {}
+    if family == "ntv2":
+        build_ntv2_50m(folder)
+        return {"random_init": 0}
+    if family == "caduceus":
+        from benchmarks.caduceus_bench import make_checkpoint
+
+        make_checkpoint(folder)
+        return {"rc_mode": "average"}
+    if family == "hyena":
+        from benchmarks.hyena_bench import CONFIG
+
+        (folder / "config.json").write_text(json.dumps(CONFIG))
+        return {"random_init": 0}
+    msg = f"unknown family {family!r}"
+    raise SystemExit(msg)
+
+
+def network_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
+    """(object, attribute) pairs whose calls are the network's forward pass."""
+    if family == "caduceus":
+        return [(adapter.backbone, "pooled_layers"), (adapter.backbone, "pooled")]
+    return [(adapter.network, "forward")]
+
+
+def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
+    """(object, attribute) pairs whose calls tokenise."""
+    if family == "caduceus":
+        import embedcache.models.families.caduceus.adapter as module
+
+        return [(module, "tokenize")]
+    tokenizer = adapter.tokenizer
+    names = [n for n in ("encode_many", "encode") if hasattr(tokenizer, n)]
+    return [(tokenizer, n) for n in names]
+
+
+@contextmanager
+def labelled_kernels() -> Iterator[None]:
+    """The numba kernels as labelled ranges in torch's profiler."""
+    from benchmarks.wrapping import wrapped
+    from embedcache.models.families.caduceus import kernels as caduceus_kernels
+    from embedcache.models.families.hyena import kernels as hyena_kernels
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def labelled(*args: Any) -> Any:  # noqa: ANN401
+            with torch.profiler.record_function(f"numba::{name}"):
+                return fn(*args)
+
+        return labelled
+
+    with ExitStack() as stack:
+        stack.enter_context(
+            wrapped(caduceus_kernels, ("scan_gated", "conv_silu", "add_rms_norm"), wrap)
+        )
+        stack.enter_context(
+            wrapped(
+                hyena_kernels,
+                ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"),
+                wrap,
+            )
+        )
+        yield
+
+
+# --- measuring ------------------------------------------------------------------------
+
+
+def engine_phases(
+    family: str,
+    adapter: Adapter,
+    seqs: list[str],
+    tmp: Path,
+) -> tuple[float, dict[str, float]]:
+    """Wall seconds of ``embed_sequences`` into a fresh store, and each phase's own."""
+    phases = Phases()
+    store = EmbeddingStore(tmp / "store")
+    points = [
+        (engine_local, "plan_embedding", PHASES[0]),
+        (engine_local, "collect_result", PHASES[4]),
+        (store, "put", PHASES[3]),
+        *((o, n, PHASES[2]) for o, n in network_points(family, adapter)),
+        *((o, n, PHASES[1]) for o, n in tokenise_points(family, adapter)),
+    ]
+    with ExitStack() as stack:
+        for obj, name, phase in points:
+            stack.enter_context(patched(obj, name, phases, phase))
+        start = time.perf_counter()
+        result = engine_local.embed_sequences(adapter, seqs, store)
+        wall = time.perf_counter() - start
+    if result.n_computed != len(set(seqs)):
+        msg = f"{family}: computed {result.n_computed} of {len(set(seqs))}"
+        raise SystemExit(msg)
+    return wall, phases.own
+
+
+def op_profile(
+    adapter: Adapter, seqs: list[str], budget: int | None
+) -> tuple[float, list[tuple[str, float]]]:
+    """One batch at the adapter's token budget under torch.profiler: wall seconds,
+    and (op, self CPU seconds) largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    longest = [s for s in seqs if len(s) == max(map(len, seqs))]
+    counts = adapter.n_tokens_many(longest)
+    rule = batch_rule(adapter, budget)
+    batch = [longest[i] for i in plan_batches(counts, rule)[0]]
+    adapter.embed_batch(batch)  # warm
+    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        adapter.embed_batch(batch)
+        wall = time.perf_counter() - start
+    ops = [
+        (e.key, e.self_cpu_time_total / 1e6)
+        for e in prof.key_averages()
+        if e.self_cpu_time_total > 0
+    ]
+    return wall, sorted(ops, key=lambda kv: -kv[1])
+
+
+def report(
+    family: str,
+    dtype: str,
+    options: dict[str, Any],
+    folder: Path,
+    args: argparse.Namespace,
+) -> None:
+    start = time.perf_counter()
+    adapter = load_adapter(str(folder), device="cpu", dtype=dtype, **options)
+    adapter.embed_batch(["ACGT" * 16])  # numba kernels: compiled or loaded once
+    load = time.perf_counter() - start
+    seqs, what = load_sequences(args.n, seed=2)
+    tokens = sum(adapter.n_tokens_many(seqs))
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, own = engine_phases(family, adapter, seqs, Path(tmp))
+    rest = wall - sum(own.values())
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"\n{family} {dtype}: {what}, {tokens:,} tokens; start-up apart: imports "
+        f"{IMPORTS:.2f} s (torch and the package, once), model load + kernels "
+        f"{load:.2f} s; load average {loadavg}"
+    )
+    print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
+    for name, seconds in [*own.items(), ("the rest (padding, pooling, Python)", rest)]:
+        print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / wall:5.1f}%")
+    batch_wall, ops = op_profile(adapter, seqs, args.batch_tokens)
+    total = sum(s for _, s in ops)
+    print(
+        f"  one batch by op (torch.profiler, self CPU time {total:.3f} s of "
+        f"{batch_wall:.3f} s wall):"
+    )
+    for name, seconds in ops[: args.top]:
+        print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
+    others = sum(s for _, s in ops[args.top :])
+    print(f"    {'other ops':<38} {others:7.3f} s  {100 * others / total:5.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="padded tokens of the profiled batch (default: the family's budget)",
+    )
+    parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {cpu_kind_line()}; "
+        f"{describe(machine_peaks())}"
+    )
+    with tempfile.TemporaryDirectory() as root:
+        for family in args.families.split(","):
+            folder = Path(root) / family
+            folder.mkdir()
+            options = build(family, folder)
+            for dtype in args.dtypes.split(","):
+                report(family, dtype, options, folder, args)
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nat the end: {describe(machine_peaks())}; load average {loadavg}")
+
+
+if __name__ == "__main__":
+    main()
