@@ -7,8 +7,9 @@ modules, one job each:
 - ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
 - ``layout``: object names, group documents, commit records (``schema_version`` 3)
 - ``groups``: open the location, the root group and the key groups
-- ``commits``: the commit protocol, and each key's view: immutable snapshots of its
-  committed shards, refreshed from the listing every ``refresh_seconds``
+- ``commits``: the commit protocol (put-if-absent records, retiring superseded shards)
+- ``views``: each key's view: immutable snapshots of its committed shards,
+  refreshed from the listing every ``refresh_seconds``, and look-ups in them
 - ``shards``: shard I/O through zarr arrays with the crc32c codec; ``chunks``: raw
   chunk reads beside zarr (the same crc32c check)
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)

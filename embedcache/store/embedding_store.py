@@ -20,27 +20,26 @@ from embedcache.errors import (
     StoreError,
 )
 from embedcache.store import maintenance
-from embedcache.store.commits import (
-    RETRIES,
-    KeyView,
-    ShardRetiredError,
-    Snapshot,
-    Writer,
-    adopt,
-    all_keys,
-    commit_shard,
-    lookup,
-    read_many,
-    read_vectors,
-    refresh,
-    retries_exhausted,
-)
+from embedcache.store.commits import Writer, commit_shard
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, distinct_count, to_hex
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.runs import BlockCache
 from embedcache.store.verify import Fault, verify_store
+from embedcache.store.views import (
+    RETRIES,
+    KeyView,
+    ShardRetiredError,
+    Snapshot,
+    adopt,
+    all_keys,
+    lookup,
+    read_many,
+    read_vectors,
+    refresh,
+    retries_exhausted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -220,7 +219,7 @@ class EmbeddingStore:
 
         The bulk read behind a whole job's read-back: time linear in the rows asked
         and the key's size, and beside ``out`` ~20 bytes a digest (see
-        :func:`~embedcache.store.commits.read_many`). Rows not found are left as
+        :func:`~embedcache.store.views.read_many`). Rows not found are left as
         they were. ``out`` is float32 (n, dim) and C-contiguous.
         """
         q = np.ascontiguousarray(digests, "S32")

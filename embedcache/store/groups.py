@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import StoreError
 from embedcache.store.backend import Backend, is_url, open_object_store
-from embedcache.store.commits import KeyView
 from embedcache.store.layout import (
     COMMITS_KIND,
     META,
@@ -25,6 +24,7 @@ from embedcache.store.layout import (
     parse_key_doc,
     shards_prefix,
 )
+from embedcache.store.views import KeyView
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

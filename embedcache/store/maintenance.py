@@ -17,17 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import (
-    RETRIES,
-    ShardRetiredError,
-    all_keys,
-    commit_shard,
-    lookup,
-    read_vectors,
-    refresh,
-    retire,
-    retries_exhausted,
-)
+from embedcache.store.commits import commit_shard, retire
 from embedcache.store.layout import (
     LEASES,
     commits_prefix,
@@ -39,14 +29,24 @@ from embedcache.store.layout import (
 )
 from embedcache.store.lease import lease_expiry
 from embedcache.store.shards import chunk_rows
+from embedcache.store.views import (
+    RETRIES,
+    ShardRetiredError,
+    all_keys,
+    lookup,
+    read_vectors,
+    refresh,
+    retries_exhausted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from embedcache.store.backend import Backend
-    from embedcache.store.commits import KeyView, Writer
+    from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
     from embedcache.store.lease import LeasePolicy
+    from embedcache.store.views import KeyView
 
 logger = logging.getLogger(__name__)
 

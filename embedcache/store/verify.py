@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import list_records
 from embedcache.store.layout import (
     COMMITS_KIND,
     META,
@@ -36,6 +35,7 @@ from embedcache.store.shards import (
     read_keys,
     vectors_of,
 )
+from embedcache.store.views import list_records
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, commits, runs
-from embedcache.store.commits import adopt, commit_shard
+from embedcache.store import EmbeddingStore, runs, views
+from embedcache.store.commits import commit_shard
+from embedcache.store.views import adopt
 
 KEY = ModelKey(
     model_id="test/runs", revision="0" * 40, adapter="t", adapter_version="1"
@@ -110,7 +111,7 @@ def test_new_shards_join_the_view_without_reopening_the_others():
 def test_another_instance_sees_commits_after_refresh_seconds(
     kind, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(commits, "LOCAL_CHECK_S", 0.0)  # check the folder each time
+    monkeypatch.setattr(views, "LOCAL_CHECK_S", 0.0)  # check the folder each time
     root = MemoryStore() if kind == "memory" else str(tmp_path / "store")
     writer = EmbeddingStore(root)
     vectors = np.ones((2, 4), np.float32)

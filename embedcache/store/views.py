@@ -1,0 +1,393 @@
+"""Each key's view: immutable snapshots of its committed shards, and look-ups in them.
+
+A process keeps one :class:`KeyView` per model key. Its :class:`Snapshot` (the
+visible runs in commit order, their records, the superseded ones) is replaced under
+the view's short lock and read outside any lock; ``refresh`` lists the commit
+records again when the snapshot is older than the caller allows, and ``adopt`` adds
+a shard this process just committed without reading it back. Look-ups go through
+each run's sorted index (:mod:`embedcache.store.runs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from embedcache.errors import StoreError
+from embedcache.store.index import argsort_keys
+from embedcache.store.layout import CommitRecord, commits_prefix, record_path
+from embedcache.store.runs import (
+    BlockCache,
+    ChunkError,
+    bloom_of,
+    fences_of,
+    probe,
+    sort_keys,
+)
+from embedcache.store.shards import (
+    MissingObjectError,
+    Shard,
+    corrupt,
+    open_shard,
+    read_keys,
+    read_rows,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from embedcache.specs import ModelKey
+    from embedcache.store.backend import Backend
+
+logger = logging.getLogger(__name__)
+
+RETRIES = 5
+
+
+class ShardRetiredError(Exception):
+    """A shard vanished because another process retired it; refresh and retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One immutable state of a key: what readers use, outside any lock.
+
+    A new state replaces the old under the view's short lock; a reader keeps the one
+    it took for its whole call.
+    """
+
+    shards: tuple[Shard, ...] = ()  # visible runs, in commit order
+    records: Mapping[str, CommitRecord] = field(default_factory=dict)
+    hidden: Mapping[str, str] = field(default_factory=dict)  # superseded -> superseder
+    listing: frozenset[str] | None = None  # record names listed; None: list again
+    listed_at: float = -math.inf  # time.monotonic() of that listing
+    stamp: tuple[int, float] | None = None  # local store: commits folder's mtime
+
+
+@dataclass(slots=True)
+class KeyView:
+    """What one process knows of a model key: its current :class:`Snapshot`."""
+
+    key: ModelKey
+    digest: str
+    dim: int
+    snap: Snapshot = field(default_factory=Snapshot)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # swaps, refreshes
+    cache: BlockCache = field(default_factory=BlockCache)
+
+    # the current state's parts (maintenance reads these under the writer's lock)
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        return self.snap.shards
+
+    @property
+    def records(self) -> Mapping[str, CommitRecord]:
+        return self.snap.records
+
+    @property
+    def hidden(self) -> Mapping[str, str]:
+        return self.snap.hidden
+
+    @property
+    def listing(self) -> frozenset[str] | None:
+        return self.snap.listing
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(sorted({a for s in self.shards for a in s.record.aliases}))
+
+    def forget_listing(self) -> None:
+        with self.lock:
+            self.snap = replace(self.snap, listing=None, listed_at=-math.inf)
+
+
+def list_records(backend: Backend, digest: str) -> frozenset[str]:
+    """Names of the shards with (or just getting) a commit record under the key.
+
+    One directory listing, not a walk: a record folder whose ``zarr.json`` is not
+    there (yet) is skipped when its record is read.
+    """
+    folders, _ = backend.list_dir(commits_prefix(digest))
+    return frozenset(folders)
+
+
+def missing_or_retired(
+    backend: Backend, digest: str, shard: str, path: str
+) -> Exception:
+    """A committed shard lacks ``path``: retired if its record is gone, else lost."""
+    if not backend.exists(record_path(digest, shard)):
+        return ShardRetiredError(shard)
+    return corrupt(backend, path, "object is missing", digest, shard)
+
+
+def _commits_stamp(backend: Backend, digest: str) -> tuple[int, float] | None:
+    """A local store's cheap change check: the commits folder's mtime, and now.
+
+    Creating or removing a record's folder changes it. None on object stores.
+    """
+    if backend.local is None:
+        return None
+    try:
+        return (backend.local / commits_prefix(digest)).stat().st_mtime_ns, time.time()
+    except OSError:
+        return None
+
+
+def _unchanged(old: tuple[int, float] | None, new: tuple[int, float] | None) -> bool:
+    # an mtime is as coarse as the kernel's clock tick: a listing taken within a
+    # tick of the folder's last change may have missed a later change in that tick
+    return (
+        old is not None
+        and new is not None
+        and old[0] == new[0]
+        and old[1] - old[0] / 1e9 > _MTIME_SLACK_S
+    )
+
+
+_MTIME_SLACK_S = 0.1
+# how often a look-up on a local store checks the commits folder (seconds; never
+# less often than refresh_seconds asks)
+LOCAL_CHECK_S = 0.05
+
+
+def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapshot:
+    """The view's state brought up to the committed shards, if older than ``max_age``.
+
+    Listing and reading new records and fences happen under the view's lock (one
+    refresh at a time), never under a reader's: a reader that accepts a stale state
+    (``max_age`` > 0) takes the current one while another thread refreshes. On a
+    local store the commits folder's mtime decides instead of the age: unchanged,
+    the listing stays current; changed, it is taken again (a directory read).
+    """
+    snap = view.snap
+    if snap.listing is not None:
+        age = time.monotonic() - snap.listed_at
+        if backend.local is None:
+            if age < max_age:
+                return snap
+        elif age < min(max_age, LOCAL_CHECK_S):
+            return snap
+        elif _unchanged(snap.stamp, _commits_stamp(backend, view.digest)):
+            # a local folder: the change check decides (checked again after a while:
+            # a stat releases the GIL, which a busy writer thread then holds)
+            if view.lock.acquire(blocking=False):  # else a refresh is under way
+                try:
+                    if view.snap is snap:
+                        view.snap = replace(snap, listed_at=time.monotonic())
+                finally:
+                    view.lock.release()
+            return view.snap
+    if not view.lock.acquire(blocking=max_age <= 0 or snap.listing is None):
+        return snap
+    try:
+        for _ in range(RETRIES):
+            snap = view.snap
+            now = time.monotonic()
+            stamp = _commits_stamp(backend, view.digest)
+            names = list_records(backend, view.digest)
+            if names == snap.listing:
+                view.snap = replace(snap, listed_at=now, stamp=stamp)
+                return view.snap
+            try:
+                view.snap = _rebuild(backend, view, snap, names, now, stamp)
+            except ShardRetiredError:
+                continue
+            return view.snap
+    finally:
+        view.lock.release()
+    raise retries_exhausted(backend, view.key)
+
+
+def _rebuild(
+    backend: Backend,
+    view: KeyView,
+    snap: Snapshot,
+    names: frozenset[str],
+    now: float,
+    stamp: tuple[int, float] | None,
+) -> Snapshot:
+    """The state of ``names``: known runs kept, new records and fences read."""
+    records = {n: snap.records[n] for n in names if n in snap.records}
+    new = sorted(names - records.keys())
+    docs = backend.read_many(record_path(view.digest, n) for n in new)
+    for name, doc in zip(new, docs, strict=True):
+        if doc is None:
+            continue  # retired since listed
+        where = backend.describe(record_path(view.digest, name))
+        records[name] = CommitRecord.from_doc(
+            doc, shard=name, dim=view.dim, where=where
+        )
+    hidden: dict[str, str] = {}
+    for record in sorted(records.values(), key=lambda r: r.shard):
+        for old in record.supersedes:
+            if old in records:
+                hidden.setdefault(old, record.shard)
+    visible = sorted(
+        (r for s, r in records.items() if s not in hidden),
+        key=lambda r: (r.order_ns, r.shard),
+    )
+    loaded = {s.record.shard: s for s in snap.shards}
+
+    def load(record: CommitRecord) -> Shard:
+        try:
+            return open_shard(backend, view.digest, record)
+        except MissingObjectError as err:
+            raise missing_or_retired(
+                backend, view.digest, record.shard, err.path
+            ) from None
+
+    opened = backend.map(load, [r for r in visible if r.shard not in loaded])
+    loaded.update((s.record.shard, s) for s in opened)
+    # names without a record (being created, or retired since listed) are left
+    # out, so the next listing differs and reads them again
+    return Snapshot(
+        shards=tuple(loaded[r.shard] for r in visible),
+        records=records,
+        hidden=hidden,
+        listing=frozenset(records),
+        listed_at=now,
+        stamp=stamp if frozenset(records) == names else None,
+    )
+
+
+def lookup(
+    backend: Backend, view: KeyView, snap: Snapshot, q: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(run position in ``snap``, stored row) of each S32 key; -1 where absent."""
+    try:
+        return probe(backend, snap.shards, q, view.cache)
+    except ChunkError as err:
+        shard = err.path.split("/")[2]
+        if err.missing:
+            raise missing_or_retired(backend, view.digest, shard, err.path) from None
+        raise corrupt(backend, err.path, err.problem, view.digest, shard) from None
+
+
+def read_vectors(
+    backend: Backend,
+    view: KeyView,
+    snap: Snapshot,
+    which: np.ndarray,
+    rows: np.ndarray,
+    out: np.ndarray,
+    dest: np.ndarray,
+) -> None:
+    """out[dest] = vectors of (run ``which``, stored row ``rows``) (crc-checked)."""
+    if not len(which):
+        return
+    order = np.argsort(which, kind="stable")
+    bounds = np.flatnonzero(np.diff(which[order])) + 1
+    parts = np.split(order, bounds)
+
+    def run(part: np.ndarray) -> None:
+        shard = snap.shards[int(which[part[0]])]
+        try:
+            read_rows(
+                backend, view.digest, shard, rows[part], out, dest[part], view.cache
+            )
+        except MissingObjectError as err:
+            raise missing_or_retired(
+                backend, view.digest, shard.record.shard, err.path
+            ) from None
+
+    backend.map(run, parts)
+
+
+# rows a bulk read resolves per look-up (in sorted order: each reads the blocks
+# of its own range of hashes), and bytes of vectors it reads per step
+BULK_LOOKUP = 1 << 20
+BULK_READ_BYTES = 1 << 24
+
+
+def read_many(
+    backend: Backend,
+    view: KeyView,
+    snap: Snapshot,
+    digests: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """out[i] = vector of S32 ``digests[i]`` where stored; which were found.
+
+    Linear in the rows asked plus the key's index: the digests are looked up in
+    sorted order, a range of hashes at a time (each block read once), then each
+    run's rows are read in stored order (each vector chunk read once). Beside
+    ``out`` it holds ~20 bytes a digest.
+    """
+    n = len(digests)
+    which = np.full(n, -1, np.int32)
+    rows = np.zeros(n, np.int64)
+    order = argsort_keys(digests)
+    for lo in range(0, n, BULK_LOOKUP):
+        part = order[lo : lo + BULK_LOOKUP]
+        found, at = lookup(backend, view, snap, digests[part])
+        which[part], rows[part] = found, at
+    del order
+    window = max(1, BULK_READ_BYTES // (4 * max(view.dim, 1)))
+    for pos, shard in enumerate(snap.shards):
+        dest = np.flatnonzero(which == pos)
+        dest = dest[np.argsort(rows[dest], kind="stable")]
+        for lo in range(0, len(dest), window):
+            part = dest[lo : lo + window]
+            try:
+                read_rows(backend, view.digest, shard, rows[part], out, part)
+            except MissingObjectError as err:
+                raise missing_or_retired(
+                    backend, view.digest, shard.record.shard, err.path
+                ) from None
+    return which >= 0
+
+
+def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray]:
+    """Every run's hashes in stored order (a whole-key read), in commit order."""
+
+    def load(shard: Shard) -> np.ndarray:
+        try:
+            return read_keys(backend, view.digest, shard)
+        except MissingObjectError as err:
+            raise missing_or_retired(
+                backend, view.digest, shard.record.shard, err.path
+            ) from None
+
+    return backend.map(load, snap.shards)
+
+
+def adopt(view: KeyView, shard: Shard) -> None:
+    """Add a shard this process just committed to the view, without reading it back.
+
+    Only the new run is indexed (its fences and filter, from its keys, which are
+    then dropped); the other runs are shared with the previous state.
+    """
+    keys = shard.keys if shard.keys is not None else np.empty(0, "S32")
+    shard.fences = fences_of(sort_keys(keys)[0])
+    shard.bloom = bloom_of(keys)
+    shard.keys = None
+    with view.lock:
+        snap = view.snap
+        if shard.record.shard in snap.records:  # a refresh listed it meanwhile
+            return
+        shards = sorted(
+            [*snap.shards, shard], key=lambda s: (s.record.order_ns, s.record.shard)
+        )
+        view.snap = replace(
+            snap,
+            shards=tuple(shards),
+            records={**snap.records, shard.record.shard: shard.record},
+            listing=None
+            if snap.listing is None
+            else snap.listing | {shard.record.shard},
+            stamp=None,  # our own change: the folder's next mtime is not news
+        )
+
+
+def retries_exhausted(backend: Backend, key: ModelKey) -> StoreError:
+    msg = (
+        f"shards of {key.short()} kept vanishing while reading {backend.location}: "
+        "another process is compacting it; retry when it is done"
+    )
+    return StoreError(msg)
