@@ -24,20 +24,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.screenshot_report import find_chromium
+from benchmarks.screenshot_report import FLAGS, find_chromium
 from embedcache.cli import main
 from tests.service.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = find_chromium()
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # every code cell numbered, or a cell failed and nothing runs any more
 _FINISHED = """() => {
   const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
@@ -126,7 +118,7 @@ def test_explore_runs_in_jupyterlab_and_shows_its_outputs(tmp_path):
     assert main([*args, "--store", str(root / "store"), "--no-progress"]) == 0
 
     with jupyter_lab(root, tmp_path) as (url, token), sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(FLAGS))
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}/lab/tree/explore.py?token={token}")
