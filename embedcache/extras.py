@@ -21,6 +21,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "llvmlite": "models",
     "fastapi": "serve",
     "starlette": "serve",
+    "anyio": "serve",
     "pydantic": "serve",
     "pydantic_settings": "serve",
     "uvicorn": "serve",
