@@ -96,6 +96,8 @@ class ServiceState:
     ready: bool = False
     draining: bool = False
     deadline: float | None = field(default=None)
+    # models whose batch was still running at the drain deadline
+    abandoned: list[str] = field(default_factory=list)
 
     def readiness(self) -> str | None:
         """None when ready; else why not."""
@@ -133,6 +135,7 @@ class ServiceState:
                 else max(self.deadline - time.monotonic(), 0.0)
             )
             if not batcher.join(left):
+                self.abandoned.append(batcher.model.name)
                 logger.error(
                     "%s: a batch was still running at the drain deadline",
                     batcher.model.name,

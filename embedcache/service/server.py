@@ -8,8 +8,10 @@ done, and returns (exit 0) within the graceful timeout. A second SIGINT forces i
 from __future__ import annotations
 
 import logging
+import os
 import signal
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, NoReturn
 
 import uvicorn
 
@@ -92,10 +94,25 @@ def serve(settings: ServeSettings) -> int:
     )
     server = _DrainingServer(config, state)
     server.run()
-    if server.started:
-        logger.info("stopped")
-        return 0
-    return 1
+    if not server.started:
+        return 1
+    state.store.close()
+    logger.info("stopped")
+    if state.abandoned:
+        _exit_now(0)
+    return 0
+
+
+def _exit_now(status: int) -> NoReturn:
+    """Leave without the interpreter's shutdown: it would destroy the native
+    (torch) threads under a batch abandoned at the drain deadline, and the C++
+    runtime aborts the process on that (SIGABRT, "terminate called without an
+    active exception"). That batch's vectors were never committed; nothing stored
+    is lost."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 __all__ = ["build_state", "serve"]

@@ -1,6 +1,7 @@
 """`embedcache serve` whose k-mer model gives NaN for one marker sequence (a model
-failing on one request's item) and takes seconds over another (a slow pass, for the
-request deadline).
+failing on one request's item), takes seconds over another (a slow pass, for the
+request deadline) and runs torch for long over a third (a pass in native threads
+that outlives the drain deadline).
 
 Run as ``python -m tests.service.poisoned_serve serve ...`` (the CLI's arguments).
 """
@@ -18,6 +19,9 @@ from embedcache.models.floors.kmer import KmerAdapter
 MARKER = "GATTACAGATTACAGATTACA"
 SLOW = "CATCATCATCATCAT"
 SLOW_SECONDS = 3.0
+TORCH_SLOW = "TGATGATGATGATGA"
+TORCH_SECONDS = 30.0
+TORCH_STARTED = "poisoned: a torch pass started"
 
 
 def _poisoned(embed_batch):
@@ -28,9 +32,22 @@ def _poisoned(embed_batch):
                 vectors[i] = np.nan
             if seq.startswith(SLOW):
                 time.sleep(SLOW_SECONDS)
+            if seq.startswith(TORCH_SLOW):
+                _torch_for(TORCH_SECONDS)
         return vectors
 
     return embed
+
+
+def _torch_for(seconds: float) -> None:
+    import torch
+
+    a = torch.randn(256, 256)
+    sys.stderr.write(TORCH_STARTED + "\n")
+    sys.stderr.flush()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a @ a
 
 
 if __name__ == "__main__":

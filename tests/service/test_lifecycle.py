@@ -10,6 +10,7 @@ import httpx
 
 from embedcache.service import wire
 from tests.service.conftest import Server, random_seqs, run_cli
+from tests.service.poisoned_serve import TORCH_SLOW, TORCH_STARTED
 
 
 def stored_count(store_path):
@@ -84,3 +85,34 @@ def test_sigterm_drains_and_kill_9_loses_only_uncommitted_work(tmp_path):
     assert [item["cached"] for item in again["data"]].count(True) == kept_after_kill
     verify = run_cli("store", "verify", "--store", store)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_batch_outliving_the_drain_deadline_exits_0_not_abort(tmp_path):
+    # a torch pass still running when the drain ends: exiting through the
+    # interpreter's shutdown aborts (SIGABRT) under torch's native threads
+    server = Server(
+        [
+            *("--store", tmp_path / "store", "--model", "kmer-4"),
+            *("--graceful-timeout", "1", "--request-timeout", "60"),
+        ],
+        log_path=tmp_path / "serve.log",
+        module="tests.service.poisoned_serve",
+    )
+    body = {"model": "kmer-4", "sequences": [TORCH_SLOW + "ACGT" * 10]}
+    asking = threading.Thread(
+        target=lambda: httpx.post(
+            f"{server.url}{wire.ROUTE_EMBED}", json=body, timeout=90
+        ),
+        daemon=True,
+    )
+    asking.start()
+    deadline = time.monotonic() + 60
+    while TORCH_STARTED not in server.log():
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert server.stop(signal.SIGTERM) == 0, server.log()
+    assert time.monotonic() - started < 15  # the torch pass would take 30 s
+    log = server.log()
+    assert "still running at the drain deadline" in log
+    assert "terminate called" not in log
