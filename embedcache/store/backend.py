@@ -185,6 +185,7 @@ class Backend:
         # A remote server's conditional put is probed at open instead.
         self.needs_probe = not in_process
         self._zarr_store: Any = None
+        self._sync_pool: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"Backend({self.location!r})"
@@ -356,10 +357,12 @@ class Backend:
                 os.close(fd)
 
         # fsyncs in parallel: the journal commits them together (3-10x faster than
-        # one after another for the ~10 files of a small shard)
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(fsync, files))
-            list(pool.map(fsync, folders))
+        # one after another for the ~10 files of a small shard); by threads kept
+        # for the backend's life: starting 8 per commit cost more than the fsyncs
+        if self._sync_pool is None:
+            self._sync_pool = ThreadPoolExecutor(8, thread_name_prefix="fsync")
+        list(self._sync_pool.map(fsync, files))
+        list(self._sync_pool.map(fsync, folders))
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """``[fn(x) for x in items]``, with requests in flight at once on a remote store."""

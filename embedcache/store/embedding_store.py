@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -42,7 +43,7 @@ from embedcache.store.views import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from embedcache.specs import ModelKey
 
@@ -140,6 +141,7 @@ class EmbeddingStore:
         # moment of finding a key's view, then read the view's immutable snapshot
         self._lock = threading.RLock()
         self._views_lock = threading.Lock()
+        self._committing = 0  # puts and compactions under way (under _lock)
         self._cache = BlockCache()
         self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
         self._own: dict[str, list[tuple[int, str]]] = {}
@@ -326,7 +328,7 @@ class EmbeddingStore:
         aliases = (_check_alias(alias),) if alias is not None else ()
         if not len(q):
             return 0
-        with self._lock:
+        with self._committing_lock():
             self._check_writable()
             found_view = self._snapshot(key, max_age=0.0, create_dim=vecs.shape[1])
             assert found_view is not None  # created above when absent
@@ -352,7 +354,7 @@ class EmbeddingStore:
                 view,
                 self._writer,
                 q[rows],
-                lambda arr: arr.__setitem__(..., new),
+                lambda write: write(0, new),
                 aliases=aliases,
             )
             logger.debug(
@@ -374,7 +376,7 @@ class EmbeddingStore:
         is retired, so a crash at any point leaves a readable store with every row.
         Also removes garbage that is provably dead (see ``garbage()``).
         """
-        with self._lock:
+        with self._committing_lock():
             self._check_writable()
             if key is None:
                 views = self._all_views()
@@ -410,6 +412,15 @@ class EmbeddingStore:
 
     # --- opening ----------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _committing_lock(self) -> Iterator[None]:
+        with self._lock:
+            self._committing += 1
+            try:
+                yield
+            finally:
+                self._committing -= 1
+
     def _check_writable(self) -> None:
         if not self._writable:
             msg = (
@@ -433,7 +444,10 @@ class EmbeddingStore:
     ) -> tuple[KeyView, Snapshot] | None:
         """A key's view and its state, no older than ``max_age`` seconds.
 
-        None if the key is absent (created if ``create_dim``).
+        None if the key is absent (created if ``create_dim``). While this process
+        commits, a reader skips a local folder's change check: the committing
+        thread lists the records at each commit, and a reader's every syscall is a
+        wait for the GIL that thread holds.
         """
         with self._views_lock:
             view = self._views.get(key)
@@ -444,7 +458,8 @@ class EmbeddingStore:
             view.cache = self._cache
             with self._views_lock:
                 view = self._views.setdefault(key, view)
-        return view, refresh(self._backend, view, max_age=max_age)
+        check = not self._committing
+        return view, refresh(self._backend, view, max_age=max_age, check_folder=check)
 
     def _view(self, key: ModelKey) -> KeyView | None:
         """The fresh view of ``key`` (None if absent), for checks and tools."""

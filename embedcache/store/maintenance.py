@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from embedcache.store.shards import chunk_rows
 from embedcache.store.views import (
     RETRIES,
     ShardRetiredError,
+    adopt,
     all_keys,
     lookup,
     read_vectors,
@@ -40,7 +41,7 @@ from embedcache.store.views import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
@@ -97,7 +98,7 @@ def merge(
     keys, which, rows = keys[keep], which[keep], rows[keep]
     block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
-    def fill(arr: Any) -> None:  # noqa: ANN401 (a zarr array)
+    def fill(write: Callable[[int, np.ndarray], None]) -> None:
         for start in range(0, len(keys), block):
             stop = min(len(keys), start + block)
             buf = np.empty((stop - start, view.dim), np.float32)
@@ -110,7 +111,7 @@ def merge(
                 buf,
                 np.arange(stop - start),
             )
-            arr[start:stop] = buf
+            write(start, buf)
 
     merged = commit_shard(
         backend,
@@ -122,7 +123,10 @@ def merge(
         order_ns=min(snap.records[s].order_ns for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
     )
-    # readers in this process move to the merged run before the old ones go
+    # readers in this process move to the merged run before the old ones go (its
+    # fences and filter from the keys in hand: no read back, no block read of it
+    # for a hash it lacks)
+    adopt(view, merged)
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)

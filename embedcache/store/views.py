@@ -156,7 +156,9 @@ _MTIME_SLACK_S = 0.1
 LOCAL_CHECK_S = 0.05
 
 
-def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapshot:
+def refresh(
+    backend: Backend, view: KeyView, *, max_age: float = 0.0, check_folder: bool = True
+) -> Snapshot:
     """The view's state brought up to the committed shards, if older than ``max_age``.
 
     Listing and reading new records and fences happen under the view's lock (one
@@ -164,11 +166,13 @@ def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapsho
     (``max_age`` > 0) takes the current one while another thread refreshes. On a
     local store the commits folder's mtime decides instead of the age: unchanged,
     the listing stays current; changed, it is taken again (a directory read).
+    Without ``check_folder`` (this process is committing, and lists at each commit)
+    a local store too keeps a state younger than ``max_age`` without any I/O.
     """
     snap = view.snap
     if snap.listing is not None:
         age = time.monotonic() - snap.listed_at
-        if backend.local is None:
+        if backend.local is None or not check_folder:
             if age < max_age:
                 return snap
         elif age < min(max_age, LOCAL_CHECK_S):
