@@ -18,6 +18,7 @@ import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import commit_shard, retire
+from embedcache.store.index import argsort_keys
 from embedcache.store.layout import (
     LEASES,
     commits_prefix,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
     from embedcache.store.lease import LeasePolicy
-    from embedcache.store.views import KeyView
+    from embedcache.store.views import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +89,9 @@ def merge(
         backend, view, replace(snap, shards=tuple(snap.shards[i] for i in positions))
     )
     keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-    # each hash's winner in the whole key; keep it where that is a chosen shard
-    which, rows = lookup(backend, view, snap, keys)
-    keep = np.isin(which, positions)
-    # a hash held twice among the chosen: the lookup names the first for both rows
-    run_of = np.repeat(positions, [len(p) for p in parts])
-    local = np.concatenate([np.arange(len(p)) for p in parts]) if parts else rows
-    keep &= (which == run_of) & (rows == local)
+    which = np.repeat(positions, [len(p) for p in parts]).astype(np.int64)
+    rows = np.concatenate([np.arange(len(p)) for p in parts]) if parts else which
+    keep = _winning(backend, view, snap, keys, which)
     keys, which, rows = keys[keep], which[keep], rows[keep]
     block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
@@ -131,6 +128,37 @@ def merge(
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
     return merged.record
+
+
+def _winning(
+    backend: Backend, view: KeyView, snap: Snapshot, keys: np.ndarray, run: np.ndarray
+) -> np.ndarray:
+    """Which of the chosen runs' ``keys`` (from run position ``run``, in commit
+    order) win in the whole key: the first copy among the chosen, unless a run
+    before it that is not chosen holds the hash too.
+
+    A sort of the keys, and a look-up of only those the other runs' filters let
+    through: not a look-up of every key in every run (the blocks of the chosen
+    runs themselves are never read).
+    """
+    keep = np.zeros(len(keys), bool)
+    if not len(keys):
+        return keep
+    order = argsort_keys(keys)  # stable: the first copy, in commit order, leads
+    ranked = keys[order]
+    first = np.ones(len(keys), bool)
+    first[1:] = ranked[1:] != ranked[:-1]
+    keep[order[first]] = True
+    chosen = set(run.tolist())
+    others = [i for i in range(int(run.max())) if i not in chosen]
+    if others:
+        cand = np.flatnonzero(keep)
+        sub = replace(snap, shards=tuple(snap.shards[i] for i in others))
+        held, _ = lookup(backend, view, sub, keys[cand])
+        hit = held >= 0
+        earlier = np.asarray(others)[held[hit]] < run[cand[hit]]
+        keep[cand[hit][earlier]] = False
+    return keep
 
 
 def merge_own(

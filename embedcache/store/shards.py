@@ -135,10 +135,11 @@ def write_shard(
     keys: np.ndarray,
     dim: int,
     fill: Callable[[Callable[[int, np.ndarray], None]], None],
-) -> tuple[dict[str, tuple[int, str]], Any]:
+) -> tuple[dict[str, tuple[int, str]], Any, np.ndarray, np.ndarray]:
     """Write a complete shard under ``prefix``.
 
-    Returns (size, sha256) of each object written, and the vectors array to read.
+    Returns (size, sha256) of each object written, the vectors array to read, and
+    the run's fences and Bloom filter (for a view to adopt it without reading).
 
     ``fill(write)`` hands the vectors over: ``write(start, rows)`` stores rows
     ``start..`` (``start`` a multiple of the chunk rows, :func:`chunk_rows`), so
@@ -170,10 +171,13 @@ def write_shard(
         raw = np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(n, HASH_WIDTH)
         per_hashes = chunk_rows(n, HASH_WIDTH)
         files.update(write_chunks(backend, prefix, "hashes", raw, per_hashes, 0))
-    files.update(write_index(backend, prefix, keys))
-    return dict(sorted(files.items())), _array(
+    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
+    files.update(write_index(backend, prefix, keys, index))
+    vectors = _array(
         backend.zarr_store(), f"{prefix}/vectors", docs["vectors/zarr.json"]
     )
+    fences = np.ascontiguousarray(index["fences"]).view("S32").reshape(-1)
+    return dict(sorted(files.items())), vectors, fences, index["bloom"]
 
 
 def write_chunks(
@@ -210,12 +214,16 @@ def write_chunks(
 
 
 def write_index(
-    backend: Backend, prefix: str, keys: np.ndarray
+    backend: Backend,
+    prefix: str,
+    keys: np.ndarray,
+    index: dict[str, np.ndarray] | None = None,
 ) -> dict[str, tuple[int, str]]:
-    """Write a shard's sorted index (``runs``) under ``prefix``; (size, sha256) of
-    each object written, by path in the shard. Deterministic: a rerun writes the
-    same bytes."""
-    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
+    """Write a shard's sorted index (``runs``; ``index``: its arrays, made already)
+    under ``prefix``; (size, sha256) of each object written, by path in the shard.
+    Deterministic: a rerun writes the same bytes."""
+    if index is None:
+        index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
     files = {}
     for name, arr in index.items():
         rel = f"{name}/zarr.json"

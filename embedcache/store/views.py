@@ -368,8 +368,9 @@ def adopt(view: KeyView, shard: Shard) -> None:
     then dropped); the other runs are shared with the previous state.
     """
     keys = shard.keys if shard.keys is not None else np.empty(0, "S32")
-    shard.fences = fences_of(sort_keys(keys)[0])
-    shard.bloom = bloom_of(keys)
+    if shard.fences is None or shard.bloom is None:  # else made as it was written
+        shard.fences = fences_of(sort_keys(keys)[0])
+        shard.bloom = bloom_of(keys)
     shard.keys = None
     with view.lock:
         snap = view.snap
