@@ -16,14 +16,13 @@ import numpy as np
 
 from embedcache.errors import (
     DimensionMismatchError,
-    InvalidAliasError,
-    InvalidVectorError,
     StoreError,
 )
 from embedcache.store import maintenance
 from embedcache.store.commits import Writer, commit_shard
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
-from embedcache.store.index import check_hashes, distinct_count, to_hex
+from embedcache.store.index import check_hashes, distinct_count, first_rows, to_hex
+from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.runs import BlockCache
@@ -324,8 +323,8 @@ class EmbeddingStore:
             A vector is not finite in float32. Nothing is written.
         """
         q = check_hashes(hashes)
-        vecs = _check_vectors(key, len(q), vectors)
-        aliases = (_check_alias(alias),) if alias is not None else ()
+        vecs = check_vectors(key, len(q), vectors)
+        aliases = (check_alias(alias),) if alias is not None else ()
         if not len(q):
             return 0
         with self._committing_lock():
@@ -343,8 +342,7 @@ class EmbeddingStore:
                 )
                 raise DimensionMismatchError(msg)
             # first occurrence of each hash not stored yet, in the caller's order
-            _, first = np.unique(q, return_index=True)
-            rows = np.sort(first)
+            rows = np.sort(first_rows(q))
             rows = self._absent(view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
@@ -469,43 +467,3 @@ class EmbeddingStore:
     def _all_views(self) -> list[KeyView]:
         found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
         return [f[0] for f in found if f is not None]
-
-
-def _check_vectors(key: ModelKey, n: int, vectors: object) -> np.ndarray:
-    arr = np.asarray(vectors)
-    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
-        msg = (
-            f"vectors for {key.short()} (key {key.digest[:12]}) have shape {arr.shape}; "
-            f"expected ({n}, dim) with dim >= 1: one row per hash"
-        )
-        raise DimensionMismatchError(msg)
-    if arr.dtype.kind != "f":
-        msg = (
-            f"vectors for {key.short()} (key {key.digest[:12]}) have dtype {arr.dtype}; "
-            "the store keeps float32: pass floating-point vectors"
-        )
-        raise DimensionMismatchError(msg)
-    out = arr.astype(np.float32, copy=False)
-    finite = np.isfinite(out).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        msg = (
-            f"vector row {row} for {key.short()} is not finite in float32 "
-            "(NaN, inf, or beyond float32 range); nothing was written"
-        )
-        raise InvalidVectorError(msg)
-    return np.ascontiguousarray(out)
-
-
-def _check_alias(alias: object) -> str:
-    if (
-        not isinstance(alias, str)
-        or not 0 < len(alias) <= 200
-        or not alias.isprintable()
-    ):
-        msg = (
-            f"alias {alias!r} is not a display name: give 1-200 printable characters "
-            "(e.g. the model's folder name)"
-        )
-        raise InvalidAliasError(msg)
-    return alias

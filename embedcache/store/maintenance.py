@@ -18,7 +18,7 @@ import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import commit_shard, retire
-from embedcache.store.index import argsort_keys
+from embedcache.store.index import first_rows
 from embedcache.store.layout import (
     LEASES,
     commits_prefix,
@@ -144,11 +144,7 @@ def _winning(
     keep = np.zeros(len(keys), bool)
     if not len(keys):
         return keep
-    order = argsort_keys(keys)  # stable: the first copy, in commit order, leads
-    ranked = keys[order]
-    first = np.ones(len(keys), bool)
-    first[1:] = ranked[1:] != ranked[:-1]
-    keep[order[first]] = True
+    keep[first_rows(keys)] = True  # the first copy, in commit order
     chosen = set(run.tolist())
     others = [i for i in range(int(run.max())) if i not in chosen]
     if others:
