@@ -33,7 +33,7 @@ from embedcache.data.seqfile import validate_sequence
 from embedcache.engine.batching import batch_bounds
 from embedcache.errors import SequenceTooLongError
 from embedcache.hashing import normalise_sequence, sequence_digest
-from embedcache.store.index import argsort_keys, to_hex
+from embedcache.store.index import first_rows, to_hex
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -177,7 +177,7 @@ def plan_embedding(
     digests = _hash_all(seqs, names, progress=progress)
     # one computation per distinct sequence, at its first occurrence; looked up in
     # hash order, so each look-up reads only its own range of the store's index
-    by_digest = _first_rows(digests)
+    by_digest = first_rows(digests)
     unique_rows = np.sort(by_digest)
 
     # a sequence is computed when any of the adapter's keys (layers) lacks it
@@ -297,19 +297,6 @@ def _hash_all(
             digests[lo:hi] = np.frombuffer(raw, dtype="S32")
             bar.update(hi - lo)
     return digests
-
-
-def _first_rows(digests: np.ndarray) -> np.ndarray:
-    """Rows holding the first occurrence of each distinct digest, in digest order
-    (int64)."""
-    if not len(digests):
-        return np.empty(0, np.int64)
-    order = argsort_keys(digests)  # stable: the first row leads each run
-    ranked = digests[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = ranked[1:] != ranked[:-1]
-    del ranked
-    return order[first].astype(np.int64, copy=False)
 
 
 def _item_name(names: Sequence[str] | None, index: int) -> str:

@@ -10,8 +10,9 @@ modules, one job each:
 - ``commits``: the commit protocol (put-if-absent records, retiring superseded shards)
 - ``views``: each key's view: immutable snapshots of its committed shards,
   refreshed from the listing every ``refresh_seconds``, and look-ups in them
-- ``shards``: shard I/O through zarr arrays with the crc32c codec; ``chunks``: raw
-  chunk reads beside zarr (the same crc32c check)
+- ``shards``: shard I/O: zarr arrays with the crc32c codec, their chunks written
+  directly (the bytes zarr writes); ``chunks``: raw chunk reads beside zarr (the
+  same crc32c check)
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
@@ -21,7 +22,8 @@ modules, one job each:
 - ``options``: a URL's backend options from its cloud's environment variables
 - ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
 - ``retry``: retries of transient object-store errors, and the errors that name them
-- ``embedding_store``: :class:`EmbeddingStore`, the public API
+- ``embedding_store``: :class:`EmbeddingStore`, the public API; ``inputs``: its
+  checks of the vectors and alias a caller puts
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ mapping (:func:`open_object_store`); this package never reads the environment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,13 @@ _CLIENT_KEYS = frozenset(
 # file reads and zarr's decoding overlap a little)
 _REMOTE_WORKERS = 16
 _LOCAL_WORKERS = 4
+
+
+_IN_POOL = threading.local()  # set in the threads of a backend's kept pool
+
+
+def _mark_pool() -> None:
+    _IN_POOL.on = True
 
 
 def is_url(root: str | os.PathLike[str]) -> bool:
@@ -184,7 +193,10 @@ class Backend:
         # LocalStore creates by hard link, MemoryStore under a lock: both atomic.
         # A remote server's conditional put is probed at open instead.
         self.needs_probe = not in_process
+        self._in_process = in_process
         self._zarr_store: Any = None
+        self._sync_pool: ThreadPoolExecutor | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"Backend({self.location!r})"
@@ -199,7 +211,9 @@ class Backend:
 
     def _attempt(self, fn: Callable[[], T], op: str, path: str) -> T:
         """``fn()`` with transient faults retried and failures named (``retry``)."""
-        return attempt(fn, location=self.location, op=op, where=self.describe(path))
+        # the printable path only for a message: a commit makes dozens of calls
+        where = functools.partial(self.describe, path)
+        return attempt(fn, location=self.location, op=op, where=where)
 
     def read(self, path: str) -> bytes:
         """The bytes of one object; FileNotFoundError if there is none."""
@@ -340,12 +354,15 @@ class Backend:
         """
         if self.local is None:
             return
+        paths = list(paths)
         files = [self.local / p for p in paths]
-        # every folder up to the root: a new folder's entry must last too
-        folders = {
-            folder for f in files for folder in f.relative_to(self.local).parents
-        }
-        folders = {self.local / folder for folder in folders}
+        # every folder up to the root: a new folder's entry must last too (string
+        # prefixes: pathlib's parents cost more than the fsyncs of a small shard)
+        names = {""}
+        for p in paths:
+            parts = p.split("/")[:-1]
+            names.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        folders = [self.local / name if name else self.local for name in names]
 
         def fsync(path: Path) -> None:
             flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
@@ -356,18 +373,32 @@ class Backend:
                 os.close(fd)
 
         # fsyncs in parallel: the journal commits them together (3-10x faster than
-        # one after another for the ~10 files of a small shard)
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(fsync, files))
-            list(pool.map(fsync, folders))
+        # one after another for the ~10 files of a small shard); by threads kept
+        # for the backend's life: starting 8 per commit cost more than the fsyncs
+        if self._sync_pool is None:
+            self._sync_pool = ThreadPoolExecutor(8, thread_name_prefix="fsync")
+        list(self._sync_pool.map(fsync, files))
+        list(self._sync_pool.map(fsync, folders))
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``[fn(x) for x in items]``, with requests in flight at once on a remote store."""
+        """``[fn(x) for x in items]``, with requests in flight at once on a remote store.
+
+        In process (a folder, memory) through threads kept for the backend's life
+        (starting a pool a call cost more than the reads), whose own nested calls
+        run inline (a worker never waits for the pool it is part of); a remote store
+        starts a pool a call, so nested calls keep their requests in flight too.
+        """
         items = list(items)
-        if self.workers <= 1 or len(items) <= 1:
+        if self.workers <= 1 or len(items) <= 1 or getattr(_IN_POOL, "on", False):
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(items))) as pool:
-            return list(pool.map(fn, items))
+        if not self._in_process:
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(items))) as pool:
+                return list(pool.map(fn, items))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.workers, thread_name_prefix="store", initializer=_mark_pool
+            )
+        return list(self._pool.map(fn, items))
 
     def zarr_store(self) -> Any:  # noqa: ANN401 (a zarr.storage.ObjectStore)
         """This store as zarr sees it, for array I/O."""

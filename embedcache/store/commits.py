@@ -79,7 +79,7 @@ def commit_shard(
     writer.lease.hold()  # before the first object: a collector sees a live writer
     writer.writing.add(shard)
     try:
-        files, vectors = write_shard(
+        files, vectors, fences, bloom = write_shard(
             backend,
             prefix,
             attrs=writer.owner_attrs(),
@@ -116,7 +116,14 @@ def commit_shard(
     finally:
         writer.writing.discard(shard)
         writer.lease.release()
-    return Shard(record=record, prefix=prefix, keys=keys, vectors=vectors)
+    return Shard(
+        record=record,
+        prefix=prefix,
+        keys=keys,
+        vectors=vectors,
+        fences=fences,
+        bloom=bloom,
+    )
 
 
 def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -15,14 +16,13 @@ import numpy as np
 
 from embedcache.errors import (
     DimensionMismatchError,
-    InvalidAliasError,
-    InvalidVectorError,
     StoreError,
 )
 from embedcache.store import maintenance
 from embedcache.store.commits import Writer, commit_shard
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
-from embedcache.store.index import check_hashes, distinct_count, to_hex
+from embedcache.store.index import check_hashes, distinct_count, first_rows, to_hex
+from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.runs import BlockCache
@@ -42,7 +42,7 @@ from embedcache.store.views import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from embedcache.specs import ModelKey
 
@@ -140,6 +140,7 @@ class EmbeddingStore:
         # moment of finding a key's view, then read the view's immutable snapshot
         self._lock = threading.RLock()
         self._views_lock = threading.Lock()
+        self._committing = 0  # puts and compactions under way (under _lock)
         self._cache = BlockCache()
         self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
         self._own: dict[str, list[tuple[int, str]]] = {}
@@ -322,11 +323,11 @@ class EmbeddingStore:
             A vector is not finite in float32. Nothing is written.
         """
         q = check_hashes(hashes)
-        vecs = _check_vectors(key, len(q), vectors)
-        aliases = (_check_alias(alias),) if alias is not None else ()
+        vecs = check_vectors(key, len(q), vectors)
+        aliases = (check_alias(alias),) if alias is not None else ()
         if not len(q):
             return 0
-        with self._lock:
+        with self._committing_lock():
             self._check_writable()
             found_view = self._snapshot(key, max_age=0.0, create_dim=vecs.shape[1])
             assert found_view is not None  # created above when absent
@@ -341,8 +342,7 @@ class EmbeddingStore:
                 )
                 raise DimensionMismatchError(msg)
             # first occurrence of each hash not stored yet, in the caller's order
-            _, first = np.unique(q, return_index=True)
-            rows = np.sort(first)
+            rows = np.sort(first_rows(q))
             rows = self._absent(view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
@@ -352,7 +352,7 @@ class EmbeddingStore:
                 view,
                 self._writer,
                 q[rows],
-                lambda arr: arr.__setitem__(..., new),
+                lambda write: write(0, new),
                 aliases=aliases,
             )
             logger.debug(
@@ -374,7 +374,7 @@ class EmbeddingStore:
         is retired, so a crash at any point leaves a readable store with every row.
         Also removes garbage that is provably dead (see ``garbage()``).
         """
-        with self._lock:
+        with self._committing_lock():
             self._check_writable()
             if key is None:
                 views = self._all_views()
@@ -410,6 +410,15 @@ class EmbeddingStore:
 
     # --- opening ----------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _committing_lock(self) -> Iterator[None]:
+        with self._lock:
+            self._committing += 1
+            try:
+                yield
+            finally:
+                self._committing -= 1
+
     def _check_writable(self) -> None:
         if not self._writable:
             msg = (
@@ -433,7 +442,10 @@ class EmbeddingStore:
     ) -> tuple[KeyView, Snapshot] | None:
         """A key's view and its state, no older than ``max_age`` seconds.
 
-        None if the key is absent (created if ``create_dim``).
+        None if the key is absent (created if ``create_dim``). While this process
+        commits, a reader skips a local folder's change check: the committing
+        thread lists the records at each commit, and a reader's every syscall is a
+        wait for the GIL that thread holds.
         """
         with self._views_lock:
             view = self._views.get(key)
@@ -444,7 +456,8 @@ class EmbeddingStore:
             view.cache = self._cache
             with self._views_lock:
                 view = self._views.setdefault(key, view)
-        return view, refresh(self._backend, view, max_age=max_age)
+        check = not self._committing
+        return view, refresh(self._backend, view, max_age=max_age, check_folder=check)
 
     def _view(self, key: ModelKey) -> KeyView | None:
         """The fresh view of ``key`` (None if absent), for checks and tools."""
@@ -454,43 +467,3 @@ class EmbeddingStore:
     def _all_views(self) -> list[KeyView]:
         found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
         return [f[0] for f in found if f is not None]
-
-
-def _check_vectors(key: ModelKey, n: int, vectors: object) -> np.ndarray:
-    arr = np.asarray(vectors)
-    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
-        msg = (
-            f"vectors for {key.short()} (key {key.digest[:12]}) have shape {arr.shape}; "
-            f"expected ({n}, dim) with dim >= 1: one row per hash"
-        )
-        raise DimensionMismatchError(msg)
-    if arr.dtype.kind != "f":
-        msg = (
-            f"vectors for {key.short()} (key {key.digest[:12]}) have dtype {arr.dtype}; "
-            "the store keeps float32: pass floating-point vectors"
-        )
-        raise DimensionMismatchError(msg)
-    out = arr.astype(np.float32, copy=False)
-    finite = np.isfinite(out).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        msg = (
-            f"vector row {row} for {key.short()} is not finite in float32 "
-            "(NaN, inf, or beyond float32 range); nothing was written"
-        )
-        raise InvalidVectorError(msg)
-    return np.ascontiguousarray(out)
-
-
-def _check_alias(alias: object) -> str:
-    if (
-        not isinstance(alias, str)
-        or not 0 < len(alias) <= 200
-        or not alias.isprintable()
-    ):
-        msg = (
-            f"alias {alias!r} is not a display name: give 1-200 printable characters "
-            "(e.g. the model's folder name)"
-        )
-        raise InvalidAliasError(msg)
-    return alias

@@ -69,3 +69,16 @@ def argsort_keys(keys: np.ndarray) -> np.ndarray:
     if np.any(ranked[1:] == ranked[:-1]):  # sha256 prefixes collide: rare
         return np.argsort(keys, kind="stable")
     return order
+
+
+def first_rows(keys: np.ndarray) -> np.ndarray:
+    """Rows holding the first occurrence of each distinct S32 key, in key order
+    (int64)."""
+    if not len(keys):
+        return np.empty(0, np.int64)
+    order = argsort_keys(keys)  # stable: the first row leads each run
+    ranked = keys[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ranked[1:] != ranked[:-1]
+    del ranked
+    return order[first].astype(np.int64, copy=False)

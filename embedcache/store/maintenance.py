@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import commit_shard, retire
+from embedcache.store.index import first_rows
 from embedcache.store.layout import (
     LEASES,
     commits_prefix,
@@ -32,6 +33,7 @@ from embedcache.store.shards import chunk_rows
 from embedcache.store.views import (
     RETRIES,
     ShardRetiredError,
+    adopt,
     all_keys,
     lookup,
     read_vectors,
@@ -40,13 +42,13 @@ from embedcache.store.views import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
     from embedcache.store.lease import LeasePolicy
-    from embedcache.store.views import KeyView
+    from embedcache.store.views import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -87,17 +89,13 @@ def merge(
         backend, view, replace(snap, shards=tuple(snap.shards[i] for i in positions))
     )
     keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-    # each hash's winner in the whole key; keep it where that is a chosen shard
-    which, rows = lookup(backend, view, snap, keys)
-    keep = np.isin(which, positions)
-    # a hash held twice among the chosen: the lookup names the first for both rows
-    run_of = np.repeat(positions, [len(p) for p in parts])
-    local = np.concatenate([np.arange(len(p)) for p in parts]) if parts else rows
-    keep &= (which == run_of) & (rows == local)
+    which = np.repeat(positions, [len(p) for p in parts]).astype(np.int64)
+    rows = np.concatenate([np.arange(len(p)) for p in parts]) if parts else which
+    keep = _winning(backend, view, snap, keys, which)
     keys, which, rows = keys[keep], which[keep], rows[keep]
     block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
-    def fill(arr: Any) -> None:  # noqa: ANN401 (a zarr array)
+    def fill(write: Callable[[int, np.ndarray], None]) -> None:
         for start in range(0, len(keys), block):
             stop = min(len(keys), start + block)
             buf = np.empty((stop - start, view.dim), np.float32)
@@ -110,7 +108,7 @@ def merge(
                 buf,
                 np.arange(stop - start),
             )
-            arr[start:stop] = buf
+            write(start, buf)
 
     merged = commit_shard(
         backend,
@@ -122,11 +120,41 @@ def merge(
         order_ns=min(snap.records[s].order_ns for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
     )
-    # readers in this process move to the merged run before the old ones go
+    # readers in this process move to the merged run before the old ones go (its
+    # fences and filter from the keys in hand: no read back, no block read of it
+    # for a hash it lacks)
+    adopt(view, merged)
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
     return merged.record
+
+
+def _winning(
+    backend: Backend, view: KeyView, snap: Snapshot, keys: np.ndarray, run: np.ndarray
+) -> np.ndarray:
+    """Which of the chosen runs' ``keys`` (from run position ``run``, in commit
+    order) win in the whole key: the first copy among the chosen, unless a run
+    before it that is not chosen holds the hash too.
+
+    A sort of the keys, and a look-up of only those the other runs' filters let
+    through: not a look-up of every key in every run (the blocks of the chosen
+    runs themselves are never read).
+    """
+    keep = np.zeros(len(keys), bool)
+    if not len(keys):
+        return keep
+    keep[first_rows(keys)] = True  # the first copy, in commit order
+    chosen = set(run.tolist())
+    others = [i for i in range(int(run.max())) if i not in chosen]
+    if others:
+        cand = np.flatnonzero(keep)
+        sub = replace(snap, shards=tuple(snap.shards[i] for i in others))
+        held, _ = lookup(backend, view, sub, keys[cand])
+        hit = held >= 0
+        earlier = np.asarray(others)[held[hit]] < run[cand[hit]]
+        keep[cand[hit][earlier]] = False
+    return keep
 
 
 def merge_own(

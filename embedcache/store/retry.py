@@ -118,19 +118,22 @@ def attempt(
     *,
     location: str,
     op: str,
-    where: str,
+    where: str | Callable[[], str],
     on_retry: Callable[[BaseException], None] | None = None,
 ) -> T:
     """``fn()``, retried after transient faults; clear errors for the rest.
 
     ``op`` and ``where`` complete "while <op> <where>" in messages (e.g. "reading",
-    a path). ``on_retry`` runs before each new attempt (with the error seen).
+    a path; a callable is called only for a message). ``on_retry`` runs before
+    each new attempt (with the error seen).
     """
     pause = FIRST_PAUSE_S
     for n in range(1, ATTEMPTS + 1):
         try:
             return fn()
         except (GenericError, OSError) as err:
+            if callable(where):
+                where = where()
             if not _check_retry(
                 err, n, location=location, op=op, where=where, pause=pause
             ):

@@ -12,9 +12,10 @@ a hash held by several runs is served by the first (first commit wins).
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import google_crc32c
 import numpy as np
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.shards import Shard
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 # rows per block of the sorted index: one 32 KiB chunk of sorted hashes is what a
 # look-up of one hash reads from a run (fences: 32 bytes per 1,024 rows)
 BLOCK_ROWS = 1024
@@ -40,6 +44,9 @@ BLOOM_CHUNK = 1 << 19  # words per chunk (4 MiB)
 # a look-up of at least this many hashes consults the filters first (a small one
 # reads fewer bytes from blocks than from a run's filter)
 BLOOM_MIN_QUERY = 512
+# at most this many needles are searched in Python: numpy's searchsorted releases
+# the GIL, and taking it back from a busy writer thread costs a switch interval
+SMALL_SEARCH = 16
 # decoded blocks kept per store (an LRU): a server's repeated hits read nothing
 CACHE_BYTES = 64 << 20
 
@@ -62,31 +69,31 @@ def n_bloom_words(n: int) -> int:
     return max(1, -(-n * BLOOM_BITS // 64))
 
 
-def _bloom_positions(keys: np.ndarray, n_words: int) -> tuple[np.ndarray, np.ndarray]:
-    """Word index and bit mask of each key (sha256 bytes are uniform: no rehash).
-
-    The word from bytes 8-15, the bits from the low 6 bits of bytes 16-23.
-    """
+def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a filter needs of each key, whatever its size: a uint64 from bytes
+    8-15 (the word, modulo the words), and the bit mask the low 6 bits of bytes
+    16-23 choose (sha256 bytes are uniform: no rehash)."""
     raw = np.frombuffer(np.ascontiguousarray(keys).tobytes(), np.uint8).reshape(-1, 32)
-    index = raw[:, 8:16].copy().view("<u8")[:, 0] % np.uint64(n_words)
+    word = raw[:, 8:16].copy().view("<u8")[:, 0]
     shifts = (raw[:, 16 : 16 + BLOOM_K] & 63).astype(np.uint64)
     mask = np.bitwise_or.reduce(np.left_shift(np.uint64(1), shifts), axis=1)
-    return index.astype(np.int64), mask
+    return word, mask
 
 
 def bloom_of(keys: np.ndarray) -> np.ndarray:
     """A blocked Bloom filter of ``keys``: (words,) uint64."""
     words = np.zeros(n_bloom_words(len(keys)), np.uint64)
     if len(keys):
-        index, mask = _bloom_positions(keys, len(words))
-        np.bitwise_or.at(words, index, mask)
+        word, mask = bloom_hashes(keys)
+        np.bitwise_or.at(words, (word % np.uint64(len(words))).astype(np.int64), mask)
     return words
 
 
-def maybe_in(bloom: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Whether each key may be in the filter (False: certainly not)."""
-    index, mask = _bloom_positions(keys, len(bloom))
-    return (bloom[index] & mask) == mask
+def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Whether each key (``hashed`` by :func:`bloom_hashes`) may be in the filter
+    (False: certainly not)."""
+    word, mask = hashed
+    return (bloom[word % np.uint64(len(bloom))] & mask) == mask
 
 
 def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
@@ -107,6 +114,16 @@ def row_dtype(n: int) -> str:
 
 
 # --- reading ------------------------------------------------------------------------
+
+
+def search_sorted(
+    haystack: np.ndarray, needles: np.ndarray, *, side: str = "left"
+) -> np.ndarray:
+    """``np.searchsorted``, holding the GIL for a few needles (a server's hit)."""
+    if len(needles) > SMALL_SEARCH:
+        return np.searchsorted(haystack, needles, side=side)  # type: ignore[call-overload]
+    find = bisect.bisect_right if side == "right" else bisect.bisect_left
+    return np.array([find(haystack, x) for x in needles], np.int64)
 
 
 class ChunkError(Exception):
@@ -146,6 +163,10 @@ class BlockCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
+    def has(self, key: tuple[str, str, int]) -> bool:
+        with self._lock:
+            return key in self._items
+
     def get(
         self, key: tuple[str, str, int], load: Callable[[], np.ndarray]
     ) -> np.ndarray:
@@ -163,6 +184,27 @@ class BlockCache:
                 _, old = self._items.popitem(last=False)
                 self._bytes -= old.nbytes
         return value
+
+
+def map_cached(
+    backend: Backend,
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    cached: Callable[[T], bool],
+) -> list[R]:
+    """``[fn(x) for x in items]``: items whose data is cached in this thread, the
+    rest through ``backend.map``. A server's hit then hands no work to other
+    threads, each hand-off a wait for the GIL while a writer thread holds it."""
+    out: list[R | None] = [None] * len(items)
+    cold = []
+    for i, item in enumerate(items):
+        if cached(item):
+            out[i] = fn(item)
+        else:
+            cold.append(i)
+    for i, value in zip(cold, backend.map(fn, [items[i] for i in cold]), strict=True):
+        out[i] = value
+    return out  # type: ignore[return-value]
 
 
 def _sorted_block(
@@ -211,15 +253,21 @@ def probe(
     order = argsort_keys(q)
     qs = q[order]
     tasks: list[tuple[int, int, np.ndarray]] = []  # (run, block, positions in qs)
+    hashed = bloom_hashes(qs)  # once for every run's filter
+    small = n <= SMALL_SEARCH
+    listed = list(zip(*(x.tolist() for x in hashed), strict=True)) if small else []
     for r, shard in enumerate(runs):
         if not shard.record.n_rows:
             continue
+        if n >= BLOOM_MIN_QUERY and shard.bloom is None:
+            shard.bloom = load_bloom(backend, shard)  # kept: later views share it
+        if small:  # a server's hit: Python ints, a few microseconds a run
+            tasks += _small_tasks(r, shard, qs, listed)
+            continue
         cand = np.arange(n)
-        if n >= BLOOM_MIN_QUERY:
-            if shard.bloom is None:  # kept on the shard: later views share it
-                shard.bloom = load_bloom(backend, shard)
-            cand = cand[maybe_in(shard.bloom, qs)]
-        blocks = np.searchsorted(shard.fences, qs[cand], side="right") - 1
+        if shard.bloom is not None:  # in memory: consulted at any size
+            cand = cand[maybe_in(shard.bloom, hashed)]
+        blocks = search_sorted(shard.fences, qs[cand], side="right") - 1
         keep = blocks >= 0
         cand, blocks = cand[keep], blocks[keep]
         if not len(cand):
@@ -231,12 +279,17 @@ def probe(
     def search(task: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         r, block, pos = task
         keys = _sorted_block(backend, runs[r], block, cache)
-        at = np.searchsorted(keys, qs[pos])
+        at = search_sorted(keys, qs[pos])
         at[at == len(keys)] = 0
         hit = keys[at] == qs[pos]
         return pos[hit], block * BLOCK_ROWS + at[hit]
 
-    found = backend.map(search, tasks)
+    found = map_cached(
+        backend,
+        search,
+        tasks,
+        lambda t: cache.has((runs[t[0]].record.shard, "h", t[1])),
+    )
     # position in each run's sorted index; tasks go in commit order: first run wins
     best = np.full(n, -1, np.int64)
     where = np.full(n, -1, np.int64)
@@ -249,6 +302,22 @@ def probe(
     which[order[hits]] = best[hits]
     rows[order[hits]] = stored
     return which, rows
+
+
+def _small_tasks(
+    r: int, shard: Shard, qs: np.ndarray, hashed: list[tuple[int, int]]
+) -> list[tuple[int, int, np.ndarray]]:
+    """:func:`probe`'s (run, block, positions) for a few keys, without numpy calls
+    per key (each a few microseconds, times every run of the key)."""
+    bloom, fences = shard.bloom, shard.fences
+    by_block: dict[int, list[int]] = {}
+    for i, (word, mask) in enumerate(hashed):
+        if bloom is not None and int(bloom[word % len(bloom)]) & mask != mask:
+            continue
+        block = bisect.bisect_right(fences, qs[i]) - 1
+        if block >= 0:
+            by_block.setdefault(block, []).append(i)
+    return [(r, b, np.array(pos)) for b, pos in sorted(by_block.items())]
 
 
 def _stored_rows(
@@ -264,9 +333,14 @@ def _stored_rows(
     pair = run * (1 << 32) + chunk
     uniq, inverse = np.unique(pair, return_inverse=True)
     pairs = [(int(p) >> 32, int(p) & 0xFFFFFFFF) for p in uniq]
-    loaded = backend.map(lambda p: _rows_chunk(backend, runs[p[0]], p[1], cache), pairs)
+    loaded = map_cached(
+        backend,
+        lambda p: _rows_chunk(backend, runs[p[0]], p[1], cache),
+        pairs,
+        lambda p: cache.has((runs[p[0]].record.shard, "r", p[1])),
+    )
     by = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[by], np.arange(len(pairs) + 1))
+    bounds = search_sorted(inverse[by], np.arange(len(pairs) + 1))
     for j, (_, c) in enumerate(pairs):
         sel = by[bounds[j] : bounds[j + 1]]
         out[sel] = loaded[j][sorted_at[sel] - c * ROWS_CHUNK]

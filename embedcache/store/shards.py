@@ -10,18 +10,20 @@ first read of a vector.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import google_crc32c
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer.cpu import NDBuffer
-from zarr.storage import MemoryStore, StorePath, WrapperStore
+from zarr.storage import MemoryStore, StorePath
 
 from embedcache.errors import CorruptStoreError
 from embedcache.store import runs
@@ -59,6 +61,7 @@ CHUNK_MAX_ROWS = 16384
 # rows it picks, per reading thread (a merged shard may hold a whole run: reading
 # its span in one piece would cost as much memory as the run's output)
 SPAN_BYTES = 1 << 23
+_NAN = math.nan  # one object: a key of _array_doc's cache
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
 INDEX_ARRAYS = ("sorted_hashes", "sorted_rows", "fences", "bloom")
@@ -87,25 +90,11 @@ class Shard:
     bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
 
 
-class _Recording(WrapperStore):
-    """Passes writes to the store and notes each object's size and sha256."""
-
-    def __init__(self, store: Any) -> None:  # noqa: ANN401
-        super().__init__(store)
-        self.written: dict[str, tuple[int, str]] = {}
-
-    async def set(self, key: str, value: Any) -> None:  # noqa: ANN401
-        data = value.as_numpy_array()
-        # hashlib releases the GIL: hash beside zarr's other chunk writes
-        digest = await asyncio.to_thread(sha256, memoryview(data))
-        self.written[key] = (data.nbytes, digest)
-        await self._store.set(key, value)
-
-
 def chunk_rows(n: int, row_bytes: int) -> int:
     return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes, CHUNK_MAX_ROWS))
 
 
+@functools.lru_cache(maxsize=256)
 def _array_doc(
     shape: tuple[int, ...],
     dtype: str,
@@ -145,58 +134,105 @@ def write_shard(
     attrs: dict[str, Any],
     keys: np.ndarray,
     dim: int,
-    fill: Callable[[Any], None],
-) -> tuple[dict[str, tuple[int, str]], Any]:
+    fill: Callable[[Callable[[int, np.ndarray], None]], None],
+) -> tuple[dict[str, tuple[int, str]], Any, np.ndarray, np.ndarray]:
     """Write a complete shard under ``prefix``.
 
-    Returns (size, sha256) of each object written, and the vectors array to read.
+    Returns (size, sha256) of each object written, the vectors array to read, and
+    the run's fences and Bloom filter (for a view to adopt it without reading).
 
-    ``fill(vectors)`` writes the rows into the zarr array. The metadata documents
-    are written directly (zarr's own create checks and writes every parent group,
-    a dozen requests on an object store); the chunks go through zarr's codecs.
+    ``fill(write)`` hands the vectors over: ``write(start, rows)`` stores rows
+    ``start..`` (``start`` a multiple of the chunk rows, :func:`chunk_rows`), so
+    a merge passes its rows a block at a time. The metadata documents are made
+    in memory and written directly, as are the chunks (bytes + crc32c, the bytes
+    zarr writes for this layout): zarr's write path costs ~100x the CPU, all of
+    it holding the GIL a server's readers wait for.
     """
     n = len(keys)
-    rec = _Recording(backend.zarr_store())
     docs = {
         "zarr.json": group_doc(attrs),
-        "vectors/zarr.json": _array_doc((n, dim), "float32", float("nan")),
+        "vectors/zarr.json": _array_doc((n, dim), "float32", _NAN),
         "hashes/zarr.json": _array_doc((n, HASH_WIDTH), "uint8", 0),
     }
     for rel, doc in docs.items():
         backend.write(f"{prefix}/{rel}", doc)
-    vectors = _array(rec, f"{prefix}/vectors", docs["vectors/zarr.json"])
-    hashes = _array(rec, f"{prefix}/hashes", docs["hashes/zarr.json"])
-    if n:
-        fill(vectors)
-        raw = np.ascontiguousarray(keys, "S32").tobytes()
-        hashes[...] = np.frombuffer(raw, np.uint8).reshape(n, HASH_WIDTH)
     files = {rel: (len(doc), sha256(doc)) for rel, doc in docs.items()}
-    files.update(write_index(backend, prefix, keys))
-    for key, value in rec.written.items():
-        files[key[len(prefix) + 1 :]] = value
-    return dict(sorted(files.items())), _array(
+    per = chunk_rows(n, 4 * dim)
+
+    def write(start: int, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, np.float32)
+        if start % per or rows.shape[1:] != (dim,) or start + len(rows) > n:
+            msg = f"rows {start}..+{len(rows)} do not fit chunks of {per} rows of {n}"
+            raise ValueError(msg)
+        files.update(write_chunks(backend, prefix, "vectors", rows, per, _NAN, start))
+
+    if n:
+        fill(write)
+        raw = np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(n, HASH_WIDTH)
+        per_hashes = chunk_rows(n, HASH_WIDTH)
+        files.update(write_chunks(backend, prefix, "hashes", raw, per_hashes, 0))
+    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
+    files.update(write_index(backend, prefix, keys, index))
+    vectors = _array(
         backend.zarr_store(), f"{prefix}/vectors", docs["vectors/zarr.json"]
     )
+    fences = np.ascontiguousarray(index["fences"]).view("S32").reshape(-1)
+    return dict(sorted(files.items())), vectors, fences, index["bloom"]
+
+
+def write_chunks(
+    backend: Backend,
+    prefix: str,
+    name: str,
+    arr: np.ndarray,
+    per: int,
+    fill_value: float,
+    start: int = 0,
+) -> dict[str, tuple[int, str]]:
+    """Write rows ``start..`` of array ``name`` as its chunks of ``per`` rows.
+
+    Each chunk is its rows' little-endian bytes (the last one padded with the fill
+    value to a whole chunk, as zarr stores an edge chunk) followed by their
+    crc32c. Returns (size, sha256) of each chunk by path in the shard.
+    """
+    suffix = "/0" * (arr.ndim - 1)  # a chunk spans every column
+    dtype = arr.dtype.newbyteorder("<")
+
+    def put(lo: int) -> tuple[str, tuple[int, str]]:
+        body = np.ascontiguousarray(arr[lo : lo + per], dtype)
+        if len(body) < per:
+            whole = np.full((per, *arr.shape[1:]), fill_value, dtype)
+            whole[: len(body)] = body
+            body = whole
+        data = body.tobytes()
+        data += google_crc32c.value(data).to_bytes(4, "little")
+        rel = f"{name}/c/{(start + lo) // per}{suffix}"
+        backend.write(f"{prefix}/{rel}", data)
+        return rel, (len(data), sha256(data))
+
+    return dict(backend.map(put, range(0, len(arr), per)))
 
 
 def write_index(
-    backend: Backend, prefix: str, keys: np.ndarray
+    backend: Backend,
+    prefix: str,
+    keys: np.ndarray,
+    index: dict[str, np.ndarray] | None = None,
 ) -> dict[str, tuple[int, str]]:
-    """Write a shard's sorted index (``runs``) under ``prefix``; (size, sha256) of
-    each object written, by path in the shard. Deterministic: a rerun writes the
-    same bytes."""
-    rec = _Recording(backend.zarr_store())
-    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
+    """Write a shard's sorted index (``runs``; ``index``: its arrays, made already)
+    under ``prefix``; (size, sha256) of each object written, by path in the shard.
+    Deterministic: a rerun writes the same bytes."""
+    if index is None:
+        index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
     files = {}
     for name, arr in index.items():
         rel = f"{name}/zarr.json"
-        doc = _array_doc(arr.shape, arr.dtype.name, 0, _INDEX_CHUNKS[name](len(arr)))
+        per = _INDEX_CHUNKS[name](len(arr))
+        doc = _array_doc(arr.shape, arr.dtype.name, 0, per)
         backend.write(f"{prefix}/{rel}", doc)
         files[rel] = (len(doc), sha256(doc))
         if len(arr):
-            _array(rec, f"{prefix}/{name}", doc)[...] = arr
-    for key, value in rec.written.items():
-        files[key[len(prefix) + 1 :]] = value
+            files.update(write_chunks(backend, prefix, name, arr, per, 0))
     return files
 
 
@@ -427,7 +463,8 @@ def _sparse_rows(
     """Rows ``part`` (sorted) read chunk by chunk, each chunk whole (its crc32c
     covers it whole), in parallel; through ``cache`` when given."""
     per, n = int(arr.chunks[0]), int(arr.shape[0])
-    chunks = np.unique(part // per)
+    # not np.unique: its hashing releases the GIL (see runs.SMALL_SEARCH)
+    wanted = sorted(set((part // per).tolist()))
 
     def load(c: int) -> np.ndarray:
         lo = c * per
@@ -443,7 +480,14 @@ def _sparse_rows(
             load(c) if cache is None else cache.get((prefix, "v", c), lambda: load(c))
         )
 
-    blocks = dict(zip(chunks.tolist(), backend.map(get, chunks.tolist()), strict=True))
+    loaded = (
+        backend.map(get, wanted)
+        if cache is None
+        else runs.map_cached(
+            backend, get, wanted, lambda c: cache.has((prefix, "v", c))
+        )
+    )
+    blocks = dict(zip(wanted, loaded, strict=True))
     out = np.empty((len(part), dim), np.float32)
     which = part // per
     for c, block in blocks.items():

@@ -156,7 +156,9 @@ _MTIME_SLACK_S = 0.1
 LOCAL_CHECK_S = 0.05
 
 
-def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapshot:
+def refresh(
+    backend: Backend, view: KeyView, *, max_age: float = 0.0, check_folder: bool = True
+) -> Snapshot:
     """The view's state brought up to the committed shards, if older than ``max_age``.
 
     Listing and reading new records and fences happen under the view's lock (one
@@ -164,11 +166,13 @@ def refresh(backend: Backend, view: KeyView, *, max_age: float = 0.0) -> Snapsho
     (``max_age`` > 0) takes the current one while another thread refreshes. On a
     local store the commits folder's mtime decides instead of the age: unchanged,
     the listing stays current; changed, it is taken again (a directory read).
+    Without ``check_folder`` (this process is committing, and lists at each commit)
+    a local store too keeps a state younger than ``max_age`` without any I/O.
     """
     snap = view.snap
     if snap.listing is not None:
         age = time.monotonic() - snap.listed_at
-        if backend.local is None:
+        if backend.local is None or not check_folder:
             if age < max_age:
                 return snap
         elif age < min(max_age, LOCAL_CHECK_S):
@@ -364,8 +368,9 @@ def adopt(view: KeyView, shard: Shard) -> None:
     then dropped); the other runs are shared with the previous state.
     """
     keys = shard.keys if shard.keys is not None else np.empty(0, "S32")
-    shard.fences = fences_of(sort_keys(keys)[0])
-    shard.bloom = bloom_of(keys)
+    if shard.fences is None or shard.bloom is None:  # else made as it was written
+        shard.fences = fences_of(sort_keys(keys)[0])
+        shard.bloom = bloom_of(keys)
     shard.keys = None
     with view.lock:
         snap = view.snap

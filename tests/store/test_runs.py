@@ -37,7 +37,7 @@ def commit_raw(store: EmbeddingStore, ids: list[int], vectors: np.ndarray) -> No
         view,
         store._writer,
         keys,
-        lambda arr: arr.__setitem__(..., vectors),
+        lambda write: write(0, vectors),
     )
     adopt(view, shard)
 
