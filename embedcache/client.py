@@ -17,6 +17,7 @@ Imports stay light: httpx and numpy (pyarrow only if Arrow is asked for).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -39,6 +40,7 @@ from embedcache.service import wire
 
 if TYPE_CHECKING:
     import os
+    import ssl
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
@@ -180,6 +182,7 @@ class EmbedClient:
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max(concurrency, 4)),
             transport=transport,
+            verify=_tls_context(),
         )
 
     def __enter__(self) -> Self:
@@ -378,6 +381,13 @@ class EmbedClient:
         return self._rng.uniform(0.5, 1.0) * min(
             self.max_backoff, self.backoff * 2**attempt
         )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, made once a process: making one loads every CA
+    certificate (~60 ms holding the GIL), which a client a thread paid each time."""
+    return httpx.create_ssl_context()
 
 
 def _labeller(names: list[str] | None) -> Callable[[int], str]:
