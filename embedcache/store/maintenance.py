@@ -88,11 +88,14 @@ def merge(
     parts = all_keys(
         backend, view, replace(snap, shards=tuple(snap.shards[i] for i in positions))
     )
+    sizes = [len(p) for p in parts]
     keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-    which = np.repeat(positions, [len(p) for p in parts]).astype(np.int64)
-    rows = np.concatenate([np.arange(len(p)) for p in parts]) if parts else which
+    del parts  # the keys once, not twice, through the merge (32 bytes a row)
+    which = np.repeat(positions, sizes).astype(np.int64)
+    rows = np.concatenate([np.arange(n) for n in sizes]) if sizes else which
     keep = _winning(backend, view, snap, keys, which)
-    keys, which, rows = keys[keep], which[keep], rows[keep]
+    if not keep.all():  # most merges drop nothing: no second copy of the keys
+        keys, which, rows = keys[keep], which[keep], rows[keep]
     block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
     def fill(write: Callable[[int, np.ndarray], None]) -> None:

@@ -41,6 +41,7 @@ ROWS_CHUNK = 16 * BLOCK_ROWS
 BLOOM_BITS = 16
 BLOOM_K = 8
 BLOOM_CHUNK = 1 << 19  # words per chunk (4 MiB)
+_BLOOM_SLICE = 1 << 16  # keys whose filter bits are made at once
 # a look-up of at least this many hashes consults the filters first (a small one
 # reads fewer bytes from blocks than from a run's filter)
 BLOOM_MIN_QUERY = 512
@@ -73,11 +74,23 @@ def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What a filter needs of each key, whatever its size: a uint64 from bytes
     8-15 (the word, modulo the words), and the bit mask the low 6 bits of bytes
     16-23 choose (sha256 bytes are uniform: no rehash)."""
-    raw = np.frombuffer(np.ascontiguousarray(keys).tobytes(), np.uint8).reshape(-1, 32)
+    raw = _key_bytes(keys)
     word = raw[:, 8:16].copy().view("<u8")[:, 0]
-    shifts = (raw[:, 16 : 16 + BLOOM_K] & 63).astype(np.uint64)
-    mask = np.bitwise_or.reduce(np.left_shift(np.uint64(1), shifts), axis=1)
+    mask = np.empty(len(raw), np.uint64)
+    # a slice of keys at a time: the shifts are 64 bytes a key (a merge of 12.8 M
+    # keys would hold 1.6 GB of them at once)
+    for lo in range(0, len(raw), _BLOOM_SLICE):
+        part = raw[lo : lo + _BLOOM_SLICE, 16 : 16 + BLOOM_K]
+        shifts = (part & 63).astype(np.uint64)
+        mask[lo : lo + len(part)] = np.bitwise_or.reduce(
+            np.left_shift(np.uint64(1), shifts), axis=1
+        )
     return word, mask
+
+
+def _key_bytes(keys: np.ndarray) -> np.ndarray:
+    """``keys`` (S32) as an (n, 32) uint8 view (a copy only if not contiguous)."""
+    return np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(-1, HASH_WIDTH)
 
 
 def bloom_of(keys: np.ndarray) -> np.ndarray:
@@ -99,12 +112,10 @@ def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.nda
 def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of a shard's sorted index, as written (name -> array)."""
     sorted_keys, rows = sort_keys(keys)
-    raw = np.frombuffer(sorted_keys.tobytes(), np.uint8).reshape(-1, HASH_WIDTH)
-    fences = np.frombuffer(fences_of(sorted_keys).tobytes(), np.uint8)
     return {
-        "sorted_hashes": raw,
+        "sorted_hashes": _key_bytes(sorted_keys),
         "sorted_rows": rows.astype(row_dtype(len(keys))),
-        "fences": fences.reshape(-1, HASH_WIDTH),
+        "fences": _key_bytes(fences_of(sorted_keys)),
         "bloom": bloom_of(keys),
     }
 
