@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.errors import InvalidHashError
+from embedcache.store.layout import HASH_WIDTH
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,13 +58,18 @@ def distinct_count(parts: Sequence[np.ndarray]) -> int:
     return len(np.unique(np.concatenate(parts)))
 
 
+def key_bytes(keys: np.ndarray) -> np.ndarray:
+    """S32 ``keys`` as an (n, 32) uint8 view (a copy only if not contiguous)."""
+    return np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(-1, HASH_WIDTH)
+
+
 def argsort_keys(keys: np.ndarray) -> np.ndarray:
     """A stable argsort of S32 keys, by their first 8 bytes as integers (several
     times faster than comparing bytes); the full keys decide only where two share
     those 8 bytes."""
     if len(keys) < 2:
         return np.arange(len(keys))
-    head = np.frombuffer(np.ascontiguousarray(keys).tobytes(), ">u8")[::4]
+    head = key_bytes(keys)[:, :8].copy().view(">u8")[:, 0]  # 8 bytes a key copied
     order = np.argsort(head, kind="stable")
     ranked = head[order]
     if np.any(ranked[1:] == ranked[:-1]):  # sha256 prefixes collide: rare

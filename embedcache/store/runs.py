@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 import google_crc32c
 import numpy as np
 
-from embedcache.store.index import argsort_keys
+from embedcache.store.index import argsort_keys, key_bytes
 from embedcache.store.layout import HASH_WIDTH
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What a filter needs of each key, whatever its size: a uint64 from bytes
     8-15 (the word, modulo the words), and the bit mask the low 6 bits of bytes
     16-23 choose (sha256 bytes are uniform: no rehash)."""
-    raw = _key_bytes(keys)
+    raw = key_bytes(keys)
     word = raw[:, 8:16].copy().view("<u8")[:, 0]
     mask = np.empty(len(raw), np.uint64)
     # a slice of keys at a time: the shifts are 64 bytes a key (a merge of 12.8 M
@@ -86,11 +86,6 @@ def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.left_shift(np.uint64(1), shifts), axis=1
         )
     return word, mask
-
-
-def _key_bytes(keys: np.ndarray) -> np.ndarray:
-    """``keys`` (S32) as an (n, 32) uint8 view (a copy only if not contiguous)."""
-    return np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(-1, HASH_WIDTH)
 
 
 def bloom_of(keys: np.ndarray) -> np.ndarray:
@@ -113,9 +108,9 @@ def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of a shard's sorted index, as written (name -> array)."""
     sorted_keys, rows = sort_keys(keys)
     return {
-        "sorted_hashes": _key_bytes(sorted_keys),
+        "sorted_hashes": key_bytes(sorted_keys),
         "sorted_rows": rows.astype(row_dtype(len(keys))),
-        "fences": _key_bytes(fences_of(sorted_keys)),
+        "fences": key_bytes(fences_of(sorted_keys)),
         "bloom": bloom_of(keys),
     }
 

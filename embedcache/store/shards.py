@@ -33,6 +33,7 @@ from embedcache.store.chunks import (
     is_run,
     read_span,
 )
+from embedcache.store.index import key_bytes
 from embedcache.store.layout import (
     HASH_WIDTH,
     SHARD_META_FILES,
@@ -168,9 +169,10 @@ def write_shard(
 
     if n:
         fill(write)
-        raw = np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(n, HASH_WIDTH)
         per_hashes = chunk_rows(n, HASH_WIDTH)
-        files.update(write_chunks(backend, prefix, "hashes", raw, per_hashes, 0))
+        files.update(
+            write_chunks(backend, prefix, "hashes", key_bytes(keys), per_hashes, 0)
+        )
     index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
     files.update(write_index(backend, prefix, keys, index))
     vectors = _array(
