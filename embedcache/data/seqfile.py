@@ -14,13 +14,15 @@ its position.
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import re
+import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import overload
+from typing import TextIO, overload
 
 from embedcache.errors import InputFileError, InvalidSequenceError
 from embedcache.hashing import normalise_sequence
@@ -140,6 +142,10 @@ def validate_sequence(seq: str, name: str) -> str:
     return normalise_sequence(seq)
 
 
+# rows a streamed read hands over at a time (:func:`iter_records`)
+STREAM_ROWS = 1 << 20
+
+
 def read_sequences(path: Path) -> SequenceRecords:
     """Read and validate every sequence of ``path``, in file order.
 
@@ -152,92 +158,154 @@ def read_sequences(path: Path) -> SequenceRecords:
         A sequence is empty or holds a character other than A/C/G/T/N.
     """
     path = Path(path)
-    lines = _read_lines(path)
-    first = next(((i, line) for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        msg = f"{path} holds no sequences (the file is empty); give one sequence a line, FASTA, or a TSV with a 'seq' column"
-        raise InputFileError(msg)
-    start, head = first
-    if head.startswith(">"):
-        records = _read_fasta(lines, path)
-    elif "seq" in [f.strip() for f in head.split("\t")]:  # a one-column TSV too
-        _reject_blank_lines(lines, path, what="TSV")
-        records = _read_tsv(lines, start, path)
-    elif "\t" in head:
-        msg = (
-            f"{path}, line {start + 1}: the first line looks like a TSV header but has no "
-            f"'seq' column (fields: {head.split(chr(9))}); name the sequence column 'seq'"
-        )
-        raise InputFileError(msg)
-    else:
-        _reject_blank_lines(lines, path, what="one-sequence-a-line file")
-        records = _read_plain(lines, path)
-    if not records.seqs:
-        msg = f"{path} has a header but no sequences"
-        raise InputFileError(msg)
+    (records,) = iter_records(path, rows=sys.maxsize)
     logger.info("read %d sequences from %s (%s)", len(records), path, records.format)
     return records
 
 
-def _read_lines(path: Path) -> list[str]:
+def iter_records(path: Path, *, rows: int | None = None) -> Iterator[SequenceRecords]:
+    """The sequences of ``path`` in file order, ``rows`` (default
+    :data:`STREAM_ROWS`) at a time, read as they come.
+
+    Only one chunk of the file is held: a genome's windows stream through in bounded
+    memory. Each chunk names its items by their line in the whole file. The errors are
+    :func:`read_sequences`' and come when the reader reaches the bad line, so a caller
+    that must refuse a bad file before acting reads it through once first.
+    """
+    path, rows = Path(path), rows or STREAM_ROWS
+    lines = _numbered_lines(path)
+    leading: list[int] = []  # blank lines before the first row
+    for number, head in lines:
+        if head.strip():
+            break
+        leading.append(number)
+    else:
+        msg = f"{path} holds no sequences (the file is empty); give one sequence a line, FASTA, or a TSV with a 'seq' column"
+        raise InputFileError(msg)
+    if head.startswith(">"):
+        chunks = _fasta_chunks(itertools.chain([(number, head)], lines), path, rows)
+    elif "seq" in [f.strip() for f in head.split("\t")]:  # a one-column TSV too
+        _reject_blank_lines(leading, path, what="TSV")
+        chunks = _tsv_chunks(head, number, lines, path, rows)
+    elif "\t" in head:
+        msg = (
+            f"{path}, line {number}: the first line looks like a TSV header but has no "
+            f"'seq' column (fields: {head.split(chr(9))}); name the sequence column 'seq'"
+        )
+        raise InputFileError(msg)
+    else:
+        _reject_blank_lines(leading, path, what="one-sequence-a-line file")
+        chunks = _plain_chunks(itertools.chain([(number, head)], lines), path, rows)
+    empty = True
+    for chunk in chunks:
+        empty = False
+        yield chunk
+    if empty:
+        msg = f"{path} has a header but no sequences"
+        raise InputFileError(msg)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based number, text without its line end) of each line of ``path``."""
+    # errors="replace" keeps a non-ASCII byte visible as U+FFFD, so validation names
+    # its position. Universal newlines end a line only at \n, \r\n or \r: splitting
+    # at form feeds and other control characters (str.splitlines) would turn one bad
+    # line into two rows.
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="ascii", errors="replace") as fh:
-                text = fh.read()
-        else:
-            text = path.read_text(encoding="ascii", errors="replace")
-    except OSError as err:
+        with _open_text(path) as fh:
+            for number, line in enumerate(fh, start=1):
+                yield number, line.removesuffix("\n")
+    except (OSError, EOFError) as err:  # EOFError: a truncated .gz
         msg = f"cannot read input file {path}: {err}"
         raise InputFileError(msg) from err
-    # errors="replace" keeps a non-ASCII byte visible as U+FFFD, so validation names its
-    # position. Lines end only at \n, \r\n or \r: str.splitlines also splits at form
-    # feeds and other control characters, which would turn one bad line into two rows.
-    lines = _LINE_END.split(text)
-    if lines and not lines[-1]:
-        lines.pop()  # the newline ending the last line
-    return lines
 
 
-def _reject_blank_lines(lines: list[str], path: Path, *, what: str) -> None:
-    """Raise naming the first blank line: each line is one output row."""
-    for number, line in enumerate(lines, start=1):
+def _open_text(path: Path) -> TextIO:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="ascii", errors="replace", newline=None)
+    return path.open(encoding="ascii", errors="replace", newline=None)
+
+
+def _reject_blank_lines(numbers: Iterable[int], path: Path, *, what: str) -> None:
+    """Raise naming the first of ``numbers`` (blank lines): each line is one row."""
+    for number in numbers:
+        msg = (
+            f"{path}, line {number}: blank line in a {what}; every line must hold "
+            "one row, and skipping it would shift the output rows against the input's "
+            f"(e.g. your labels). Remove line {number} or put its sequence there."
+        )
+        raise InputFileError(msg)
+
+
+def _line_rows(
+    lines: Iterable[tuple[int, str]],
+    path: Path,
+    rows: int,
+    *,
+    what: str,
+    field: Callable[[int, str], str],
+    fmt: str,
+) -> Iterator[SequenceRecords]:
+    """Chunks of a file with one row a line, each row's sequence ``field(number, line)``."""
+    seqs, first = PackedSequences(), 0
+    for number, line in lines:
         if not line.strip():
-            msg = (
-                f"{path}, line {number}: blank line in a {what}; every line must hold "
-                "one row, and skipping it would shift the output rows against the input's "
-                f"(e.g. your labels). Remove line {number} or put its sequence there."
-            )
-            raise InputFileError(msg)
+            _reject_blank_lines([number], path, what=what)
+        if not len(seqs):
+            first = number
+        seqs.append(
+            validate_sequence(field(number, line).strip(), f"{path}, line {number}")
+        )
+        if len(seqs) == rows:
+            yield SequenceRecords(seqs=seqs, names=LineNames(first, rows), format=fmt)
+            seqs = PackedSequences()
+    if len(seqs):
+        yield SequenceRecords(seqs=seqs, names=LineNames(first, len(seqs)), format=fmt)
 
 
-def _read_plain(lines: list[str], path: Path) -> SequenceRecords:
-    seqs = PackedSequences()
-    for number, line in enumerate(lines, start=1):
-        seqs.append(validate_sequence(line.strip(), f"{path}, line {number}"))
-    return SequenceRecords(seqs=seqs, names=LineNames(1, len(seqs)), format="lines")
+def _plain_chunks(
+    lines: Iterable[tuple[int, str]], path: Path, rows: int
+) -> Iterator[SequenceRecords]:
+    return _line_rows(
+        lines,
+        path,
+        rows,
+        what="one-sequence-a-line file",
+        field=lambda _, line: line,
+        fmt="lines",
+    )
 
 
-def _read_tsv(lines: list[str], header_at: int, path: Path) -> SequenceRecords:
-    header = [field.strip() for field in lines[header_at].split("\t")]
-    column = header.index("seq")
-    seqs = PackedSequences()
-    for number in range(header_at + 2, len(lines) + 1):
-        fields = lines[number - 1].split("\t")
+def _tsv_chunks(
+    header: str,
+    header_at: int,
+    lines: Iterable[tuple[int, str]],
+    path: Path,
+    rows: int,
+) -> Iterator[SequenceRecords]:
+    column = [field.strip() for field in header.split("\t")].index("seq")
+
+    def field(number: int, line: str) -> str:
+        fields = line.split("\t")
         if len(fields) <= column:
             msg = (
                 f"{path}, line {number}: {len(fields)} fields, but the 'seq' column is "
                 f"field {column + 1} of the header"
             )
             raise InputFileError(msg)
-        seqs.append(validate_sequence(fields[column].strip(), f"{path}, line {number}"))
-    names = LineNames(header_at + 2, len(seqs))
-    return SequenceRecords(seqs=seqs, names=names, format="tsv")
+        return fields[column]
+
+    return _line_rows(lines, path, rows, what="TSV", field=field, fmt="tsv")
 
 
-def _read_fasta(lines: list[str], path: Path) -> SequenceRecords:
-    seqs, names = [], []
+def _fasta_chunks(
+    lines: Iterable[tuple[int, str]], path: Path, rows: int
+) -> Iterator[SequenceRecords]:
+    seqs: list[str] = []
+    names: list[str] = []
     record: str | None = None
     record_line = 0
+    before = 0  # records in the chunks handed over
     parts: list[str] = []
 
     def flush() -> None:
@@ -245,17 +313,22 @@ def _read_fasta(lines: list[str], path: Path) -> SequenceRecords:
         seqs.append(validate_sequence("".join(parts), f"{path}, {name}"))
         names.append(name)
 
-    for number, line in enumerate(lines, start=1):
+    for number, line in lines:
         text = line.strip()
         if text.startswith(">"):
             if record is not None:
                 flush()
+                if len(seqs) == rows:
+                    yield SequenceRecords(seqs=seqs, names=names, format="fasta")
+                    before += len(seqs)
+                    seqs, names = [], []
             header = text[1:].split()
-            record = header[0] if header else f"#{len(seqs) + 1}"
+            record = header[0] if header else f"#{before + len(seqs) + 1}"
             record_line = number
             parts = []
         elif text:
             parts.append(text)
     if record is not None:
         flush()
-    return SequenceRecords(seqs=seqs, names=names, format="fasta")
+    if seqs:
+        yield SequenceRecords(seqs=seqs, names=names, format="fasta")

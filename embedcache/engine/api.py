@@ -9,6 +9,7 @@ line calls these and only prints; a server or a notebook calls the same.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embedcache.engine.output import write_npy
-from embedcache.errors import AdapterOptionError, ClusterError
+from embedcache.engine.output import npy_rows, write_npy
+from embedcache.errors import AdapterOptionError, ClusterError, InputFileError
 from embedcache.models.options import LAST_LAYER, EmbedOptions, parse_layers
 
 if TYPE_CHECKING:
@@ -26,9 +27,12 @@ if TYPE_CHECKING:
 
     from distributed import Client
 
+    from embedcache.data.seqfile import SequenceRecords
     from embedcache.data.subsets import Subset
     from embedcache.data.versions import VersionSpec
     from embedcache.engine.plan import EmbedResult
+    from embedcache.models.base import Adapter
+    from embedcache.specs import ModelKey
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
@@ -150,9 +154,24 @@ def embed_into_store(
             progress=progress,
         )
     from embedcache.engine.local import embed_sequences
+
+    adapter = _local_adapter(model, opts, revision=revision, threads=threads)
+    return embed_sequences(
+        adapter,
+        seqs,
+        _open_store(store, store_options),
+        names=names,
+        token_budget=token_budget,
+        progress=progress,
+    )
+
+
+def _local_adapter(
+    model: str, opts: EmbedOptions, *, revision: str | None, threads: int | None
+) -> Adapter:
+    """The adapter of an in-process run, with this process set up for it."""
     from embedcache.engine.memory import keep_freed_memory, return_freed_memory
     from embedcache.models import load_adapter
-    from embedcache.store import EmbeddingStore
 
     if threads:
         import torch
@@ -167,16 +186,18 @@ def embed_into_store(
         # the k-mer floors run millions of sequences through few, cheap passes:
         # memory is the limit there, so freed temporaries go back at once
         return_freed_memory()
-    if not isinstance(store, EmbeddingStore):
-        store = EmbeddingStore(store, options=store_options)
-    return embed_sequences(
-        adapter,
-        seqs,
-        store,
-        names=names,
-        token_budget=token_budget,
-        progress=progress,
-    )
+    return adapter
+
+
+def _open_store(
+    store: EmbeddingStore | str | os.PathLike[str],
+    options: Mapping[str, str] | None,
+) -> EmbeddingStore:
+    from embedcache.store import EmbeddingStore
+
+    if isinstance(store, EmbeddingStore):
+        return store
+    return EmbeddingStore(store, options=options)
 
 
 def _embed_on_dask(
@@ -218,18 +239,95 @@ def embed_file(
     ``.npy`` in input order, atomically. Other options are those of
     :func:`embed_into_store`.
 
+    In this process, a file of more than one chunk
+    (:data:`~embedcache.data.seqfile.STREAM_ROWS` rows) streams: it is read through
+    once to refuse a bad item before anything is computed (each character, and each
+    length the model cannot take whole), then embedded a chunk at a time, each
+    chunk's vectors going straight to ``output``. Memory is then bounded by a chunk
+    and the batch, not the file: the result's vectors are the written file, mapped
+    (without ``output``, an array in memory). Counts are as for one call: a
+    sequence computed in an earlier chunk is cached in a later one. On a Dask
+    cluster the file is read whole.
+
     Raises
     ------
     InputFileError
         The file cannot be read or holds no sequence.
     """
-    from embedcache.data.seqfile import read_sequences
+    from embedcache.data.seqfile import iter_records
 
-    records = read_sequences(Path(path))
-    result = embed_into_store(model, records.seqs, store, names=records.names, **kwargs)
-    if output is not None:
-        write_npy(output, np.asarray(result.vectors, dtype=np.float32))
-    return result
+    if wants_cluster(kwargs.get("cluster")):
+        from embedcache.data.seqfile import read_sequences
+
+        records = read_sequences(Path(path))
+        chunks: list[SequenceRecords] = [records]
+    else:
+        chunks = list(itertools.islice(iter_records(Path(path)), 2))
+    if len(chunks) == 1:  # the whole file is in hand
+        result = embed_into_store(
+            model, chunks[0].seqs, store, names=chunks[0].names, **kwargs
+        )
+        if output is not None:
+            write_npy(output, np.asarray(result.vectors, dtype=np.float32))
+        return result
+    del chunks
+    return _embed_file_streamed(Path(path), model, store, output=output, **kwargs)
+
+
+def _embed_file_streamed(
+    path: Path,
+    model: str,
+    store: EmbeddingStore | str | os.PathLike[str],
+    *,
+    output: Path | str | None,
+    revision: str | None = None,
+    options: EmbedOptions | Mapping[str, Any] | None = None,
+    token_budget: int | None = None,
+    threads: int | None = None,
+    store_options: Mapping[str, str] | None = None,
+    progress: bool = False,
+    # a cluster's options, none here (embed_file sent a cluster run elsewhere)
+    cluster: object = None,
+    unit_tokens: int | None = None,
+) -> EmbedResult:
+    """:func:`embed_file` of a file of several chunks, in this process."""
+    from embedcache.data.seqfile import iter_records
+    from embedcache.engine.local import embed_sequences
+    from embedcache.engine.plan import EmbedResult, refuse_too_long
+
+    opts = embed_options(model, options, revision=revision)
+    adapter = _local_adapter(model, opts, revision=revision, threads=threads)
+    n = 0
+    for chunk in iter_records(path):  # the reader checks each character
+        refuse_too_long(adapter, chunk.seqs, chunk.names)
+        n += len(chunk)
+    logger.info("%s: %d sequences, embedded a chunk at a time", path, n)
+    store = _open_store(store, store_options)  # the file is good: now it may change
+    with npy_rows(output, (n, adapter.dim)) as out:
+        done = computed = 0
+        keys: tuple[ModelKey, ...] = ()
+        for chunk in iter_records(path):
+            if done + len(chunk) > n:
+                break
+            part = embed_sequences(
+                adapter,
+                chunk.seqs,
+                store,
+                names=chunk.names,
+                token_budget=token_budget,
+                progress=progress,
+            )
+            out[done : done + len(chunk)] = part.vectors
+            done += len(chunk)
+            computed += part.n_computed
+            keys = part.keys
+        if done != n:
+            msg = f"{path} changed while it was embedded ({n} rows, then {done}+)"
+            raise InputFileError(msg)
+    vectors = out if output is None else np.load(output, mmap_mode="r")
+    return EmbedResult(
+        vectors=vectors, n_computed=computed, n_cached=n - computed, keys=keys
+    )
 
 
 def embed_version(

@@ -318,6 +318,23 @@ def _count_tokens(
     return out
 
 
+def refuse_too_long(
+    adapter: Adapter, seqs: Sequence[str], names: Sequence[str] | None = None
+) -> None:
+    """Raise for the first of ``seqs`` longer than the model takes (the check
+    :func:`plan_embedding` makes of what it computes), when the key truncates nothing.
+
+    Raises
+    ------
+    SequenceTooLongError
+        A sequence exceeds the model's maximum and the key names no truncation policy.
+    """
+    if adapter.max_tokens is None or adapter.key.truncation != "error":
+        return
+    rows = np.arange(len(seqs))
+    _check_lengths(adapter, _count_tokens(adapter, seqs, rows), rows, seqs, names)
+
+
 def _check_lengths(
     adapter: Adapter,
     n_tokens: np.ndarray,
@@ -358,5 +375,6 @@ __all__ = [
     "cut_units",
     "iter_units",
     "plan_embedding",
+    "refuse_too_long",
     "unit_of_batches",
 ]
