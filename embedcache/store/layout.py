@@ -1,4 +1,4 @@
-"""The store's format (``schema_version`` 3): object names, group documents, commit records.
+"""The store's format (``schema_version`` 4): object names, group documents, commit records.
 
 Every folder is a Zarr v3 group with its ``zarr.json``::
 
@@ -12,7 +12,7 @@ Every folder is a Zarr v3 group with its ``zarr.json``::
                                            chunk per block of 1,024 rows
     <digest>/shards/<shard>/sorted_rows    (n,) uint32: stored row of each sorted hash
     <digest>/shards/<shard>/fences         (blocks, 32) uint8: first hash of each block
-    <digest>/shards/<shard>/bloom          (words,) uint64: blocked Bloom filter
+    <digest>/shards/<shard>/bloom          (words,) uint64: split-block Bloom filter
     <digest>/commits/zarr.json             group of the key's commit records
     <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
                                            a shard exists for readers iff this does
@@ -45,7 +45,7 @@ from typing import Any
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STORE_KIND = "embedcache-store"
 KEY_KIND = "embedcache-key"
 SHARDS_KIND = "embedcache-shards"
@@ -170,7 +170,7 @@ def check_schema(attrs: dict[str, Any], where: str) -> None:
     if version == SCHEMA_VERSION:
         return
     written = attrs.get("embedcache_version", "?")
-    if version in (1, 2):
+    if version in (1, 2, 3):
         msg = (
             f"{where} was written with store schema_version {version} by embedcache "
             f"{written}; "

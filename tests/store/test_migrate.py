@@ -47,7 +47,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
     assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 3: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 1 to 4: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(old_store, create=False)
     assert_reads_everything(store)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
@@ -65,7 +65,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     store.compact()
     assert_reads_everything(EmbeddingStore(old_store))
     again = migrate_store(old_store)
-    assert (again.from_version, again.n_keys) == (3, 0)
+    assert (again.from_version, again.n_keys) == (4, 0)
 
 
 def test_migrate_works_on_an_object_store(s3_handle):
@@ -147,7 +147,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
 
     chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
     assert main(["store", "migrate", "--store", str(store_2)]) == 0
-    assert "from schema_version 2 to 3: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 2 to 4: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(store_2, create=False)
     for key, (hashes, vectors) in expected_2().items():
         got, found = store.get(key, hashes[::-1])
@@ -169,7 +169,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}  # noqa: SIM118
     assert after == {KEY_A2: 2100, KEY_B2: 10}
     again = migrate_store(store_2)
-    assert (again.from_version, again.n_keys) == (3, 0)
+    assert (again.from_version, again.n_keys) == (4, 0)
 
 
 def test_migrate_2_works_on_an_object_store(s3_handle):
@@ -183,6 +183,87 @@ def test_migrate_2_works_on_an_object_store(s3_handle):
     assert (done.from_version, done.n_keys, done.n_shards) == (2, 2, 3)
     store = s3_handle.open(create=False)
     for key, (hashes, vectors) in expected_2().items():
+        got, found = store.get(key, hashes)
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors)
+    assert store.verify() == []
+
+
+# --- schema 3 (tests/fixtures/store-schema3, written by 46eff04's embedcache) ---------
+
+FIXTURE_3 = DATA / "store-schema3"
+
+
+@pytest.fixture
+def store_3(tmp_path) -> Path:
+    root = tmp_path / "old3"
+    shutil.copytree(FIXTURE_3, root)
+    return root
+
+
+def expected_3():
+    from make_store_schema3 import expected as made
+
+    return made()
+
+
+def test_schema_3_is_refused_with_the_migrate_command(store_3):
+    with pytest.raises(StoreError, match="schema_version 3") as err:
+        EmbeddingStore(store_3)
+    assert "embedcache store migrate" in str(err.value)
+
+
+def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, capsys):
+    from make_store_schema3 import KEY_A as KEY_A3
+    from make_store_schema3 import KEY_B as KEY_B3
+
+    chunks = {p: p.read_bytes() for p in store_3.rglob("*/vectors/c/*/*")}
+    sorted_before = {p: p.read_bytes() for p in store_3.rglob("*/sorted_hashes/c/*/*")}
+    blooms = {p: p.read_bytes() for p in store_3.rglob("*/bloom/c/*")}
+    assert main(["store", "migrate", "--store", str(store_3)]) == 0
+    assert "from schema_version 3 to 4: 2 keys, 3 shards" in capsys.readouterr().out
+    store = EmbeddingStore(store_3, create=False)
+    for key, (hashes, vectors) in expected_3().items():
+        got, found = store.get(key, hashes[::-1])
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors[::-1])
+        # a look-up large enough to consult the filters: no hash lost to them
+        asked = [*hashes, "e" * 64]
+        assert store.contains(key, asked).tolist() == [*([True] * len(hashes)), False]
+    infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
+    assert (infos[KEY_A3].n_vectors, infos[KEY_A3].n_shards) == (2100, 1)
+    assert infos[KEY_B3].aliases == ("fixture-b",)
+    assert store.verify() == []  # each filter checked against its shard's hashes
+    assert store.garbage() == []
+    # vectors and the sorted hashes carried over byte for byte; the filters are new
+    for path, data in {**chunks, **sorted_before}.items():
+        assert not path.exists() or path.read_bytes() == data
+    kept = [p for p in blooms if p.exists()]
+    assert kept
+    assert all(p.read_bytes() != blooms[p] for p in kept)
+    again = migrate_store(store_3)
+    assert (again.from_version, again.n_keys) == (4, 0)
+
+
+def test_an_interrupted_migration_from_3_is_run_again(store_3, monkeypatch):
+    calls = []
+    real = migrate._with_index
+
+    def one_shard_then_crash(backend, digest, record):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(record.shard)
+        return real(backend, digest, record)
+
+    monkeypatch.setattr(migrate, "_with_index", one_shard_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_store(store_3)
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match="schema_version 3"):
+        EmbeddingStore(store_3)  # the root flips last
+    assert migrate_store(store_3).from_version == 3
+    store = EmbeddingStore(store_3)
+    for key, (hashes, vectors) in expected_3().items():
         got, found = store.get(key, hashes)
         assert found.all()
         np.testing.assert_array_equal(got, vectors)
