@@ -1,9 +1,9 @@
 """Sorted runs: each shard's hashes in sorted order, found through fences and filters.
 
-A committed shard (schema 3) stores, beside ``hashes`` in stored order, the same
+A committed shard (schema 4) stores, beside ``hashes`` in stored order, the same
 hashes sorted (``sorted_hashes``, one zarr chunk per block of :data:`BLOCK_ROWS`),
 the stored row of each (``sorted_rows``), the first hash of each block
-(``fences``) and a blocked Bloom filter (``bloom``). A reader holds a run's fences
+(``fences``) and a split-block Bloom filter (``bloom``). A reader holds a run's fences
 (32 bytes a block); a look-up reads only the blocks whose fence range holds an asked
 hash, and a large look-up first drops the hashes the filter rules out, so a writer's
 deduplication does not read every block of every run. Runs resolve in commit order:

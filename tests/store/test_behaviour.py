@@ -29,6 +29,7 @@ from embedcache.errors import (
 )
 from embedcache.specs import ModelKey
 from embedcache.store import (
+    SCHEMA_VERSION,
     EmbeddingStore,
     Fault,
     KeyInfo,
@@ -175,9 +176,9 @@ def test_aliases_are_recorded_per_commit_and_survive_compaction(handle):
 def test_unknown_schema_version_and_foreign_data_are_rejected(handle):
     assert handle.open().put(KEY_A, hashes_of(3), vectors_of(3)) == 3
     doc = handle.read("zarr.json")
-    handle.write(
-        "zarr.json", doc.replace(b'"schema_version": 3', b'"schema_version": 99')
-    )
+    written = f'"schema_version": {SCHEMA_VERSION}'.encode()
+    assert written in doc
+    handle.write("zarr.json", doc.replace(written, b'"schema_version": 99'))
     with pytest.raises(StoreError, match="schema_version 99") as err:
         handle.open()
     assert handle.location("zarr.json") in str(err.value)
