@@ -87,7 +87,10 @@ with npy_rows(out_path, (n, 4)) as out:
             store.put(key, hashes, rng.random((len(hashes), 4), dtype=np.float32))
         phase["put"] += time.perf_counter() - t
         t = time.perf_counter()
-        assert store.read_into(key, digests, out[lo : lo + len(digests)]).all()
+        vectors = np.empty((len(digests), 4), np.float32)
+        assert store.read_into(key, digests, vectors).all()
+        out.write(vectors)
+        del vectors
         phase["read"] += time.perf_counter() - t
 seconds = time.perf_counter() - t0
 peak = hwm_mib()
@@ -128,7 +131,8 @@ def chunk_digests(lo: int, n: int) -> np.ndarray:
 def chunk_seqs(lo: int, n: int) -> list[str]:
     k = min(CHUNK, n - lo)
     rng = np.random.default_rng([lo, 7])
-    letters = np.frombuffer(b"ACGT", np.uint8)[rng.integers(0, 4, (k, SEQ_BP))]
+    codes = rng.integers(0, 4, (k, SEQ_BP), dtype=np.uint8)  # not 8 bytes a base
+    letters = np.frombuffer(b"ACGT", np.uint8)[codes]
     raw = letters.tobytes()
     return [raw[i : i + SEQ_BP].decode() for i in range(0, len(raw), SEQ_BP)]
 
@@ -250,11 +254,13 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     root = workdir / f"store-{n}"
     here = str(Path(__file__).parent)
     output = workdir / f"out-{n}.npy"
-    _, fill_rss, out = run_measured(
+    _, _, out = run_measured(
         [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here, str(output)]
     )
     output.unlink()
     fill = json.loads(out.strip().splitlines()[-1])
+    # the child's own VmHWM: ru_maxrss of a forked child starts at its parent's size
+    fill_rss = fill["peak_mib"]
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
     out_mib = n * 4 * 4 / 2**20

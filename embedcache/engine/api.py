@@ -304,10 +304,10 @@ def _embed_file_streamed(
     logger.info("%s: %d sequences, embedded a chunk at a time", path, n)
     store = _open_store(store, store_options)  # the file is good: now it may change
     with npy_rows(output, (n, adapter.dim)) as out:
-        done = computed = 0
+        computed = 0
         keys: tuple[ModelKey, ...] = ()
         for chunk in iter_records(path):
-            if done + len(chunk) > n:
+            if out.done + len(chunk) > n:
                 break
             part = embed_sequences(
                 adapter,
@@ -317,16 +317,14 @@ def _embed_file_streamed(
                 token_budget=token_budget,
                 progress=progress,
             )
-            out[done : done + len(chunk)] = part.vectors
-            done += len(chunk)
+            out.write(part.vectors)
             computed += part.n_computed
             keys = part.keys
-        if done != n:
-            msg = f"{path} changed while it was embedded ({n} rows, then {done}+)"
+        if out.done != n:
+            msg = f"{path} changed while it was embedded ({n} rows, then {out.done}+)"
             raise InputFileError(msg)
-    vectors = out if output is None else np.load(output, mmap_mode="r")
     return EmbedResult(
-        vectors=vectors, n_computed=computed, n_cached=n - computed, keys=keys
+        vectors=out.result(), n_computed=computed, n_cached=n - computed, keys=keys
     )
 
 

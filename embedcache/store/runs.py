@@ -93,15 +93,9 @@ def bloom_of(keys: np.ndarray) -> np.ndarray:
     # keys would hold 820 MB of them at once)
     for lo in range(0, len(keys), _BLOOM_SLICE):
         block, bits = bloom_hashes(keys[lo : lo + _BLOOM_SLICE])
-        at = block % np.uint64(len(blocks))
-        order = np.argsort(at, kind="stable")
-        at = at[order]
-        starts = np.flatnonzero(np.r_[True, at[1:] != at[:-1]])
-        masks = np.left_shift(np.uint64(1), bits[order].astype(np.uint64))
-        # keys sharing a block are OR-ed together first: a block is then set once
-        blocks[at[starts].astype(np.intp)] |= np.bitwise_or.reduceat(
-            masks, starts, axis=0
-        )
+        at = (block % np.uint64(len(blocks))).astype(np.intp)
+        masks = np.left_shift(np.uint64(1), bits.astype(np.uint64))
+        np.bitwise_or.at(blocks, at, masks)  # a block many keys share gets each
     return words
 
 

@@ -139,3 +139,29 @@ def test_a_streamed_cli_run_prints_its_counts(tmp_path, capsys, chunks_seen):
     assert lines[-1] == "computed=6 cached=1"
     assert chunks_seen == [4, 3]
     assert np.load(out).shape[0] == 7
+
+
+def test_rows_written_in_blocks_make_the_same_npy_and_a_short_run_leaves_none(tmp_path):
+    from embedcache.engine.output import npy_rows, write_npy
+
+    rows = np.random.default_rng(8).random((7, 3), dtype=np.float32)
+    with npy_rows(tmp_path / "a.npy", rows.shape) as sink:
+        sink.write(rows[:4])
+        sink.write(rows[4:])
+    write_npy(tmp_path / "b.npy", rows)
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+    np.testing.assert_array_equal(sink.result(), rows)
+    with (
+        pytest.raises(ValueError, match="4 of 7 rows"),
+        npy_rows(tmp_path / "c.npy", rows.shape) as short,
+    ):
+        short.write(rows[:4])
+    with (
+        pytest.raises(ValueError, match="do not fit"),
+        npy_rows(tmp_path / "d.npy", rows.shape) as long,
+    ):
+        long.write(np.vstack([rows, rows]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy"]
+    with npy_rows(None, rows.shape) as memory:
+        memory.write(rows)
+    np.testing.assert_array_equal(memory.result(), rows)
