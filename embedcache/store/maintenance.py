@@ -29,6 +29,8 @@ from embedcache.store.layout import (
     shards_prefix,
 )
 from embedcache.store.lease import lease_expiry
+from embedcache.store.runs import sort_keys
+from embedcache.store.shard_writes import ShardRows
 from embedcache.store.shards import chunk_rows
 from embedcache.store.views import (
     RETRIES,
@@ -98,7 +100,7 @@ def merge(
         keys, which, rows = keys[keep], which[keep], rows[keep]
     block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
 
-    def fill(write: Callable[[int, np.ndarray], None]) -> None:
+    def vectors(append: Callable[[np.ndarray], None]) -> None:
         for start in range(0, len(keys), block):
             stop = min(len(keys), start + block)
             buf = np.empty((stop - start, view.dim), np.float32)
@@ -111,21 +113,28 @@ def merge(
                 buf,
                 np.arange(stop - start),
             )
-            write(start, buf)
+            append(buf)
+
+    def index(add: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        add(*sort_keys(keys))
 
     merged = commit_shard(
         backend,
         view,
         writer,
-        keys,
-        fill,
+        ShardRows(
+            n=len(keys),
+            vectors=vectors,
+            hashes=lambda append: append(keys),
+            index=index,
+        ),
         supersedes=chosen,
         order_ns=min(snap.records[s].order_ns for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
     )
     # readers in this process move to the merged run before the old ones go (its
-    # fences and filter from the keys in hand: no read back, no block read of it
-    # for a hash it lacks)
+    # fences and filter as written: no read back, no block read of it for a hash
+    # it lacks)
     adopt(view, merged)
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))

@@ -91,10 +91,16 @@ def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def bloom_of(keys: np.ndarray) -> np.ndarray:
     """A blocked Bloom filter of ``keys``: (words,) uint64."""
     words = np.zeros(n_bloom_words(len(keys)), np.uint64)
+    add_to_bloom(words, keys)
+    return words
+
+
+def add_to_bloom(words: np.ndarray, keys: np.ndarray) -> None:
+    """Set the bits of ``keys`` in the filter ``words`` (sized for all its keys):
+    a filter is the same whatever order or pieces its keys come in."""
     if len(keys):
         word, mask = bloom_hashes(keys)
         np.bitwise_or.at(words, (word % np.uint64(len(words))).astype(np.int64), mask)
-    return words
 
 
 def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -102,17 +108,6 @@ def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.nda
     (False: certainly not)."""
     word, mask = hashed
     return (bloom[word % np.uint64(len(bloom))] & mask) == mask
-
-
-def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
-    """The arrays of a shard's sorted index, as written (name -> array)."""
-    sorted_keys, rows = sort_keys(keys)
-    return {
-        "sorted_hashes": key_bytes(sorted_keys),
-        "sorted_rows": rows.astype(row_dtype(len(keys))),
-        "fences": key_bytes(fences_of(sorted_keys)),
-        "bloom": bloom_of(keys),
-    }
 
 
 def row_dtype(n: int) -> str:

@@ -22,14 +22,7 @@ import numpy as np
 from embedcache.errors import StoreError
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import CommitRecord, commits_prefix, record_path
-from embedcache.store.runs import (
-    BlockCache,
-    ChunkError,
-    bloom_of,
-    fences_of,
-    probe,
-    sort_keys,
-)
+from embedcache.store.runs import BlockCache, ChunkError, probe
 from embedcache.store.shards import (
     MissingObjectError,
     Shard,
@@ -364,14 +357,12 @@ def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray
 def adopt(view: KeyView, shard: Shard) -> None:
     """Add a shard this process just committed to the view, without reading it back.
 
-    Only the new run is indexed (its fences and filter, from its keys, which are
-    then dropped); the other runs are shared with the previous state.
+    The new run comes with its fences and filter, made as it was written; the
+    other runs are shared with the previous state.
     """
-    keys = shard.keys if shard.keys is not None else np.empty(0, "S32")
-    if shard.fences is None or shard.bloom is None:  # else made as it was written
-        shard.fences = fences_of(sort_keys(keys)[0])
-        shard.bloom = bloom_of(keys)
-    shard.keys = None
+    if shard.fences is None or shard.bloom is None:
+        msg = f"shard {shard.record.shard} has no fences and filter to adopt"
+        raise ValueError(msg)
     with view.lock:
         snap = view.snap
         if shard.record.shard in snap.records:  # a refresh listed it meanwhile
