@@ -16,7 +16,8 @@ modules, one job each:
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
-- ``verify``: full checks; ``maintenance``: compaction and garbage collection
+- ``verify``: full checks; ``maintenance``: compaction and garbage collection;
+  ``merged_runs``: a merge of sorted runs, streamed a bounded step at a time
 - ``lease``: writer leases, renewed while a writer holds uncommitted shards
 - ``migrate``: convert a schema-1 or schema-2 store in place
 - ``options``: a URL's backend options from its cloud's environment variables

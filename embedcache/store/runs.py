@@ -168,6 +168,11 @@ class BlockCache:
         with self._lock:
             return key in self._items
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
     def get(
         self, key: tuple[str, str, int], load: Callable[[], np.ndarray]
     ) -> np.ndarray:
@@ -319,6 +324,31 @@ def _small_tasks(
         if block >= 0:
             by_block.setdefault(block, []).append(i)
     return [(r, b, np.array(pos)) for b, pos in sorted(by_block.items())]
+
+
+def read_sorted(
+    backend: Backend, shard: Shard, lo: int, hi: int, cache: BlockCache
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``lo..hi`` of a run's sorted index: the hashes (S32), in order, and
+    the stored row of each (int64); its chunks read in parallel through ``cache``.
+
+    Raises
+    ------
+    ChunkError
+        A chunk is absent or fails its checks.
+    """
+    hi = min(hi, shard.record.n_rows)
+    if hi <= lo:
+        return np.empty(0, "S32"), np.empty(0, np.int64)
+
+    def piece(per: int, load: Callable[[int], np.ndarray]) -> np.ndarray:
+        first, last = lo // per, (hi - 1) // per
+        parts = backend.map(load, range(first, last + 1))
+        return np.concatenate(parts)[lo - first * per : hi - first * per]
+
+    keys = piece(BLOCK_ROWS, lambda b: _sorted_block(backend, shard, b, cache))
+    rows = piece(ROWS_CHUNK, lambda c: _rows_chunk(backend, shard, c, cache))
+    return keys, rows
 
 
 def _stored_rows(

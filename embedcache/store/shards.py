@@ -158,8 +158,11 @@ def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
     return shard
 
 
-def read_keys(backend: Backend, digest: str, shard: Shard) -> np.ndarray:
-    """Every hash of a shard in stored order ((n,) S32): one sequential read.
+def read_keys(
+    backend: Backend, digest: str, shard: Shard, lo: int = 0, hi: int | None = None
+) -> np.ndarray:
+    """The hashes of a shard's stored rows ``lo..hi`` (default: all), in stored
+    order ((k,) S32): one sequential read.
 
     Raises
     ------
@@ -167,17 +170,22 @@ def read_keys(backend: Backend, digest: str, shard: Shard) -> np.ndarray:
         As :func:`open_shard`.
     """
     record, n = shard.record, shard.record.n_rows
+    hi = n if hi is None else min(hi, n)
     hashes = _checked_array(backend, digest, record, "hashes", (n, HASH_WIDTH), "uint8")
     try:
-        raw = np.ascontiguousarray(hashes[:]) if n else np.empty((0, HASH_WIDTH))
+        raw = (
+            np.ascontiguousarray(hashes[lo:hi], np.uint8)
+            if hi > lo
+            else np.empty((0, HASH_WIDTH), np.uint8)
+        )
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
         path, problem = f"{shard.prefix}/hashes", f"a chunk failed its check ({err})"
         raise corrupt(backend, path, problem, digest, record.shard) from err
     # a missing chunk reads as zarr's fill value; no sha256 is all zero
-    if n and not raw.any(axis=1).all():
+    if len(raw) and not raw.any(axis=1).all():
         path = f"{shard.prefix}/hashes/c"
         raise MissingObjectError(path)
-    return np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
+    return raw.view("S32").reshape(-1)  # a view: no copy of the hashes
 
 
 def vectors_of(backend: Backend, digest: str, shard: Shard) -> Any:  # noqa: ANN401
