@@ -10,13 +10,14 @@ modules, one job each:
 - ``commits``: the commit protocol (put-if-absent records, retiring superseded shards)
 - ``views``: each key's view: immutable snapshots of its committed shards,
   refreshed from the listing every ``refresh_seconds``, and look-ups in them
-- ``shards``: shard I/O: zarr arrays with the crc32c codec, their chunks written
-  directly (the bytes zarr writes); ``chunks``: raw chunk reads beside zarr (the
-  same crc32c check)
+- ``shards``: shard reads: zarr arrays with the crc32c codec; ``chunks``: raw chunk
+  reads beside zarr (the same crc32c check); ``shard_writes``: a shard's chunks
+  written directly (the bytes zarr writes) from rows handed over in pieces
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
-- ``verify``: full checks; ``maintenance``: compaction and garbage collection
+- ``verify``: full checks; ``maintenance``: compaction and garbage collection;
+  ``merged_runs``: a merge of sorted runs, streamed a bounded step at a time
 - ``lease``: writer leases, renewed while a writer holds uncommitted shards
 - ``migrate``: convert a schema-1 or schema-2 store in place
 - ``options``: a URL's backend options from its cloud's environment variables

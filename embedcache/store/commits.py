@@ -28,15 +28,15 @@ from embedcache.store.layout import (
     record_path,
     shard_prefix,
 )
-from embedcache.store.shards import Shard, write_shard
+from embedcache.store.shard_writes import write_shard
+from embedcache.store.shards import Shard
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-
-    import numpy as np
+    from collections.abc import Iterable
 
     from embedcache.store.backend import Backend
     from embedcache.store.lease import Lease
+    from embedcache.store.shard_writes import ShardRows
     from embedcache.store.views import KeyView
 
 
@@ -65,14 +65,17 @@ def commit_shard(
     backend: Backend,
     view: KeyView,
     writer: Writer,
-    keys: np.ndarray,
-    fill: Callable[[Any], None],
+    rows: ShardRows,
     *,
     supersedes: Iterable[str] = (),
     order_ns: int | None = None,
     aliases: Iterable[str] = (),
 ) -> Shard:
-    """Write a complete shard, make it durable, then publish it with put-if-absent."""
+    """Write a complete shard, make it durable, then publish it with put-if-absent.
+
+    The shard returned holds its fences and filter (for ``views.adopt``), not its
+    hashes.
+    """
     shard = new_shard_name(writer.lease.name)
     prefix = shard_prefix(view.digest, shard)
     path = record_path(view.digest, shard)
@@ -83,16 +86,15 @@ def commit_shard(
             backend,
             prefix,
             attrs=writer.owner_attrs(),
-            keys=keys,
             dim=view.dim,
-            fill=fill,
+            rows=rows,
         )
         backend.sync(f"{prefix}/{rel}" for rel in files)
         now = time.time_ns()
         record = CommitRecord(
             shard=shard,
             writer=writer.writer_id,
-            n_rows=len(keys),
+            n_rows=rows.n,
             dim=view.dim,
             order_ns=now if order_ns is None else order_ns,
             committed_ns=now,
@@ -119,7 +121,6 @@ def commit_shard(
     return Shard(
         record=record,
         prefix=prefix,
-        keys=keys,
         vectors=vectors,
         fences=fences,
         bloom=bloom,

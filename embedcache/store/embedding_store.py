@@ -26,6 +26,7 @@ from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
 from embedcache.store.runs import BlockCache
+from embedcache.store.shard_writes import rows_in_hand
 from embedcache.store.verify import Fault, verify_store
 from embedcache.store.views import (
     RETRIES,
@@ -351,8 +352,7 @@ class EmbeddingStore:
                 self._backend,
                 view,
                 self._writer,
-                q[rows],
-                lambda write: write(0, new),
+                rows_in_hand(q[rows], new),
                 aliases=aliases,
             )
             logger.debug(

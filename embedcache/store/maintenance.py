@@ -11,14 +11,11 @@ than the lease plus the margin), and leases that expired as long ago.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.commits import commit_shard, retire
-from embedcache.store.index import first_rows
 from embedcache.store.layout import (
     LEASES,
     commits_prefix,
@@ -29,26 +26,23 @@ from embedcache.store.layout import (
     shards_prefix,
 )
 from embedcache.store.lease import lease_expiry
-from embedcache.store.shards import chunk_rows
+from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.views import (
     RETRIES,
     ShardRetiredError,
     adopt,
-    all_keys,
-    lookup,
-    read_vectors,
     refresh,
     retries_exhausted,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
     from embedcache.store.lease import LeasePolicy
-    from embedcache.store.views import KeyView, Snapshot
+    from embedcache.store.views import KeyView
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +67,8 @@ def merge(
 
     The merged run keeps the rows in the chosen shards' stored order (whole-key
     reads stay sequential) and only those that win in the whole key: a hash an
-    earlier, unchosen shard holds stays served by that shard.
+    earlier, unchosen shard holds stays served by that shard. Streamed
+    (``merged_runs``): its memory is a few bytes a row, not the keys.
     """
     snap = refresh(backend, view)
     chosen = set(shard_ids) & {s.record.shard for s in snap.shards}
@@ -85,79 +80,25 @@ def merge(
         chosen |= extra
         grew = bool(extra)
     positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
-    parts = all_keys(
-        backend, view, replace(snap, shards=tuple(snap.shards[i] for i in positions))
-    )
-    sizes = [len(p) for p in parts]
-    keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-    del parts  # the keys once, not twice, through the merge (32 bytes a row)
-    which = np.repeat(positions, sizes).astype(np.int64)
-    rows = np.concatenate([np.arange(n) for n in sizes]) if sizes else which
-    keep = _winning(backend, view, snap, keys, which)
-    if not keep.all():  # most merges drop nothing: no second copy of the keys
-        keys, which, rows = keys[keep], which[keep], rows[keep]
-    block = 16 * chunk_rows(len(keys), 4 * view.dim)  # whole chunks per write
-
-    def fill(write: Callable[[int, np.ndarray], None]) -> None:
-        for start in range(0, len(keys), block):
-            stop = min(len(keys), start + block)
-            buf = np.empty((stop - start, view.dim), np.float32)
-            read_vectors(
-                backend,
-                view,
-                snap,
-                which[start:stop],
-                rows[start:stop],
-                buf,
-                np.arange(stop - start),
-            )
-            write(start, buf)
-
+    cache = merge_cache(len(positions))
+    kept = winning_rows(backend, view, snap, positions, cache)
     merged = commit_shard(
         backend,
         view,
         writer,
-        keys,
-        fill,
+        merged_rows(backend, view, snap, positions, kept, cache),
         supersedes=chosen,
         order_ns=min(snap.records[s].order_ns for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
     )
     # readers in this process move to the merged run before the old ones go (its
-    # fences and filter from the keys in hand: no read back, no block read of it
-    # for a hash it lacks)
+    # fences and filter as written: no read back, no block read of it for a hash
+    # it lacks)
     adopt(view, merged)
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
     return merged.record
-
-
-def _winning(
-    backend: Backend, view: KeyView, snap: Snapshot, keys: np.ndarray, run: np.ndarray
-) -> np.ndarray:
-    """Which of the chosen runs' ``keys`` (from run position ``run``, in commit
-    order) win in the whole key: the first copy among the chosen, unless a run
-    before it that is not chosen holds the hash too.
-
-    A sort of the keys, and a look-up of only those the other runs' filters let
-    through: not a look-up of every key in every run (the blocks of the chosen
-    runs themselves are never read).
-    """
-    keep = np.zeros(len(keys), bool)
-    if not len(keys):
-        return keep
-    keep[first_rows(keys)] = True  # the first copy, in commit order
-    chosen = set(run.tolist())
-    others = [i for i in range(int(run.max())) if i not in chosen]
-    if others:
-        cand = np.flatnonzero(keep)
-        sub = replace(snap, shards=tuple(snap.shards[i] for i in others))
-        held, _ = lookup(backend, view, sub, keys[cand])
-        hit = held >= 0
-        earlier = np.asarray(others)[held[hit]] < run[cand[hit]]
-        keep[cand[hit][earlier]] = False
-    return keep
 
 
 def merge_own(

@@ -43,7 +43,8 @@ from embedcache.store.layout import (
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.shards import INDEX_ARRAYS, Shard, read_keys, write_index
+from embedcache.store.shard_writes import write_index
+from embedcache.store.shards import INDEX_ARRAYS, Shard, read_keys
 from embedcache.store.verify import verify_shard
 
 if TYPE_CHECKING:

@@ -88,6 +88,13 @@ def bloom_hashes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def bloom_of(keys: np.ndarray) -> np.ndarray:
     """A split-block Bloom filter of ``keys``: (words,) uint64."""
     words = np.zeros(n_bloom_words(len(keys)), np.uint64)
+    add_to_bloom(words, keys)
+    return words
+
+
+def add_to_bloom(words: np.ndarray, keys: np.ndarray) -> None:
+    """Set the bits of ``keys`` in the filter ``words`` (sized for all its keys):
+    a filter is the same whatever order or pieces its keys come in."""
     blocks = words.reshape(-1, BLOOM_WORDS)
     # a slice of keys at a time: the masks are 64 bytes a key (a merge of 12.8 M
     # keys would hold 820 MB of them at once)
@@ -96,7 +103,6 @@ def bloom_of(keys: np.ndarray) -> np.ndarray:
         at = (block % np.uint64(len(blocks))).astype(np.intp)
         masks = np.left_shift(np.uint64(1), bits.astype(np.uint64))
         np.bitwise_or.at(blocks, at, masks)  # a block many keys share gets each
-    return words
 
 
 def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -113,17 +119,6 @@ def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.nda
     out = np.zeros(len(base), bool)
     out[alive] = True
     return out
-
-
-def index_arrays(keys: np.ndarray) -> dict[str, np.ndarray]:
-    """The arrays of a shard's sorted index, as written (name -> array)."""
-    sorted_keys, rows = sort_keys(keys)
-    return {
-        "sorted_hashes": key_bytes(sorted_keys),
-        "sorted_rows": rows.astype(row_dtype(len(keys))),
-        "fences": key_bytes(fences_of(sorted_keys)),
-        "bloom": bloom_of(keys),
-    }
 
 
 def row_dtype(n: int) -> str:
@@ -183,6 +178,11 @@ class BlockCache:
     def has(self, key: tuple[str, str, int]) -> bool:
         with self._lock:
             return key in self._items
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
 
     def get(
         self, key: tuple[str, str, int], load: Callable[[], np.ndarray]
@@ -338,6 +338,31 @@ def _small_tasks(
         if block >= 0:
             by_block.setdefault(block, []).append(i)
     return [(r, b, np.array(pos)) for b, pos in sorted(by_block.items())]
+
+
+def read_sorted(
+    backend: Backend, shard: Shard, lo: int, hi: int, cache: BlockCache
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``lo..hi`` of a run's sorted index: the hashes (S32), in order, and
+    the stored row of each (int64); its chunks read in parallel through ``cache``.
+
+    Raises
+    ------
+    ChunkError
+        A chunk is absent or fails its checks.
+    """
+    hi = min(hi, shard.record.n_rows)
+    if hi <= lo:
+        return np.empty(0, "S32"), np.empty(0, np.int64)
+
+    def piece(per: int, load: Callable[[int], np.ndarray]) -> np.ndarray:
+        first, last = lo // per, (hi - 1) // per
+        parts = backend.map(load, range(first, last + 1))
+        return np.concatenate(parts)[lo - first * per : hi - first * per]
+
+    keys = piece(BLOCK_ROWS, lambda b: _sorted_block(backend, shard, b, cache))
+    rows = piece(ROWS_CHUNK, lambda c: _rows_chunk(backend, shard, c, cache))
+    return keys, rows
 
 
 def _stored_rows(

@@ -1,4 +1,4 @@
-"""Shard I/O through zarr: write a shard's arrays, open a committed one, read its rows.
+"""Shard reads through zarr: open a committed shard, read its rows and hashes.
 
 A shard is a group of arrays, all with the ``bytes`` + ``crc32c`` codecs, so every
 chunk read is checked: ``vectors`` (n, dim) float32 and ``hashes`` (n, 32) uint8 in
@@ -10,20 +10,16 @@ first read of a vector.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import google_crc32c
 import numpy as np
 import zarr
-from zarr.codecs import Crc32cCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer.cpu import NDBuffer
-from zarr.storage import MemoryStore, StorePath
+from zarr.storage import StorePath
 
 from embedcache.errors import CorruptStoreError
 from embedcache.store import runs
@@ -33,11 +29,9 @@ from embedcache.store.chunks import (
     is_run,
     read_span,
 )
-from embedcache.store.index import key_bytes
 from embedcache.store.layout import (
     HASH_WIDTH,
     SHARD_META_FILES,
-    group_doc,
     parse_json,
     record_path,
     sha256,
@@ -45,8 +39,6 @@ from embedcache.store.layout import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from embedcache.store.backend import Backend
     from embedcache.store.layout import CommitRecord
 
@@ -62,30 +54,20 @@ CHUNK_MAX_ROWS = 16384
 # rows it picks, per reading thread (a merged shard may hold a whole run: reading
 # its span in one piece would cost as much memory as the run's output)
 SPAN_BYTES = 1 << 23
-_NAN = math.nan  # one object: a key of _array_doc's cache
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
 INDEX_ARRAYS = ("sorted_hashes", "sorted_rows", "fences", "bloom")
-# rows per chunk of each array of the sorted index, given its length
-_INDEX_CHUNKS = {
-    "sorted_hashes": lambda n: runs.BLOCK_ROWS,
-    "sorted_rows": lambda n: runs.ROWS_CHUNK,
-    "fences": lambda n: n,  # one chunk: a reader loads it whole at open
-    "bloom": lambda n: min(n, runs.BLOOM_CHUNK),
-}
 
 
 @dataclass(slots=True)
 class Shard:
     """A committed shard (a sorted run), opened: its record, fences, vectors array.
 
-    Never holds every hash: ``keys`` only right after this process wrote the shard
-    (until a view adopts it).
+    Never holds every hash.
     """
 
     record: CommitRecord
     prefix: str
-    keys: np.ndarray | None = None  # (n,) S32 in stored order, just written
     vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
     fences: np.ndarray | None = None  # (blocks,) S32: first hash of each block
     bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
@@ -95,147 +77,10 @@ def chunk_rows(n: int, row_bytes: int) -> int:
     return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes, CHUNK_MAX_ROWS))
 
 
-@functools.lru_cache(maxsize=256)
-def _array_doc(
-    shape: tuple[int, ...],
-    dtype: str,
-    fill_value: float,
-    chunk: int | None = None,
-) -> bytes:
-    """The ``zarr.json`` zarr writes for one of our arrays (made in memory).
-
-    ``chunk``: rows per chunk (default: ~:data:`CHUNK_BYTES`); a chunk spans every
-    column.
-    """
-    docs: dict[str, Any] = {}
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
-    rows = chunk_rows(shape[0], row_bytes) if chunk is None else max(1, chunk)
-    zarr.create_array(
-        store=MemoryStore(docs),
-        shape=shape,
-        dtype=dtype,
-        chunks=(rows, *shape[1:]),
-        filters=None,
-        compressors=[Crc32cCodec()],
-        fill_value=fill_value,
-    )
-    return docs["zarr.json"].to_bytes()
-
-
 def _array(zstore: Any, path: str, doc: bytes) -> Any:  # noqa: ANN401
     """A zarr array at ``path`` from its (already read and checked) metadata."""
     meta = json.loads(doc)
     return zarr.Array(AsyncArray(meta, StorePath(zstore, path), config=_ARRAY_CONFIG))
-
-
-def write_shard(
-    backend: Backend,
-    prefix: str,
-    *,
-    attrs: dict[str, Any],
-    keys: np.ndarray,
-    dim: int,
-    fill: Callable[[Callable[[int, np.ndarray], None]], None],
-) -> tuple[dict[str, tuple[int, str]], Any, np.ndarray, np.ndarray]:
-    """Write a complete shard under ``prefix``.
-
-    Returns (size, sha256) of each object written, the vectors array to read, and
-    the run's fences and Bloom filter (for a view to adopt it without reading).
-
-    ``fill(write)`` hands the vectors over: ``write(start, rows)`` stores rows
-    ``start..`` (``start`` a multiple of the chunk rows, :func:`chunk_rows`), so
-    a merge passes its rows a block at a time. The metadata documents are made
-    in memory and written directly, as are the chunks (bytes + crc32c, the bytes
-    zarr writes for this layout): zarr's write path costs ~100x the CPU, all of
-    it holding the GIL a server's readers wait for.
-    """
-    n = len(keys)
-    docs = {
-        "zarr.json": group_doc(attrs),
-        "vectors/zarr.json": _array_doc((n, dim), "float32", _NAN),
-        "hashes/zarr.json": _array_doc((n, HASH_WIDTH), "uint8", 0),
-    }
-    for rel, doc in docs.items():
-        backend.write(f"{prefix}/{rel}", doc)
-    files = {rel: (len(doc), sha256(doc)) for rel, doc in docs.items()}
-    per = chunk_rows(n, 4 * dim)
-
-    def write(start: int, rows: np.ndarray) -> None:
-        rows = np.asarray(rows, np.float32)
-        if start % per or rows.shape[1:] != (dim,) or start + len(rows) > n:
-            msg = f"rows {start}..+{len(rows)} do not fit chunks of {per} rows of {n}"
-            raise ValueError(msg)
-        files.update(write_chunks(backend, prefix, "vectors", rows, per, _NAN, start))
-
-    if n:
-        fill(write)
-        per_hashes = chunk_rows(n, HASH_WIDTH)
-        files.update(
-            write_chunks(backend, prefix, "hashes", key_bytes(keys), per_hashes, 0)
-        )
-    index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
-    files.update(write_index(backend, prefix, keys, index))
-    vectors = _array(
-        backend.zarr_store(), f"{prefix}/vectors", docs["vectors/zarr.json"]
-    )
-    fences = np.ascontiguousarray(index["fences"]).view("S32").reshape(-1)
-    return dict(sorted(files.items())), vectors, fences, index["bloom"]
-
-
-def write_chunks(
-    backend: Backend,
-    prefix: str,
-    name: str,
-    arr: np.ndarray,
-    per: int,
-    fill_value: float,
-    start: int = 0,
-) -> dict[str, tuple[int, str]]:
-    """Write rows ``start..`` of array ``name`` as its chunks of ``per`` rows.
-
-    Each chunk is its rows' little-endian bytes (the last one padded with the fill
-    value to a whole chunk, as zarr stores an edge chunk) followed by their
-    crc32c. Returns (size, sha256) of each chunk by path in the shard.
-    """
-    suffix = "/0" * (arr.ndim - 1)  # a chunk spans every column
-    dtype = arr.dtype.newbyteorder("<")
-
-    def put(lo: int) -> tuple[str, tuple[int, str]]:
-        body = np.ascontiguousarray(arr[lo : lo + per], dtype)
-        if len(body) < per:
-            whole = np.full((per, *arr.shape[1:]), fill_value, dtype)
-            whole[: len(body)] = body
-            body = whole
-        data = body.tobytes()
-        data += google_crc32c.value(data).to_bytes(4, "little")
-        rel = f"{name}/c/{(start + lo) // per}{suffix}"
-        backend.write(f"{prefix}/{rel}", data)
-        return rel, (len(data), sha256(data))
-
-    return dict(backend.map(put, range(0, len(arr), per)))
-
-
-def write_index(
-    backend: Backend,
-    prefix: str,
-    keys: np.ndarray,
-    index: dict[str, np.ndarray] | None = None,
-) -> dict[str, tuple[int, str]]:
-    """Write a shard's sorted index (``runs``; ``index``: its arrays, made already)
-    under ``prefix``; (size, sha256) of each object written, by path in the shard.
-    Deterministic: a rerun writes the same bytes."""
-    if index is None:
-        index = runs.index_arrays(np.ascontiguousarray(keys, "S32"))
-    files = {}
-    for name, arr in index.items():
-        rel = f"{name}/zarr.json"
-        per = _INDEX_CHUNKS[name](len(arr))
-        doc = _array_doc(arr.shape, arr.dtype.name, 0, per)
-        backend.write(f"{prefix}/{rel}", doc)
-        files[rel] = (len(doc), sha256(doc))
-        if len(arr):
-            files.update(write_chunks(backend, prefix, name, arr, per, 0))
-    return files
 
 
 def corrupt(
@@ -313,8 +158,11 @@ def open_shard(backend: Backend, digest: str, record: CommitRecord) -> Shard:
     return shard
 
 
-def read_keys(backend: Backend, digest: str, shard: Shard) -> np.ndarray:
-    """Every hash of a shard in stored order ((n,) S32): one sequential read.
+def read_keys(
+    backend: Backend, digest: str, shard: Shard, lo: int = 0, hi: int | None = None
+) -> np.ndarray:
+    """The hashes of a shard's stored rows ``lo..hi`` (default: all), in stored
+    order ((k,) S32): one sequential read.
 
     Raises
     ------
@@ -322,19 +170,22 @@ def read_keys(backend: Backend, digest: str, shard: Shard) -> np.ndarray:
         As :func:`open_shard`.
     """
     record, n = shard.record, shard.record.n_rows
-    if shard.keys is not None:
-        return shard.keys
+    hi = n if hi is None else min(hi, n)
     hashes = _checked_array(backend, digest, record, "hashes", (n, HASH_WIDTH), "uint8")
     try:
-        raw = np.ascontiguousarray(hashes[:]) if n else np.empty((0, HASH_WIDTH))
+        raw = (
+            np.ascontiguousarray(hashes[lo:hi], np.uint8)
+            if hi > lo
+            else np.empty((0, HASH_WIDTH), np.uint8)
+        )
     except ValueError as err:  # zarr: a chunk failed its crc32c or cannot decode
         path, problem = f"{shard.prefix}/hashes", f"a chunk failed its check ({err})"
         raise corrupt(backend, path, problem, digest, record.shard) from err
     # a missing chunk reads as zarr's fill value; no sha256 is all zero
-    if n and not raw.any(axis=1).all():
+    if len(raw) and not raw.any(axis=1).all():
         path = f"{shard.prefix}/hashes/c"
         raise MissingObjectError(path)
-    return np.frombuffer(raw.astype(np.uint8).tobytes(), "S32")
+    return raw.view("S32").reshape(-1)  # a view: no copy of the hashes
 
 
 def vectors_of(backend: Backend, digest: str, shard: Shard) -> Any:  # noqa: ANN401

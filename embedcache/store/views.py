@@ -22,14 +22,7 @@ import numpy as np
 from embedcache.errors import StoreError
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import CommitRecord, commits_prefix, record_path
-from embedcache.store.runs import (
-    BlockCache,
-    ChunkError,
-    bloom_of,
-    fences_of,
-    probe,
-    sort_keys,
-)
+from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
 from embedcache.store.shards import (
     MissingObjectError,
     Shard,
@@ -267,10 +260,25 @@ def lookup(
     try:
         return probe(backend, snap.shards, q, view.cache)
     except ChunkError as err:
-        shard = err.path.split("/")[2]
-        if err.missing:
-            raise missing_or_retired(backend, view.digest, shard, err.path) from None
-        raise corrupt(backend, err.path, err.problem, view.digest, shard) from None
+        raise _index_error(backend, view, err) from None
+
+
+def sorted_index(
+    backend: Backend, view: KeyView, shard: Shard, lo: int, hi: int, cache: BlockCache
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``lo..hi`` of a run's sorted index: its hashes (S32) and the stored
+    row of each (int64)."""
+    try:
+        return read_sorted(backend, shard, lo, hi, cache)
+    except ChunkError as err:
+        raise _index_error(backend, view, err) from None
+
+
+def _index_error(backend: Backend, view: KeyView, err: ChunkError) -> Exception:
+    shard = err.path.split("/")[2]
+    if err.missing:
+        return missing_or_retired(backend, view.digest, shard, err.path)
+    return corrupt(backend, err.path, err.problem, view.digest, shard)
 
 
 def read_vectors(
@@ -349,29 +357,30 @@ def read_many(
 
 def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray]:
     """Every run's hashes in stored order (a whole-key read), in commit order."""
+    return backend.map(lambda s: stored_keys(backend, view, s), snap.shards)
 
-    def load(shard: Shard) -> np.ndarray:
-        try:
-            return read_keys(backend, view.digest, shard)
-        except MissingObjectError as err:
-            raise missing_or_retired(
-                backend, view.digest, shard.record.shard, err.path
-            ) from None
 
-    return backend.map(load, snap.shards)
+def stored_keys(
+    backend: Backend, view: KeyView, shard: Shard, lo: int = 0, hi: int | None = None
+) -> np.ndarray:
+    """The hashes of a run's stored rows ``lo..hi`` (default: all), S32."""
+    try:
+        return read_keys(backend, view.digest, shard, lo, hi)
+    except MissingObjectError as err:
+        raise missing_or_retired(
+            backend, view.digest, shard.record.shard, err.path
+        ) from None
 
 
 def adopt(view: KeyView, shard: Shard) -> None:
     """Add a shard this process just committed to the view, without reading it back.
 
-    Only the new run is indexed (its fences and filter, from its keys, which are
-    then dropped); the other runs are shared with the previous state.
+    The new run comes with its fences and filter, made as it was written; the
+    other runs are shared with the previous state.
     """
-    keys = shard.keys if shard.keys is not None else np.empty(0, "S32")
-    if shard.fences is None or shard.bloom is None:  # else made as it was written
-        shard.fences = fences_of(sort_keys(keys)[0])
-        shard.bloom = bloom_of(keys)
-    shard.keys = None
+    if shard.fences is None or shard.bloom is None:
+        msg = f"shard {shard.record.shard} has no fences and filter to adopt"
+        raise ValueError(msg)
     with view.lock:
         snap = view.snap
         if shard.record.shard in snap.records:  # a refresh listed it meanwhile
