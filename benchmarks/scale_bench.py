@@ -120,20 +120,38 @@ def hwm_mib() -> float:
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
-    """Raw sha256 keys of sequences lo..lo+CHUNK (seeded by lo): (k,) S32."""
+    """Raw sha256 keys of sequences lo..lo+CHUNK (seeded by lo): (k,) S32.
+
+    Held as `embed` holds a chunk of a file: the bases packed (~1 byte each), hashed
+    100,000 at a time (engine/plan.py), never a Python string per row.
+    """
     from embedcache.hashing import sequence_digest
 
-    return np.frombuffer(
-        b"".join(sequence_digest(s) for s in chunk_seqs(lo, n)), "S32"
-    ).copy()
+    raw = chunk_bases(lo, n)
+    digests = np.empty(len(raw) // SEQ_BP, "S32")
+    step = 100_000 * SEQ_BP
+    for start in range(0, len(raw), step):
+        part = raw[start : start + step]
+        joined = b"".join(
+            sequence_digest(part[i : i + SEQ_BP].decode())
+            for i in range(0, len(part), SEQ_BP)
+        )
+        digests[start // SEQ_BP : (start + len(part)) // SEQ_BP] = np.frombuffer(
+            joined, "S32"
+        )
+    return digests
 
 
-def chunk_seqs(lo: int, n: int) -> list[str]:
+def chunk_bases(lo: int, n: int) -> bytes:
+    """The bases of sequences lo..lo+CHUNK, SEQ_BP each, back to back."""
     k = min(CHUNK, n - lo)
     rng = np.random.default_rng([lo, 7])
     codes = rng.integers(0, 4, (k, SEQ_BP), dtype=np.uint8)  # not 8 bytes a base
-    letters = np.frombuffer(b"ACGT", np.uint8)[codes]
-    raw = letters.tobytes()
+    return np.frombuffer(b"ACGT", np.uint8)[codes].tobytes()
+
+
+def chunk_seqs(lo: int, n: int) -> list[str]:
+    raw = chunk_bases(lo, n)
     return [raw[i : i + SEQ_BP].decode() for i in range(0, len(raw), SEQ_BP)]
 
 
