@@ -261,7 +261,30 @@ def probe(
 
     Reads, in parallel, only the blocks whose fences bracket an asked key; a run's
     filter (for a large ``q``) skips the keys it certainly lacks. First run wins.
+    Two rounds: the runs up to the largest, then the later runs only for the keys
+    not found. Most stored keys are in the largest run (a store's oldest merged
+    one), and a small look-up, which reads no filter, otherwise reads a block of
+    every run for every key.
     """
+    sizes = [s.record.n_rows for s in runs]
+    first = int(np.argmax(sizes)) + 1 if sizes else 0
+    which, rows = _probe_round(backend, runs[:first], q, cache)
+    rest = np.flatnonzero(which < 0)
+    if first < len(runs) and len(rest):
+        later, at = _probe_round(backend, runs[first:], q[rest], cache)
+        hit = later >= 0
+        which[rest[hit]] = later[hit] + first
+        rows[rest[hit]] = at[hit]
+    return which, rows
+
+
+def _probe_round(
+    backend: Backend,
+    runs: Sequence[Shard],
+    q: np.ndarray,
+    cache: BlockCache,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`probe` in one round: every run for every key."""
     n = len(q)
     which = np.full(n, -1, np.int64)
     rows = np.full(n, -1, np.int64)

@@ -104,6 +104,43 @@ def test_new_shards_join_the_view_without_reopening_the_others():
     np.testing.assert_array_equal(got, vectors[::-1])
 
 
+def test_a_small_look_up_reads_later_runs_only_for_keys_the_largest_lacks(
+    monkeypatch,
+):
+    monkeypatch.setattr(runs, "BLOCK_ROWS", 4)  # many blocks in every run
+    monkeypatch.setattr(runs, "ROWS_CHUNK", 8)
+    memory = MemoryStore()
+    writer = EmbeddingStore(memory, auto_merge=0)
+    rng = np.random.default_rng(0)
+    commit_raw(writer, [0, 1], rng.random((2, 2), dtype=np.float32))
+    commit_raw(writer, list(range(100, 400)), rng.random((300, 2), dtype=np.float32))
+    for lo in range(1000, 1200, 40):  # later, smaller runs
+        ids = list(range(lo, lo + 40))
+        commit_raw(writer, ids, rng.random((40, 2), dtype=np.float32))
+    shards = [s.prefix for s in writer._view(KEY).shards]
+    reader = EmbeddingStore(memory)  # cold: no block cached
+    reader.contains(KEY, [hash_of(0)])  # opens the view (records, fences)
+    reader._cache.clear()
+    read: list[str] = []
+    real = type(reader._backend).read
+
+    def counted(self, path):
+        read.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(type(reader._backend), "read", counted)
+    asked = [*range(100, 400, 10), 1, 1005]  # the largest run's, the first's, a later
+    found = reader.contains(KEY, [hash_of(i) for i in asked])
+    assert found.all()
+    blocks = [p for p in read if "/sorted_hashes/" in p]
+    by_run = [sum(p.startswith(prefix + "/") for p in blocks) for prefix in shards]
+    assert by_run[1] >= 20  # the largest run: a block per asked key, about
+    assert by_run[0] >= 1
+    # later runs: one read each at most, for the one key the first two lack
+    assert all(k <= 1 for k in by_run[2:]), by_run
+    assert by_run[2] == 1  # 1005 lives in the first later run
+
+
 @pytest.mark.parametrize("kind", ["memory", "local"])
 def test_another_instance_sees_commits_after_refresh_seconds(
     kind, tmp_path, monkeypatch
