@@ -312,8 +312,9 @@ def read_vectors(
 
 
 # rows a bulk read resolves per look-up (in sorted order: each reads the blocks
-# of its own range of hashes), and bytes of vectors it reads per step
-BULK_LOOKUP = 1 << 20
+# of its own range of hashes; a look-up holds ~240 bytes a row at its peak, so a
+# 2^20-row one was a fill's peak), and bytes of vectors it reads per step
+BULK_LOOKUP = 1 << 17
 BULK_READ_BYTES = 1 << 24
 
 
@@ -329,7 +330,7 @@ def read_many(
     Linear in the rows asked plus the key's index: the digests are looked up in
     sorted order, a range of hashes at a time (each block read once), then each
     run's rows are read in stored order (each vector chunk read once). Beside
-    ``out`` it holds ~20 bytes a digest.
+    ``out`` it holds ~20 bytes a digest, and a look-up's ~30 MiB.
     """
     n = len(digests)
     which = np.full(n, -1, np.int32)

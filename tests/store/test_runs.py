@@ -59,6 +59,7 @@ def test_look_ups_through_fences_equal_a_dict_first_commit_wins(
         mp.setattr(runs, "BLOCK_ROWS", block)
         mp.setattr(runs, "ROWS_CHUNK", 2 * block)
         mp.setattr(runs, "BLOOM_MIN_QUERY", 0 if bloom else 10**9)
+        mp.setattr(views, "BULK_LOOKUP", 7)  # read_into resolves ranges of 7
         memory = MemoryStore()
         writer = EmbeddingStore(memory, auto_merge=0)
         rng = np.random.default_rng(len(shards))
