@@ -21,10 +21,11 @@ from embedcache.errors import (
 from embedcache.store import maintenance
 from embedcache.store.commits import Writer, commit_shard
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
-from embedcache.store.index import check_hashes, distinct_count, first_rows, to_hex
+from embedcache.store.index import check_hashes, first_rows, to_hex
 from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
+from embedcache.store.merged_runs import distinct_count
 from embedcache.store.runs import BlockCache
 from embedcache.store.shard_writes import rows_in_hand
 from embedcache.store.verify import Fault, verify_store
@@ -292,10 +293,17 @@ class EmbeddingStore:
         return out
 
     def _n_distinct(self, view: KeyView, snap: Snapshot) -> int:
-        """Distinct hashes of the key: one run's count, else a whole-key read."""
-        if len(snap.shards) <= 1:
-            return sum(s.record.n_rows for s in snap.shards)
-        return distinct_count(all_keys(self._backend, view, snap))
+        """Distinct hashes of the key: one run's count, else a merge of the runs'
+        sorted indexes (a read of every hash, a step at a time)."""
+        for _ in range(RETRIES):
+            if len(snap.shards) <= 1:
+                return sum(s.record.n_rows for s in snap.shards)
+            try:
+                return distinct_count(self._backend, view, snap)
+            except ShardRetiredError:  # compacted meanwhile: fewer runs now
+                view.forget_listing()
+                snap = refresh(self._backend, view)
+        raise retries_exhausted(self._backend, view.key)
 
     # --- writing ----------------------------------------------------------------
 

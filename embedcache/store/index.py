@@ -51,13 +51,6 @@ def to_hex(keys: np.ndarray) -> list[str]:
     return [text[i : i + 64] for i in range(0, len(text), 64)]
 
 
-def distinct_count(parts: Sequence[np.ndarray]) -> int:
-    """How many distinct keys the S32 arrays hold together."""
-    if not parts:
-        return 0
-    return len(np.unique(np.concatenate(parts)))
-
-
 def key_bytes(keys: np.ndarray) -> np.ndarray:
     """S32 ``keys`` as an (n, 32) uint8 view (a copy only if not contiguous)."""
     return np.ascontiguousarray(keys, "S32").view(np.uint8).reshape(-1, HASH_WIDTH)

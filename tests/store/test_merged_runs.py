@@ -11,6 +11,7 @@ the same size and sha256 in the commit record.
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 
 import google_crc32c
 import numpy as np
@@ -230,3 +231,33 @@ def test_a_merge_whose_rows_an_earlier_run_holds_writes_an_empty_run():
     assert fresh.read_into(KEY, every, out).all()
     np.testing.assert_array_equal(out, runs[0][1])
     assert fresh.verify() == []
+
+
+def test_a_key_of_several_runs_counts_its_distinct_hashes_a_step_at_a_time(
+    monkeypatch,
+):
+    monkeypatch.setattr(merged_runs, "MERGE_ROWS", 256)
+    memory = MemoryStore()
+    store = EmbeddingStore(memory, auto_merge=0)
+    rng = np.random.default_rng(5)
+    parts = [
+        np.arange(0, 100_000),
+        np.arange(80_000, 180_000),
+        np.arange(150_000, 250_000),
+    ]
+    for ids in parts:  # overlapping runs, as two writers with stale views leave them
+        keys = digests(ids)
+        commit_run(store, keys, rng.standard_normal((len(ids), DIM)).astype(np.float32))
+    every_bytes = 300_000 * 32
+    fresh = EmbeddingStore(memory)
+    tracemalloc.start()
+    try:
+        (info,) = fresh.keys()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.n_vectors == 250_000
+    assert info.n_shards == 3
+    # the whole-key count held every hash and a sorted copy (2x these bytes); a
+    # step at a time holds a few steps and the merge's chunk cache
+    assert peak < every_bytes / 2, peak
