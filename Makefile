@@ -20,8 +20,10 @@ lint: install
 format: install
 	.venv/bin/ruff check --fix . && .venv/bin/ruff format .
 
+# two workers: the suite mostly waits on the servers and processes it starts (16 min
+# in one, 8 in two on the 2-core machines); a worker takes the next test when free
 test: install
-	$(PY) -m pytest -m "not slow and not gpu" -q
+	$(PY) -m pytest -n 2 --dist worksteal -m "not slow and not gpu" -q
 
 test-all: install
 	$(PY) -m pytest -q

@@ -158,7 +158,8 @@ def merged_steps(
 def distinct_count(backend: Backend, view: KeyView, snap: Snapshot) -> int:
     """How many distinct hashes the runs of ``snap`` hold together: their sorted
     indexes merged a step at a time (a hash's copies share a step), never every
-    hash of the key at once (a 16 M-row key's hashes and their sort took 2.8 GiB)."""
+    hash of the key at once (a 16 M-row key: 81 MiB peak and 15 s, where reading
+    every hash and sorting them took 2,699 MiB and 36 s)."""
     positions = list(range(len(snap.shards)))
     count = 0
     for keys, _, _ in merged_steps(
