@@ -142,6 +142,17 @@ def test_a_small_look_up_reads_later_runs_only_for_keys_the_largest_lacks(
     assert by_run[2] == 1  # 1005 lives in the first later run
 
 
+def test_the_first_round_ends_where_a_stored_key_costs_fewest_block_reads():
+    # a key's largest run holds 80% of it: one run, then the rest for the 20%
+    assert runs.first_round([12_800_000, *[800_000] * 4, 50_000]) == 1
+    # runs of one size: three first (3 + 0.41 x 3 = 4.2 reads a key, against
+    # 1 + 0.8 x 5 = 5.0 with the first alone and 6 in one round)
+    assert runs.first_round([*[800_000] * 5, 50_000]) == 3
+    assert runs.first_round([2, 300, *[40] * 5]) == 2  # up to the largest
+    assert runs.first_round([]) == 0
+    assert runs.first_round([7]) == 1
+
+
 @pytest.mark.parametrize("kind", ["memory", "local"])
 def test_another_instance_sees_commits_after_refresh_seconds(
     kind, tmp_path, monkeypatch
