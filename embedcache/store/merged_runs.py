@@ -165,8 +165,7 @@ def distinct_count(backend: Backend, view: KeyView, snap: Snapshot) -> int:
     for keys, _, _ in merged_steps(
         backend, view, snap, positions, merge_cache(len(positions))
     ):
-        if len(keys):
-            count += 1 + int(np.count_nonzero(keys[1:] != keys[:-1]))
+        count += 1 + int(np.count_nonzero(keys[1:] != keys[:-1]))  # never empty
     return count
 
 

@@ -13,6 +13,7 @@ a hash held by several runs is served by the first (first commit wins).
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, TypeVar
@@ -282,13 +283,17 @@ def first_round(sizes: Sequence[int]) -> int:
     prefix and then one a later run for the share of rows the prefix lacks. It
     ends at a key's largest run (its oldest merged one: 80% of a 16 M-row key),
     or past it where runs of one size follow (five of 800 k rows: three)."""
-    m = len(sizes)
-    total = sum(sizes)
+    m, total = len(sizes), sum(sizes)
     if m < 2 or not total:
         return m
-    taken = np.arange(1, m + 1)
-    lacking = 1 - np.cumsum(sizes) / total
-    return int(np.argmin(taken + lacking * (m - taken))) + 1
+    # plain Python: it runs at every look-up, a server's one-hash hit included
+    best, best_reads, held = m, math.inf, 0
+    for taken, size in enumerate(sizes, 1):
+        held += size
+        reads = taken + (1 - held / total) * (m - taken)
+        if reads < best_reads:  # the first prefix of the fewest reads
+            best, best_reads = taken, reads
+    return best
 
 
 def _probe_round(
