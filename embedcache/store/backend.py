@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -69,9 +69,20 @@ _CLIENT_KEYS = frozenset(
 # file reads and zarr's decoding overlap a little)
 _REMOTE_WORKERS = 16
 _LOCAL_WORKERS = 4
+# started fsyncs a backend tracks before it forgets the finished ones
+_PRUNE_SYNCING = 1 << 14
 
 
 _IN_POOL = threading.local()  # set in the threads of a backend's kept pool
+
+
+def _fsync(path: Path) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _mark_pool() -> None:
@@ -196,6 +207,9 @@ class Backend:
         self._in_process = in_process
         self._zarr_store: Any = None
         self._sync_pool: ThreadPoolExecutor | None = None
+        # fsyncs started by write(sync_soon=True) that no sync() has waited for
+        self._syncing: dict[str, Future[None]] = {}
+        self._prune_at = _PRUNE_SYNCING
         self._pool: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
@@ -238,9 +252,19 @@ class Backend:
             return False
         return True
 
-    def write(self, path: str, data: bytes) -> None:
-        """Write (or overwrite) one object; atomic on every backend."""
+    def write(self, path: str, data: bytes, *, sync_soon: bool = False) -> None:
+        """Write (or overwrite) one object; atomic on every backend.
+
+        ``sync_soon``: on a local store, start its fsync at once, in the background;
+        a later :meth:`sync` of it waits for that one. The disk then writes a large
+        shard while the rest of it is made (a 3.2 M-row merge: 18% less time than
+        fsyncing its 3,700 files after the last one).
+        """
         self._attempt(lambda: obstore.put(self.store, path, data), "writing", path)
+        if sync_soon and self.local is not None:
+            self._syncing[path] = self._syncer().submit(_fsync, self.local / path)
+            if len(self._syncing) >= self._prune_at:  # a shard abandoned half way
+                self._prune_syncing()
 
     def create(self, path: str, data: bytes) -> bool:
         """Put-if-absent: write ``path`` unless it exists; True if it now holds ``data``.
@@ -355,7 +379,10 @@ class Backend:
         if self.local is None:
             return
         paths = list(paths)
-        files = [self.local / p for p in paths]
+        started = [self._syncing.pop(p, None) for p in paths]
+        files = [
+            self.local / p for p, soon in zip(paths, started, strict=True) if not soon
+        ]
         # every folder up to the root: a new folder's entry must last too (string
         # prefixes: pathlib's parents cost more than the fsyncs of a small shard)
         names = {""}
@@ -363,22 +390,29 @@ class Backend:
             parts = p.split("/")[:-1]
             names.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
         folders = [self.local / name if name else self.local for name in names]
-
-        def fsync(path: Path) -> None:
-            flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
-            fd = os.open(path, flags)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
         # fsyncs in parallel: the journal commits them together (3-10x faster than
-        # one after another for the ~10 files of a small shard); by threads kept
-        # for the backend's life: starting 8 per commit cost more than the fsyncs
+        # one after another for the ~10 files of a small shard)
+        pool = self._syncer()
+        list(pool.map(_fsync, files))
+        for soon in started:
+            if soon is not None:
+                soon.result()
+        list(pool.map(_fsync, folders))
+
+    def _syncer(self) -> ThreadPoolExecutor:
+        # threads kept for the backend's life: starting 8 per commit cost more than
+        # the fsyncs of a small shard
         if self._sync_pool is None:
             self._sync_pool = ThreadPoolExecutor(8, thread_name_prefix="fsync")
-        list(self._sync_pool.map(fsync, files))
-        list(self._sync_pool.map(fsync, folders))
+        return self._sync_pool
+
+    def _prune_syncing(self) -> None:
+        """Forget finished fsyncs no sync() waited for (a later sync of one of them
+        fsyncs it again: a clean file costs little), so their count stays bounded."""
+        for path, soon in list(self._syncing.items()):
+            if soon.done():
+                self._syncing.pop(path, None)
+        self._prune_at = max(_PRUNE_SYNCING, 2 * len(self._syncing))
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """``[fn(x) for x in items]``, with requests in flight at once on a remote store.

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
 
 _NAN = math.nan  # one object: a key of _array_doc's cache
+# an array of at least this many rows has its chunks' fsyncs started as each is
+# written (a merge's disk writes overlap the rest of its work); a small shard's
+# few files are synced together at commit, where the extra threads' turns at the
+# GIL would delay a server's reads more than they save
+SYNC_SOON_ROWS = 1 << 16
 # rows per chunk of each array of the sorted index, given its length
 _INDEX_CHUNKS = {
     "sorted_hashes": lambda n: runs.BLOCK_ROWS,
@@ -280,6 +285,7 @@ class ChunkStream:
                 self.per,
                 self.fill_value,
                 start,
+                sync_soon=self.shape[0] >= SYNC_SOON_ROWS,
             )
         )
 
@@ -292,12 +298,15 @@ def write_chunks(
     per: int,
     fill_value: float,
     start: int = 0,
+    *,
+    sync_soon: bool = False,
 ) -> Files:
     """Write rows ``start..`` of array ``name`` as its chunks of ``per`` rows.
 
     Each chunk is its rows' little-endian bytes (the last one padded with the fill
     value to a whole chunk, as zarr stores an edge chunk) followed by their
     crc32c. Returns (size, sha256) of each chunk by path in the shard.
+    ``sync_soon``: start each chunk's fsync as it is written (``Backend.write``).
     """
     suffix = "/0" * (arr.ndim - 1)  # a chunk spans every column
     dtype = arr.dtype.newbyteorder("<")
@@ -311,7 +320,7 @@ def write_chunks(
         data = body.tobytes()
         data += google_crc32c.value(data).to_bytes(4, "little")
         rel = f"{name}/c/{(start + lo) // per}{suffix}"
-        backend.write(f"{prefix}/{rel}", data)
+        backend.write(f"{prefix}/{rel}", data, sync_soon=sync_soon)
         return rel, (len(data), sha256(data))
 
     return dict(backend.map(put, range(0, len(arr), per)))
