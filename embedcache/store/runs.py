@@ -51,9 +51,8 @@ _BLOOM_SLICE = 1 << 16  # keys whose filter bits are made at once
 # a look-up of at least this many hashes consults the filters first (a small one
 # reads fewer bytes from blocks than from a run's filter)
 BLOOM_MIN_QUERY = 512
-# at most this many values are searched or sorted in Python: numpy's searchsorted
-# and sorts (argsort, unique) release the GIL at any size, and taking it back from
-# a busy writer thread costs up to a switch interval (5 ms) each time
+# at most this many needles are searched in Python: numpy's searchsorted releases
+# the GIL, and taking it back from a busy writer thread costs a switch interval
 SMALL_SEARCH = 16
 # decoded blocks kept per store (an LRU): a server's repeated hits read nothing
 CACHE_BYTES = 64 << 20
@@ -138,26 +137,6 @@ def search_sorted(
         return np.searchsorted(haystack, needles, side=side)  # type: ignore[call-overload]
     find = bisect.bisect_right if side == "right" else bisect.bisect_left
     return np.array([find(haystack, x) for x in needles], np.int64)
-
-
-def stable_argsort(values: np.ndarray) -> np.ndarray:
-    """``np.argsort(kind="stable")`` of a 1-D array, holding the GIL for a few."""
-    if len(values) > SMALL_SEARCH:
-        return np.argsort(values, kind="stable")
-    listed = values.tolist()
-    return np.array(sorted(range(len(listed)), key=listed.__getitem__), np.int64)
-
-
-def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` of a 1-D array, holding the GIL
-    for a few."""
-    if len(values) > SMALL_SEARCH:
-        return np.unique(values, return_inverse=True)
-    listed = values.tolist()
-    uniq = sorted(set(listed))
-    at = {v: i for i, v in enumerate(uniq)}
-    inverse = np.array([at[v] for v in listed], np.int64)
-    return np.array(uniq, values.dtype), inverse
 
 
 class ChunkError(Exception):
@@ -438,7 +417,7 @@ def _stored_rows(
     out = np.empty(len(run), np.int64)
     chunk = sorted_at // ROWS_CHUNK
     pair = run * (1 << 32) + chunk
-    uniq, inverse = unique_inverse(pair)
+    uniq, inverse = np.unique(pair, return_inverse=True)
     pairs = [(int(p) >> 32, int(p) & 0xFFFFFFFF) for p in uniq]
     loaded = map_cached(
         backend,
@@ -446,7 +425,7 @@ def _stored_rows(
         pairs,
         lambda p: cache.has((runs[p[0]].record.shard, "r", p[1])),
     )
-    by = stable_argsort(inverse)
+    by = np.argsort(inverse, kind="stable")
     bounds = search_sorted(inverse[by], np.arange(len(pairs) + 1))
     for j, (_, c) in enumerate(pairs):
         sel = by[bounds[j] : bounds[j + 1]]

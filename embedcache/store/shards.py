@@ -241,7 +241,7 @@ def read_rows(
     arr = vectors_of(backend, digest, shard)
     try:
         if cache is not None and k < int(arr.chunks[0]):  # a few rows: cached chunks
-            uniq, inverse = runs.unique_inverse(rows)
+            uniq, inverse = np.unique(rows, return_inverse=True)
             values = _sparse_rows(backend, shard.prefix, arr, uniq, out.shape[1], cache)
             out[dest] = values[inverse]
             served = values[:, 0]

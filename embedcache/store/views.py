@@ -22,13 +22,7 @@ import numpy as np
 from embedcache.errors import StoreError
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import CommitRecord, commits_prefix, record_path
-from embedcache.store.runs import (
-    BlockCache,
-    ChunkError,
-    probe,
-    read_sorted,
-    stable_argsort,
-)
+from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
 from embedcache.store.shards import (
     MissingObjectError,
     Shard,
@@ -299,7 +293,7 @@ def read_vectors(
     """out[dest] = vectors of (run ``which``, stored row ``rows``) (crc-checked)."""
     if not len(which):
         return
-    order = stable_argsort(which)
+    order = np.argsort(which, kind="stable")
     bounds = np.flatnonzero(np.diff(which[order])) + 1
     parts = np.split(order, bounds)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import threading
 
 import numpy as np
 import obstore
@@ -14,6 +15,10 @@ from obstore.store import LocalStore, MemoryStore, S3Store
 from embedcache.errors import StoreError
 from embedcache.specs import ModelKey
 from embedcache.store import EmbeddingStore, is_url, open_object_store
+from embedcache.store import backend as backend_module
+from embedcache.store.backend import Backend
+from embedcache.store.layout import record_path
+from embedcache.store.shard_writes import SYNC_SOON_ROWS
 
 KEY = ModelKey(model_id="m/b", revision="b" * 40, adapter="t", adapter_version="1")
 HASHES = [hashlib.sha256(f"{i}".encode()).hexdigest() for i in range(5)]
@@ -121,3 +126,67 @@ def test_no_async_obstore_call_reaches_python_from_rust_threads(tmp_path, monkey
         got, found = store.get(KEY, HASHES[::-1])
         assert found.all()
         np.testing.assert_array_equal(got, VECTORS[::-1])
+
+
+@pytest.mark.parametrize("n", [10, SYNC_SOON_ROWS])  # synced at commit; as written
+def test_each_object_of_a_shard_is_fsynced_once_before_its_record_exists(
+    tmp_path, monkeypatch, n
+):
+    synced: dict[str, int] = {}
+    real_fsync = backend_module._fsync
+
+    def fsync(path):
+        real_fsync(path)
+        if path.is_file():
+            synced[str(path)] = synced.get(str(path), 0) + 1
+
+    monkeypatch.setattr(backend_module, "_fsync", fsync)
+    at_create: dict[str, dict[str, int]] = {}
+    real_create = Backend.create
+
+    def create(self, path, data):
+        at_create[path] = dict(synced)
+        return real_create(self, path, data)
+
+    monkeypatch.setattr(Backend, "create", create)
+    store = EmbeddingStore(tmp_path, auto_merge=0)
+    hashes = [hashlib.sha256(f"s{i}".encode()).hexdigest() for i in range(n)]
+    vectors = np.random.default_rng(0).random((n, 4), dtype=np.float32)
+    assert store.put(KEY, hashes, vectors) == n
+    (shard,) = [p for p in (tmp_path / KEY.digest / "shards").iterdir() if p.is_dir()]
+    files = sorted(str(p) for p in shard.rglob("*") if p.is_file())
+    assert len(files) > (60 if n == SYNC_SOON_ROWS else 5)  # many chunks, or few
+    before = at_create[record_path(KEY.digest, shard.name)]
+    assert {f: before.get(f) for f in files} == dict.fromkeys(files, 1)
+    assert not store._backend._syncing  # every fsync started was waited for
+    got, found = store.get(KEY, hashes[-3:])
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors[-3:])
+
+
+def test_a_sync_waits_for_the_fsync_a_write_started(tmp_path, monkeypatch):
+    gate = threading.Event()
+    synced: list[str] = []
+    real_fsync = backend_module._fsync
+
+    def fsync(path):
+        if path.name == "chunk":
+            gate.wait(10)  # a slow disk, until the test lets it finish
+        real_fsync(path)
+        synced.append(path.name)
+
+    monkeypatch.setattr(backend_module, "_fsync", fsync)
+    backend = Backend(open_object_store(tmp_path))
+    backend.write("a/chunk", b"x" * 100, sync_soon=True)
+    backend.write("a/doc", b"y")
+    syncing = threading.Thread(target=backend.sync, args=(["a/chunk", "a/doc"],))
+    syncing.start()
+    syncing.join(0.2)
+    assert syncing.is_alive()  # waiting for the chunk's fsync, started at its write
+    assert "chunk" not in synced
+    gate.set()
+    syncing.join(10)
+    assert not syncing.is_alive()
+    assert synced.count("chunk") == 1  # not fsynced a second time
+    assert synced.count("doc") == 1
+    assert not backend._syncing
