@@ -41,19 +41,21 @@ def kill_at(point: str) -> None:
             die()
         return create(self, path, data)
 
-    def write_or_die(self: Backend, path: str, data: bytes) -> None:
+    def write_or_die(self: Backend, path: str, data: bytes, **options: bool) -> None:
         if path == "zarr.json":  # the root group: migrate flips it last
             die()
-        write(self, path, data)
+        write(self, path, data, **options)
 
     written = []
 
-    def write_index_or_die(self: Backend, path: str, data: bytes) -> None:
+    def write_index_or_die(
+        self: Backend, path: str, data: bytes, **options: bool
+    ) -> None:
         if path.endswith("/sorted_rows/zarr.json"):
             written.append(path)
             if len(written) == 2:
                 die()
-        write(self, path, data)
+        write(self, path, data, **options)
 
     def delete_or_die(self: Backend, prefixes: object) -> None:
         die()
