@@ -257,8 +257,8 @@ class Backend:
 
         ``sync_soon``: on a local store, start its fsync at once, in the background;
         a later :meth:`sync` of it waits for that one. The disk then writes a large
-        shard while the rest of it is made (a 3.2 M-row merge: 18% less time than
-        fsyncing its 3,700 files after the last one).
+        shard while the rest of it is made (a 3.2 M-row merge: 8.4-8.5 s, against
+        10.1-10.3 s fsyncing its ~3,700 files after the last one).
         """
         self._attempt(lambda: obstore.put(self.store, path, data), "writing", path)
         if sync_soon and self.local is not None:
@@ -381,7 +381,9 @@ class Backend:
         paths = list(paths)
         started = [self._syncing.pop(p, None) for p in paths]
         files = [
-            self.local / p for p, soon in zip(paths, started, strict=True) if not soon
+            self.local / p
+            for p, soon in zip(paths, started, strict=True)
+            if soon is None
         ]
         # every folder up to the root: a new folder's entry must last too (string
         # prefixes: pathlib's parents cost more than the fsyncs of a small shard)
