@@ -145,7 +145,7 @@ class EmbeddingStore:
         self._committing = 0  # puts and compactions under way (under _lock)
         self._cache = BlockCache()
         self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
-        self._own: dict[str, list[tuple[int, str]]] = {}
+        self._own: dict[str, list[maintenance.OwnRun]] = {}
         self._writable = open_root(self._backend, create=create)
 
     def __repr__(self) -> str:
@@ -352,7 +352,7 @@ class EmbeddingStore:
                 raise DimensionMismatchError(msg)
             # first occurrence of each hash not stored yet, in the caller's order
             rows = np.sort(first_rows(q))
-            rows = self._absent(view, q, rows)
+            rows, looked_in = self._absent(view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
             new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
@@ -369,7 +369,7 @@ class EmbeddingStore:
             adopt(view, shard)
             if self._auto_merge >= 2:
                 own = self._own.setdefault(view.digest, [])
-                own.append((0, shard.record.shard))
+                own.append(maintenance.OwnRun(shard.record.shard, 0, looked_in))
                 maintenance.merge_own(
                     self._backend, view, self._writer, own, auto_merge=self._auto_merge
                 )
@@ -435,14 +435,20 @@ class EmbeddingStore:
             )
             raise StoreError(msg)
 
-    def _absent(self, view: KeyView, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The rows of ``q`` whose hash the (fresh) view does not hold."""
+    def _absent(
+        self, view: KeyView, q: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, frozenset[str]]:
+        """The rows of ``q`` whose hash the (fresh) view does not hold, and the runs
+        that look-up read (none of them holds those hashes)."""
         for _ in range(RETRIES):
+            snap = view.snap
             try:
-                return rows[lookup(self._backend, view, view.snap, q[rows])[0] < 0]
+                absent = lookup(self._backend, view, snap, q[rows])[0] < 0
             except ShardRetiredError:
                 view.forget_listing()
                 refresh(self._backend, view)
+                continue
+            return rows[absent], frozenset(s.record.shard for s in snap.shards)
         raise retries_exhausted(self._backend, view.key)
 
     def _snapshot(

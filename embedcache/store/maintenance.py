@@ -60,15 +60,35 @@ class Leftover:
     removable: bool
 
 
+@dataclass(frozen=True, slots=True)
+class OwnRun:
+    """A run this writer committed, and the runs its rows are known to be absent
+    from: the look-up that chose them (a put's) or the merge that kept them saw
+    those runs, and runs never change. A merge of runs that all lack a hash of
+    another run need not look that hash up in it."""
+
+    shard: str
+    level: int
+    lacked_by: frozenset[str]
+
+
 def merge(
-    backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
-) -> CommitRecord:
+    backend: Backend,
+    view: KeyView,
+    writer: Writer,
+    shard_ids: Iterable[str],
+    *,
+    known: Iterable[OwnRun] = (),
+) -> tuple[CommitRecord, frozenset[str]]:
     """Commit one shard holding the winning rows of ``shard_ids``; retire them.
 
     The merged run keeps the rows in the chosen shards' stored order (whole-key
     reads stay sequential) and only those that win in the whole key: a hash an
     earlier, unchosen shard holds stays served by that shard. Streamed
-    (``merged_runs``): its memory is a few bytes a row, not the keys.
+    (``merged_runs``): its memory is a few bytes a row, not the keys. ``known``:
+    what this writer knows of chosen runs (:class:`OwnRun`); an earlier run every
+    chosen run lacks is not looked in. Also returns the runs the merged run lacks
+    (the unchosen runs before it).
     """
     snap = refresh(backend, view)
     chosen = set(shard_ids) & {s.record.shard for s in snap.shards}
@@ -80,8 +100,13 @@ def merge(
         chosen |= extra
         grew = bool(extra)
     positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
+    lacked = {run.shard: run.lacked_by for run in known}
+    # a chosen run this writer knows nothing of (another writer's, or one hidden
+    # by a chosen run) lacks nothing for sure
+    sets = [lacked.get(name, frozenset()) for name in chosen]
+    lacked_by_all = frozenset.intersection(*sets) if sets else frozenset()
     cache = merge_cache(len(positions))
-    kept = winning_rows(backend, view, snap, positions, cache)
+    kept = winning_rows(backend, view, snap, positions, cache, skip=lacked_by_all)
     merged = commit_shard(
         backend,
         view,
@@ -98,34 +123,40 @@ def merge(
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
-    return merged.record
+    # an earlier unchosen run held none of the kept rows (winning_rows dropped
+    # those it held); the merged run sits at its earliest chosen run's place
+    first = positions[0] if positions else 0
+    before = frozenset(s.record.shard for s in snap.shards[:first])
+    return merged.record, before
 
 
 def merge_own(
     backend: Backend,
     view: KeyView,
     writer: Writer,
-    own: list[tuple[int, str]],
+    own: list[OwnRun],
     *,
     auto_merge: int,
 ) -> None:
     """Merge this writer's shards level by level once ``auto_merge`` pile up."""
     level = 0
     while True:
-        at = [s for lv, s in own if lv == level]
+        at = [run for run in own if run.level == level]
         if len(at) < auto_merge:
             return
-        own[:] = [(lv, s) for lv, s in own if lv != level]
+        own[:] = [run for run in own if run.level != level]
         visible = {s.record.shard for s in view.shards}
-        live = [s for s in at if s in visible]
+        live = [run for run in at if run.shard in visible]
         if len(live) < 2:
             return
         try:
-            merged = merge(backend, view, writer, live)
+            merged, lacked_by = merge(
+                backend, view, writer, [run.shard for run in live], known=live
+            )
         except (CorruptStoreError, StoreError, ShardRetiredError) as err:
             logger.warning("could not merge shards of %s: %s", view.key.short(), err)
             return
-        own.append((level + 1, merged.shard))
+        own.append(OwnRun(merged.shard, level + 1, lacked_by))
         level += 1
 
 
@@ -136,7 +167,9 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
         if len(view.shards) <= 1 and not view.hidden:
             break
         try:
-            merged = merge(backend, view, writer, [s.record.shard for s in view.shards])
+            merged, _ = merge(
+                backend, view, writer, [s.record.shard for s in view.shards]
+            )
         except ShardRetiredError:  # another process compacted meanwhile
             view.forget_listing()
             refresh(backend, view)

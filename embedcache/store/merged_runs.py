@@ -175,15 +175,25 @@ def winning_rows(
     snap: Snapshot,
     positions: Sequence[int],
     cache: BlockCache,
+    *,
+    skip: frozenset[str] = frozenset(),
 ) -> Kept:
     """Which rows of runs ``positions`` (in commit order) win in the whole key: the
     first copy among them, unless a run before it that is not among them holds the
     hash too (a look-up of each step's first copies in those runs' filters and
-    blocks; the chosen runs' own blocks are read once, in the merge)."""
+    blocks; the chosen runs' own blocks are read once, in the merge). Runs named
+    in ``skip`` are known to hold none of the chosen runs' hashes: not looked in."""
     masks = [np.zeros(snap.shards[p].record.n_rows, bool) for p in positions]
     chosen = set(positions)
     last = max(positions, default=0)
-    others = np.array([i for i in range(last) if i not in chosen], np.int64)
+    others = np.array(
+        [
+            i
+            for i in range(last)
+            if i not in chosen and snap.shards[i].record.shard not in skip
+        ],
+        np.int64,
+    )
     sub = replace(snap, shards=tuple(snap.shards[i] for i in others))
     where = np.asarray(positions, np.int64)
     for keys, run, rows in merged_steps(backend, view, snap, positions, cache):
