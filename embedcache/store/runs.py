@@ -108,9 +108,9 @@ def add_to_bloom(words: np.ndarray, keys: np.ndarray) -> None:
         np.bitwise_or.at(blocks, at, masks)  # a block many keys share gets each
 
 
-def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Whether each key (``hashed`` by :func:`bloom_hashes`) may be in the filter
-    (False: certainly not)."""
+def may_hold(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The positions (ascending) of the keys (``hashed`` by :func:`bloom_hashes`)
+    that may be in the filter; the others certainly are not."""
     block, shifts = hashed
     base = _block_of(block, len(bloom) // BLOOM_WORDS)
     base *= BLOOM_WORDS
@@ -125,9 +125,7 @@ def maybe_in(bloom: np.ndarray, hashed: tuple[np.ndarray, np.ndarray]) -> np.nda
         word = bloom.take(at)
         word >>= shifts[w].take(alive)
         alive = alive[(word & np.uint64(1)).astype(bool)]
-    out = np.zeros(len(base), bool)
-    out[alive] = True
-    return out
+    return alive
 
 
 def _block_of(block: np.ndarray, n_blocks: int) -> np.ndarray:
@@ -344,9 +342,10 @@ def _probe_round(
         if small:  # a server's hit: Python ints, a few microseconds a run
             tasks += _small_tasks(r, shard, qs, listed)
             continue
-        cand = np.arange(n)
         if shard.bloom is not None:  # in memory: consulted at any size
-            cand = cand[maybe_in(shard.bloom, hashed)]
+            cand = may_hold(shard.bloom, hashed)
+        else:
+            cand = np.arange(n)
         blocks = search_sorted(shard.fences, qs[cand], side="right") - 1
         keep = blocks >= 0
         cand, blocks = cand[keep], blocks[keep]
