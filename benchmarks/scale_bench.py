@@ -19,7 +19,10 @@ and RSS, fill time per row, fill peak RSS over the output array.
 
 Last, the server figure: in one process, the p99 of ``get`` of one stored hash while
 idle, and while another thread commits a 100,000-sequence job through ``put`` (batches
-of 2,000, auto-merge on), and their ratio.
+of 2,000, auto-merge on), and their ratio. Beside it, alternating, the floor the
+machine sets: the same reader while another process commits the same job into another
+store (sharing nothing with the reader but the cores, the disk and the kernel).
+``--p99-only``: the server figure and its floor alone, three sittings.
 
 Usage: ``python benchmarks/scale_bench.py [--quick] [--sizes N,N,...] [--no-s3]
 [--workdir DIR]``
@@ -38,8 +41,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
@@ -321,29 +328,63 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     return row
 
 
+def p99_hashes(start: int, k: int) -> list[str]:
+    return [
+        hashlib.sha256(f"p{i}".encode()).hexdigest() for i in range(start, start + k)
+    ]
+
+
+def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
+    """The job's sequence keys and vectors, made before anything is timed: what is
+    timed beside the reads is put's work (a server's batcher hands it hashes it
+    already has)."""
+    rng = np.random.default_rng(1)
+    return [
+        (p99_hashes(lo, batch), rng.random((batch, 4), dtype=np.float32))
+        for lo in range(10_000, 10_000 + n_job, batch)
+    ]
+
+
+# the floor's writer: the same job through put into a store of its own, in a
+# process of its own, sharing nothing with the reader but the machine
+FLOOR_WRITER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from scale_bench import MODEL, p99_job
+from embedcache.models import load_adapter
+from embedcache.store import EmbeddingStore
+key = load_adapter(MODEL).key
+store = EmbeddingStore(sys.argv[2])
+work = p99_job(int(sys.argv[3]), int(sys.argv[4]))
+print("ready", flush=True)
+sys.stdin.readline()
+for hashed, vectors in work:
+    store.put(key, hashed, vectors)
+"""
+
+
 def p99_under_commits(
-    workdir: Path, *, n_job: int = 100_000, batch: int = 2_000
-) -> None:
-    """In-process get p99 of one stored hash: idle, and while a thread commits."""
+    workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
+) -> tuple[float, float]:
+    """In-process get p99 of one stored hash (ms): idle, and while a job commits.
+
+    ``writer="thread"``: another thread of this process commits the job into the
+    same store (the target's figure). ``writer="process"``: another process commits
+    it into another store, so the reader shares only the machine with it: the
+    floor this machine sets on the figure.
+    """
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
     key = load_adapter(MODEL).key
-    store = EmbeddingStore(workdir)
+    store = EmbeddingStore(workdir / "read")
     rng = np.random.default_rng(1)
+    store.put(key, p99_hashes(0, 10_000), rng.random((10_000, 4), dtype=np.float32))
+    one = p99_hashes(5, 1)
 
-    def hashes(start: int, k: int) -> list[str]:
-        return [
-            hashlib.sha256(f"p{i}".encode()).hexdigest()
-            for i in range(start, start + k)
-        ]
-
-    store.put(key, hashes(0, 10_000), rng.random((10_000, 4), dtype=np.float32))
-    one = hashes(5, 1)
-
-    def sample(stop: threading.Event | None, limit: int) -> np.ndarray:
+    def sample(running: Callable[[], bool], limit: int) -> np.ndarray:
         times = []
-        while len(times) < limit and (stop is None or not stop.is_set()):
+        while len(times) < limit and running():
             t = time.perf_counter()
             _, found = store.get(key, one)
             times.append(time.perf_counter() - t)
@@ -351,45 +392,72 @@ def p99_under_commits(
             time.sleep(0.001)  # a request rate, not a spin on the GIL
         return np.array(times)
 
-    idle = sample(None, 2_000)
-    done = threading.Event()
+    idle = sample(lambda: True, 2_000)
+    if writer == "thread":
+        work = p99_job(n_job, batch)
+        done = threading.Event()
 
-    # the job's sequence keys and vectors are made first: what is timed beside the
-    # reads is put's work (a server's batcher hands it hashes it already has)
-    work = [
-        (hashes(lo, batch), rng.random((batch, 4), dtype=np.float32))
-        for lo in range(10_000, 10_000 + n_job, batch)
-    ]
+        def job() -> None:
+            for hashed, vectors in work:
+                store.put(key, hashed, vectors)
+            done.set()
 
-    def job() -> None:
-        for hashed, vectors in work:
-            store.put(key, hashed, vectors)
-        done.set()
-
-    t0 = time.perf_counter()
-    writer = threading.Thread(target=job)
-    writer.start()
-    busy = sample(done, 10**9)
-    writer.join()
+        t0 = time.perf_counter()
+        thread = threading.Thread(target=job)
+        thread.start()
+        busy = sample(lambda: not done.is_set(), 10**9)
+        thread.join()
+    else:
+        cmd = [sys.executable, "-c", FLOOR_WRITER, str(Path(__file__).parent)]
+        cmd += [str(workdir / "other"), str(n_job), str(batch)]
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        t0 = time.perf_counter()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        busy = sample(lambda: proc.poll() is None, 10**9)
+        if proc.wait():
+            msg = f"the floor's writer failed ({proc.returncode})"
+            raise RuntimeError(msg)
     job_s = time.perf_counter() - t0
     p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
+    where = {
+        "thread": "a thread of this process committing into this store",
+        "process": "floor: another process committing into another store",
+    }[writer]
     print(
-        f"server get p99 of one stored hash: idle {p_idle:.2f} ms (n={len(idle)}), "
-        f"while committing {n_job:,} sequences in batches of {batch:,} "
+        f"get p99 of one stored hash, {where}: idle {p_idle:.2f} ms (n={len(idle)}), "
+        f"while {n_job:,} sequences are committed in batches of {batch:,} "
         f"({job_s:.1f} s) {p_busy:.2f} ms (n={len(busy)}); busy/idle = "
         f"{p_busy / p_idle:.2f}",
         flush=True,
     )
+    return p_idle, p_busy
+
+
+def server_figure(workdir: Path, sittings: int) -> None:
+    """The server figure, and beside it (alternating, one sitting each at a time)
+    the floor: the same reader while a writer shares nothing with it but the
+    machine. The store's own share is the first busy p99 over the second."""
+    for i in range(sittings):
+        _, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
+        _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
+        print(
+            f"  busy p99, this store's writer thread over the floor's: "
+            f"{busy:.2f} / {floor:.2f} ms = {busy / floor:.2f}x",
+            flush=True,
+        )
 
 
 def main() -> int:
-    if "--p99-only" in sys.argv:  # the server figure alone
+    if "--p99-only" in sys.argv:  # the server figure alone, three sittings
         with tempfile.TemporaryDirectory() as tmp:
             print(f"load average: {os.getloadavg()}")
-            p99_under_commits(Path(tmp) / "a")
-            sys.setswitchinterval(0.0005)
-            print("with sys.setswitchinterval(0.0005):", end=" ")
-            p99_under_commits(Path(tmp) / "b")
+            server_figure(Path(tmp), 3)
             print(f"load average: {os.getloadavg()}")
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -443,13 +511,7 @@ def main() -> int:
         )
         if not args.no_p99:
             print()
-            p99_under_commits(Path(tmp) / "p99-a")
-            # the lever a server has: threads hand the GIL over sooner
-            default = sys.getswitchinterval()
-            sys.setswitchinterval(0.0005)
-            print("with sys.setswitchinterval(0.0005):", end=" ")
-            p99_under_commits(Path(tmp) / "p99-b")
-            sys.setswitchinterval(default)
+            server_figure(Path(tmp) / "p99", 2)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     return 0
 
