@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from embedcache import errors
 from embedcache.hashing import reverse_complement
 from embedcache.models import BUILTIN_MODELS, load_adapter
-from embedcache.models.floors.kmer import KmerAdapter, kmer_names, kmer_spectrum
+from embedcache.models.floors import kmer
+from embedcache.models.floors.kmer import (
+    KmerAdapter,
+    kmer_names,
+    kmer_spectra,
+    kmer_spectrum,
+)
 from tests.models.adapter_contract import AdapterContract
 
 
@@ -163,3 +169,51 @@ def test_average_mode_is_strand_invariant(seq):
         adapter.embed_batch([reverse_complement(seq)])[0],
         atol=1e-7,
     )
+
+
+def spectrum_by_hand(seq, k):
+    """The rule of the module docstring, a window at a time in plain Python."""
+    names = kmer_names(k)
+    counts = dict.fromkeys(names, 0)
+    for i in range(len(seq) - k + 1):
+        if "N" not in seq[i : i + k]:
+            counts[seq[i : i + k]] += 1
+    total = sum(counts.values())
+    return np.array(
+        [counts[name] / total if total else 0.0 for name in names], np.float32
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize(("slice_bases", "slice_cells"), [(1 << 20, 1 << 22), (7, 40)])
+def test_a_batch_counts_each_sequence_on_its_own(
+    monkeypatch, k, slice_bases, slice_cells
+):
+    # windows spanning two sequences of the batch are not counted; small slices
+    # (one or two sequences at a time) give the same rows as one slice
+    monkeypatch.setattr(kmer, "_SLICE_BASES", slice_bases)
+    monkeypatch.setattr(kmer, "_SLICE_CELLS", slice_cells)
+    rng = np.random.default_rng(k)
+    seqs = [
+        "",
+        "A",
+        "NN",
+        "ACGTN",
+        "GATTACA",
+        *[
+            "".join(rng.choice(list("ACGTN"), size=int(rng.integers(0, 40))))
+            for _ in range(60)
+        ],
+    ]
+    got = kmer_spectra(seqs, k)
+    assert got.shape == (len(seqs), 4**k)
+    assert got.dtype == np.float32
+    for row, seq in zip(got, seqs, strict=True):
+        np.testing.assert_allclose(row, spectrum_by_hand(seq, k), atol=1e-7)
+
+
+def test_a_batch_names_the_character_of_its_first_bad_sequence():
+    with pytest.raises(
+        errors.InvalidSequenceError, match="'X' at position 3 of a sequence of length 4"
+    ):
+        kmer_spectra(["ACGT", "AAAA", "ACXT", "AXAA"], 2)

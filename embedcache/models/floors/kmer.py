@@ -48,19 +48,70 @@ def kmer_spectrum(seq: str, k: int) -> np.ndarray:
     InvalidSequenceError
         The sequence holds a character other than A, C, G, T or N.
     """
-    codes = base_codes(seq, _CODES, accepted_by="k-mer spectra accept")
-    spectrum = np.zeros(4**k, dtype=np.float64)
-    if len(codes) < k:
-        return spectrum.astype(np.float32)
-    windows = np.lib.stride_tricks.sliding_window_view(codes, k)
-    valid = (windows < 4).all(axis=1)
-    if not valid.any():
-        return spectrum.astype(np.float32)
-    weights = 4 ** np.arange(k - 1, -1, -1, dtype=np.int64)
-    index = windows[valid].astype(np.int64) @ weights
-    counts = np.bincount(index, minlength=4**k)
+    return kmer_spectra([seq], k)[0]
+
+
+def kmer_spectra(seqs: Sequence[str], k: int) -> np.ndarray:
+    """:func:`kmer_spectrum` of each sequence, (n, ``4**k``) float32.
+
+    A slice of sequences at a time is counted in a few passes over all its bases
+    together: a server computing a batch of misses then holds the GIL for a few
+    array operations, not ~15 small ones per sequence, and its hits get their turns.
+
+    Raises
+    ------
+    InvalidSequenceError
+        A sequence holds a character other than A, C, G, T or N (the first such).
+    """
+    out = np.empty((len(seqs), 4**k), np.float32)
+    max_rows = max(1, _SLICE_CELLS // 4**k)
+    lo = 0
+    while lo < len(seqs):
+        hi, bases = lo + 1, len(seqs[lo])
+        while (
+            hi < len(seqs)
+            and hi - lo < max_rows
+            and bases + len(seqs[hi]) <= _SLICE_BASES
+        ):
+            bases += len(seqs[hi])
+            hi += 1
+        out[lo:hi] = _spectra_slice(seqs[lo:hi], k)
+        lo = hi
+    return out
+
+
+# bases and spectrum cells a slice counts at once (~8 bytes each, a few arrays)
+_SLICE_BASES = 1 << 20
+_SLICE_CELLS = 1 << 22
+
+
+def _spectra_slice(seqs: Sequence[str], k: int) -> np.ndarray:
+    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
+    # one byte per character either way (a non-ASCII one becomes "?", refused)
+    raw = np.frombuffer("".join(seqs).encode("ascii", errors="replace"), np.uint8)
+    codes = _CODES[raw]
+    refused = np.flatnonzero(codes == 255)
+    if refused.size:  # the first sequence holding one raises, naming the character
+        first = int(np.searchsorted(np.cumsum(lengths), refused[0], side="right"))
+        base_codes(seqs[first], _CODES, accepted_by="k-mer spectra accept")
+    n_windows = len(codes) - k + 1
+    counts = np.zeros((len(seqs), 4**k), np.int64)
+    if n_windows > 0:
+        owner = np.repeat(np.arange(len(seqs)), lengths)
+        n_before = np.concatenate([[0], np.cumsum(codes == 4)])  # Ns before each base
+        # a window counts if it holds no N and lies within one sequence
+        valid = (n_before[k:] == n_before[:n_windows]) & (
+            owner[:n_windows] == owner[k - 1 :]
+        )
+        index = np.zeros(n_windows, np.int64)
+        for j in range(k):  # base j of each window, most significant first
+            index = index * 4 + codes[j : j + n_windows]
+        cell = owner[:n_windows][valid] * 4**k + index[valid]
+        counts = np.bincount(cell, minlength=counts.size).reshape(counts.shape)
+    totals = counts.sum(axis=1, keepdims=True)
     # divide in float64 so each row sums to 1 within float32 rounding
-    return (counts / counts.sum()).astype(np.float32)
+    spectra = np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)
+    return spectra.astype(np.float32)
 
 
 class KmerAdapter(FloorAdapter):
@@ -84,11 +135,8 @@ class KmerAdapter(FloorAdapter):
         self.dim = 4**k
 
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
-        out = np.empty((len(seqs), self.dim), dtype=np.float32)
-        for row, seq in enumerate(seqs):
-            spectrum = kmer_spectrum(seq, self.k)
-            if self.rc_mode == "average":
-                rc_spectrum = kmer_spectrum(reverse_complement(seq), self.k)
-                spectrum = (spectrum + rc_spectrum) / 2
-            out[row] = spectrum
+        out = kmer_spectra(seqs, self.k)
+        if self.rc_mode == "average":
+            rc = kmer_spectra([reverse_complement(seq) for seq in seqs], self.k)
+            out = (out + rc) / 2
         return out
