@@ -133,6 +133,7 @@ def gather_vectors(
     dim: int,
     *,
     progress: bool = False,
+    refresh: bool = True,
 ) -> np.ndarray:
     """The plan's vectors under ``key`` from the store, one row per input, float32.
 
@@ -149,9 +150,8 @@ def gather_vectors(
     out = np.empty((n, dim), dtype=np.float32)
     read_into = getattr(store, "read_into", None)
     if read_into is not None:  # the store's bulk read: linear in n and the key
-        refresh = getattr(store, "refresh", None)
-        if refresh is not None:  # other processes (a cluster's workers) committed
-            refresh(key)
+        if refresh and hasattr(store, "refresh"):
+            store.refresh(key)  # other processes (a cluster's workers) committed
         with tqdm(total=n, desc="read back", unit="seq", disable=not progress) as bar:
             found = read_into(key, plan.digests, out)
             bar.update(n)

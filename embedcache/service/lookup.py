@@ -59,7 +59,7 @@ def read_vectors(
     model: ServedModel, store: EmbeddingStore, plan: EmbedPlan
 ) -> np.ndarray:
     """The request's vectors from the store, float32, one row per input."""
-    return gather_vectors(store, plan, model.key, model.dim)
+    return gather_vectors(store, plan, model.key, model.dim, refresh=False)
 
 
 __all__ = ["RequestPlan", "plan_request", "read_vectors"]

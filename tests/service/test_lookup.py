@@ -1,0 +1,39 @@
+"""A request's store work: a hit lists no commit records (on S3, a LIST request)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embedcache.engine.forward import gather_vectors
+from embedcache.engine.local import embed_sequences
+from embedcache.service.lookup import plan_request, read_vectors
+from embedcache.service.registry import load_models
+from embedcache.service.settings import ModelSpec
+from embedcache.store import EmbeddingStore, views
+from tests.service.conftest import random_seqs
+
+
+def test_a_served_read_lists_no_commit_records(tmp_path, monkeypatch):
+    # the server's own commits join its view as they are made, and other writers'
+    # within refresh_seconds: a hit's read-back needs no listing of its own
+    store = EmbeddingStore(tmp_path / "store", refresh_seconds=3600)
+    [served] = load_models([ModelSpec(name="kmer-2", model="kmer-2")])
+    seqs = random_seqs(50, seed=1)
+    embed_sequences(served.adapter, seqs, store)
+    planned = plan_request(served, seqs, store, field="input")
+    assert all(planned.cached)
+
+    listed = []
+    real = views.list_records
+
+    def counted(backend, digest):
+        listed.append(digest)
+        return real(backend, digest)
+
+    monkeypatch.setattr(views, "list_records", counted)
+    vectors = read_vectors(served, store, planned.plan)
+    assert listed == []
+    np.testing.assert_array_equal(vectors, served.adapter.embed_batch(seqs))
+    # `embed`'s read-back lists first (a cluster's workers committed): counted here
+    gather_vectors(store, planned.plan, served.key, served.dim)
+    assert listed == [served.key.digest]
