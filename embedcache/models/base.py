@@ -10,7 +10,7 @@ from embedcache.errors import InvalidSequenceError
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 
 # Padded tokens (longest item x batch size) per forward pass when an adapter names no
@@ -92,3 +92,45 @@ def base_codes(seq: str, table: np.ndarray, *, accepted_by: str) -> np.ndarray:
         )
         raise InvalidSequenceError(msg)
     return codes
+
+
+def packed_codes(
+    seqs: Sequence[str],
+    table: np.ndarray,
+    *,
+    accepted_by: str,
+    max_bases: int,
+    max_rows: int,
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``seqs`` a slice at a time, each character looked up in ``table``: yields
+    ``(lo, hi, codes, lengths)`` for ``seqs[lo:hi]``, their codes concatenated.
+
+    A slice holds at most ``max_rows`` sequences and ``max_bases`` bases (or one
+    longer sequence). A floor counts a slice in a few array passes: a batch's work
+    is then a few operations, not a few calls a sequence, each a moment of the GIL
+    that a server's other threads (its hits) wait out.
+
+    Raises
+    ------
+    InvalidSequenceError
+        As :func:`base_codes`, for the first sequence holding a refused character.
+    """
+    lo = 0
+    while lo < len(seqs):
+        hi, bases = lo + 1, len(seqs[lo])
+        while (
+            hi < len(seqs) and hi - lo < max_rows and bases + len(seqs[hi]) <= max_bases
+        ):
+            bases += len(seqs[hi])
+            hi += 1
+        part = seqs[lo:hi]
+        lengths = np.fromiter(map(len, part), np.int64, hi - lo)
+        # one byte a character either way (a non-ASCII one becomes "?", refused)
+        raw = "".join(part).encode("ascii", errors="replace")
+        codes = table[np.frombuffer(raw, np.uint8)]
+        refused = np.flatnonzero(codes == 255)
+        if refused.size:  # raise as base_codes does for that one sequence
+            first = int(np.searchsorted(np.cumsum(lengths), refused[0], side="right"))
+            base_codes(part[first], table, accepted_by=accepted_by)
+        yield lo, hi, codes, lengths
+        lo = hi

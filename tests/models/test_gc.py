@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from embedcache.analysis.selection import _is_floor_key
 from embedcache.errors import AdapterOptionError, InvalidSequenceError
 from embedcache.hashing import reverse_complement
-from embedcache.models import load_adapter
+from embedcache.models import base, load_adapter
+from embedcache.models.floors import gc_content
 from embedcache.models.floors.gc_content import GCAdapter, gc_fraction
 from tests.models.adapter_contract import AdapterContract
 
@@ -80,3 +81,42 @@ def test_strand_symmetric_and_in_unit_interval(seq):
     assert 0.0 <= value <= 1.0
     assert value == gc_fraction(reverse_complement(seq))
     assert GCAdapter().embed_batch([seq])[0, 0] == np.float32(value)
+
+
+@pytest.mark.parametrize("max_bases", [1 << 20, 5])
+def test_a_batch_counts_each_sequence_on_its_own(monkeypatch, max_bases):
+    # slices of one or two sequences give the rows one slice gives
+    real = base.packed_codes
+    monkeypatch.setattr(
+        gc_content,
+        "packed_codes",
+        lambda *a, **kw: real(
+            *a, **{**kw, "max_bases": min(kw["max_bases"], max_bases)}
+        ),
+    )
+    rng = np.random.default_rng(3)
+    seqs = [
+        "",
+        "N",
+        "NNNN",
+        "GC",
+        "ATN",
+        *[
+            "".join(rng.choice(list("ACGTN"), size=int(rng.integers(0, 30))))
+            for _ in range(50)
+        ],
+    ]
+    want = []
+    for seq in seqs:  # the module docstring's rule, in plain Python
+        gc, at = sum(seq.count(b) for b in "GC"), sum(seq.count(b) for b in "AT")
+        want.append(gc / (gc + at) if gc + at else 0.5)
+    got = GCAdapter().embed_batch(seqs)
+    assert got.shape == (len(seqs), 1)
+    assert got[:, 0].tolist() == np.asarray(want, np.float32).tolist()
+
+
+def test_a_batch_names_the_character_of_its_first_bad_sequence():
+    with pytest.raises(
+        InvalidSequenceError, match="'x' at position 2 of a sequence of length 3"
+    ):
+        GCAdapter().embed_batch(["ACGT", "AxG", "ACGTX"])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.errors import AdapterOptionError
-from embedcache.models.base import FloorAdapter, base_codes
+from embedcache.models.base import FloorAdapter, packed_codes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,10 +43,36 @@ def gc_fraction(seq: str) -> float:
     InvalidSequenceError
         The sequence holds a character other than A, C, G, T or N.
     """
-    cls = base_codes(seq, _CLASS, accepted_by="the GC floor accepts")
-    counts = np.bincount(cls, minlength=3)
-    n_bases = int(counts[0] + counts[1])
-    return float(counts[1]) / n_bases if n_bases else NO_BASES_VALUE
+    return float(gc_fractions([seq])[0])
+
+
+def gc_fractions(seqs: Sequence[str]) -> np.ndarray:
+    """:func:`gc_fraction` of each sequence, float64 (n,), a slice of sequences at a
+    time (:func:`~embedcache.models.base.packed_codes`).
+
+    Raises
+    ------
+    InvalidSequenceError
+        A sequence holds a character other than A, C, G, T or N (the first such).
+    """
+    out = np.empty(len(seqs))
+    for lo, hi, cls, lengths in packed_codes(
+        seqs,
+        _CLASS,
+        accepted_by="the GC floor accepts",
+        max_bases=1 << 20,
+        max_rows=1 << 18,
+    ):
+        owner = np.repeat(np.arange(hi - lo), lengths)
+        counts = np.bincount(owner * 3 + cls, minlength=3 * (hi - lo)).reshape(-1, 3)
+        n_bases = counts[:, 0] + counts[:, 1]
+        out[lo:hi] = np.divide(
+            counts[:, 1],
+            n_bases,
+            out=np.full(hi - lo, NO_BASES_VALUE),
+            where=n_bases > 0,
+        )
+    return out
 
 
 class GCAdapter(FloorAdapter):
@@ -70,6 +96,4 @@ class GCAdapter(FloorAdapter):
         )
 
     def embed_batch(self, seqs: Sequence[str]) -> np.ndarray:
-        return np.asarray([[gc_fraction(s)] for s in seqs], dtype=np.float32).reshape(
-            len(seqs), 1
-        )
+        return gc_fractions(seqs).astype(np.float32).reshape(len(seqs), 1)

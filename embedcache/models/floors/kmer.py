@@ -14,7 +14,7 @@ import numpy as np
 
 from embedcache.errors import AdapterOptionError
 from embedcache.hashing import reverse_complement
-from embedcache.models.base import FloorAdapter, base_codes
+from embedcache.models.base import FloorAdapter, packed_codes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -52,11 +52,8 @@ def kmer_spectrum(seq: str, k: int) -> np.ndarray:
 
 
 def kmer_spectra(seqs: Sequence[str], k: int) -> np.ndarray:
-    """:func:`kmer_spectrum` of each sequence, (n, ``4**k``) float32.
-
-    A slice of sequences at a time is counted in a few passes over all its bases
-    together: a server computing a batch of misses then holds the GIL for a few
-    array operations, not ~15 small ones per sequence, and its hits get their turns.
+    """:func:`kmer_spectrum` of each sequence, (n, ``4**k``) float32, a slice of
+    sequences at a time (:func:`~embedcache.models.base.packed_codes`).
 
     Raises
     ------
@@ -64,19 +61,14 @@ def kmer_spectra(seqs: Sequence[str], k: int) -> np.ndarray:
         A sequence holds a character other than A, C, G, T or N (the first such).
     """
     out = np.empty((len(seqs), 4**k), np.float32)
-    max_rows = max(1, _SLICE_CELLS // 4**k)
-    lo = 0
-    while lo < len(seqs):
-        hi, bases = lo + 1, len(seqs[lo])
-        while (
-            hi < len(seqs)
-            and hi - lo < max_rows
-            and bases + len(seqs[hi]) <= _SLICE_BASES
-        ):
-            bases += len(seqs[hi])
-            hi += 1
-        out[lo:hi] = _spectra_slice(seqs[lo:hi], k)
-        lo = hi
+    for lo, hi, codes, lengths in packed_codes(
+        seqs,
+        _CODES,
+        accepted_by="k-mer spectra accept",
+        max_bases=_SLICE_BASES,
+        max_rows=max(1, _SLICE_CELLS // 4**k),
+    ):
+        out[lo:hi] = _spectra(codes, lengths, k)
     return out
 
 
@@ -85,19 +77,12 @@ _SLICE_BASES = 1 << 20
 _SLICE_CELLS = 1 << 22
 
 
-def _spectra_slice(seqs: Sequence[str], k: int) -> np.ndarray:
-    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
-    # one byte per character either way (a non-ASCII one becomes "?", refused)
-    raw = np.frombuffer("".join(seqs).encode("ascii", errors="replace"), np.uint8)
-    codes = _CODES[raw]
-    refused = np.flatnonzero(codes == 255)
-    if refused.size:  # the first sequence holding one raises, naming the character
-        first = int(np.searchsorted(np.cumsum(lengths), refused[0], side="right"))
-        base_codes(seqs[first], _CODES, accepted_by="k-mer spectra accept")
+def _spectra(codes: np.ndarray, lengths: np.ndarray, k: int) -> np.ndarray:
+    """Spectra of the sequences whose codes are concatenated in ``codes``."""
     n_windows = len(codes) - k + 1
-    counts = np.zeros((len(seqs), 4**k), np.int64)
+    counts = np.zeros((len(lengths), 4**k), np.int64)
     if n_windows > 0:
-        owner = np.repeat(np.arange(len(seqs)), lengths)
+        owner = np.repeat(np.arange(len(lengths)), lengths)
         n_before = np.concatenate([[0], np.cumsum(codes == 4)])  # Ns before each base
         # a window counts if it holds no N and lies within one sequence
         valid = (n_before[k:] == n_before[:n_windows]) & (
