@@ -139,7 +139,9 @@ def gather_vectors(
 
     Read at most :data:`~embedcache.engine.plan.LOOKUP_CHUNK` rows and
     :data:`READ_BYTES` of vectors at a time into the result, so beside it only one
-    chunk's vectors are held.
+    chunk's vectors are held. ``refresh``: list the key's commits first, as other
+    processes (a cluster's workers) committed the rows; a server, whose own commits
+    join its view as they are made, reads its view as it stands.
 
     Raises
     ------
