@@ -460,6 +460,8 @@ async def _embed(
             done.result()
         except SequenceFailedError as err:
             raise _name_failed(err, plan.hashes, seqs, field) from None
+    if planned.vectors is not None:  # hits only: read with the plan
+        return planned.vectors, planned
     vectors = await off_loop(read_vectors, served, state.store, plan)
     return vectors, planned
 

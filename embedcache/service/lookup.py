@@ -27,16 +27,19 @@ _NAMED_INDEX = re.compile(r"^\w+\[(\d+)\]")
 
 @dataclass(frozen=True)
 class RequestPlan:
-    """A request's plan and, per input row, whether the store held it on arrival."""
+    """A request's plan and, per input row, whether the store held it on arrival;
+    its vectors when every row was held (read in the same call)."""
 
     plan: EmbedPlan
     cached: list[bool]
+    vectors: np.ndarray | None = None
 
 
 def plan_request(
     model: ServedModel, seqs: Sequence[str], store: EmbeddingStore, *, field: str
 ) -> RequestPlan:
-    """Validate, hash and length-check ``seqs`` and look them up, as `embed` does.
+    """Validate, hash and length-check ``seqs`` and look them up, as `embed` does;
+    if the store holds every one, read their vectors too.
 
     Raises
     ------
@@ -52,7 +55,11 @@ def plan_request(
         index = int(found.group(1)) if found else None
         raise UnprocessableSequenceError(str(err), index=index) from err
     missing = set(plan.missing_hashes)
-    return RequestPlan(plan, [digest not in missing for digest in plan.hashes])
+    cached = [digest not in missing for digest in plan.hashes]
+    # hits only: read now, in this thread; a hand-back to the loop and a second
+    # worker thread would each be a wait for the GIL while the server computes
+    vectors = read_vectors(model, store, plan) if not plan.n_computed else None
+    return RequestPlan(plan, cached, vectors)
 
 
 def read_vectors(

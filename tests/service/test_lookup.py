@@ -20,9 +20,6 @@ def test_a_served_read_lists_no_commit_records(tmp_path, monkeypatch):
     [served] = load_models([ModelSpec(name="kmer-2", model="kmer-2")])
     seqs = random_seqs(50, seed=1)
     embed_sequences(served.adapter, seqs, store)
-    planned = plan_request(served, seqs, store, field="input")
-    assert all(planned.cached)
-
     listed = []
     real = views.list_records
 
@@ -31,9 +28,23 @@ def test_a_served_read_lists_no_commit_records(tmp_path, monkeypatch):
         return real(backend, digest)
 
     monkeypatch.setattr(views, "list_records", counted)
-    vectors = read_vectors(served, store, planned.plan)
+    planned = plan_request(served, seqs, store, field="input")
+    assert all(planned.cached)
+    # hits only: the vectors come with the plan, one worker call for both
+    want = served.adapter.embed_batch(seqs)
+    np.testing.assert_array_equal(planned.vectors, want)
+    np.testing.assert_array_equal(read_vectors(served, store, planned.plan), want)
     assert listed == []
-    np.testing.assert_array_equal(vectors, served.adapter.embed_batch(seqs))
     # `embed`'s read-back lists first (a cluster's workers committed): counted here
     gather_vectors(store, planned.plan, served.key, served.dim)
     assert listed == [served.key.digest]
+
+
+def test_a_plan_with_misses_reads_no_vectors(tmp_path):
+    store = EmbeddingStore(tmp_path / "store")
+    [served] = load_models([ModelSpec(name="kmer-2", model="kmer-2")])
+    seqs = random_seqs(20, seed=2)
+    embed_sequences(served.adapter, seqs[:10], store)
+    planned = plan_request(served, seqs, store, field="input")
+    assert planned.cached == [True] * 10 + [False] * 10
+    assert planned.vectors is None
