@@ -29,17 +29,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.peaks import cpu_kind_line
 from benchmarks.serve_bench import free_port, load, percentile
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.service import wire
 from embedcache.store import EmbeddingStore
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "kmer-1"
@@ -51,18 +56,16 @@ SEQ_BP = 32
 STREAM = r"""
 import sys
 import httpx
-import numpy as np
-url, seed, n, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = np.random.default_rng(seed)
-bases = np.frombuffer(b"ACGT", np.uint8)[rng.integers(0, 4, size=(n, 32))]
-seqs = [row.tobytes().decode() for row in bases]
+sys.path.insert(0, sys.argv[1])
+from benchmarks.serve_commit_bench import MODEL, random_seqs
+url, seed, n, batch = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+seqs = random_seqs(n, seed)
 with httpx.Client(base_url=url, timeout=600) as http:
     print("ready", flush=True)
     sys.stdin.readline()
     for lo in range(0, n, batch):
-        r = http.post("/v1/embed", json={"model": "kmer-1", "sequences": seqs[lo:lo + batch]},
-                      headers={"Accept": "application/x-npy"})
-        r.raise_for_status()
+        body = {"model": MODEL, "sequences": seqs[lo : lo + batch]}
+        http.post("/v1/embed", json=body, headers={"Accept": "application/x-npy"}).raise_for_status()
 """
 
 
@@ -104,11 +107,13 @@ class Server:
         self._log.close()
 
 
-def one_seq_latencies(http: httpx.Client, seq: str, running: object) -> list[float]:
+def one_seq_latencies(
+    http: httpx.Client, seq: str, running: Callable[[], bool]
+) -> list[float]:
     """Seconds of each cached one-sequence request while ``running()`` is true."""
     out = []
     body = {"model": MODEL, "sequences": [seq]}
-    while running():  # type: ignore[operator]
+    while running():
         t0 = time.perf_counter()
         r = http.post(wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY})
         out.append(time.perf_counter() - t0)
@@ -130,6 +135,7 @@ def sitting(
                 sys.executable,
                 "-c",
                 STREAM,
+                str(REPO),
                 target.url,
                 str(seed),
                 str(N_JOB),
@@ -165,21 +171,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sittings", type=int, default=3)
     args = parser.parse_args()
-    cpu = (
-        " ".join(
-            sorted(
-                {
-                    f
-                    for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("flags")
-                    for f in line.split()
-                    if f in ("amx_bf16", "avx512_bf16")
-                }
-            )
-        )
-        or "AVX2 only"
-    )
-    print(f"{os.cpu_count()} cores ({cpu}); load {load()}", flush=True)
+    print(f"{os.cpu_count()} cores, {cpu_kind_line()}; load {load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         seqs = random_seqs(N_STORED, 0)
@@ -190,9 +182,8 @@ def main() -> None:
             for i in range(args.sittings):
                 print(f"sitting {i + 1} (load {load()}):", flush=True)
                 for kind, target in (("busy", servers[0]), ("floor", servers[1])):
-                    idle, loaded = sitting(
-                        servers[0], target, seqs[i], 100 * i + len(kind)
-                    )
+                    seed = 1 + 2 * i + (kind == "floor")  # new sequences each job
+                    idle, loaded = sitting(servers[0], target, seqs[i], seed)
                     ratios[kind].append(loaded / idle)
         finally:
             for server in servers:
