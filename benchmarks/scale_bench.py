@@ -363,6 +363,20 @@ for hashed, vectors in work:
 """
 
 
+def started_child(cmd: list[str]) -> subprocess.Popen:
+    """A child that prints "ready" once set up and waits for a line to begin, told
+    to begin: what is timed beside it is its work, not its start-up."""
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    return proc
+
+
 def p99_under_commits(
     workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
 ) -> tuple[float, float]:
@@ -410,15 +424,8 @@ def p99_under_commits(
     else:
         cmd = [sys.executable, "-c", FLOOR_WRITER, str(Path(__file__).parent)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None
-        assert proc.stdin is not None
-        assert proc.stdout.readline().strip() == "ready"
+        proc = started_child(cmd)
         t0 = time.perf_counter()
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
         busy = sample(lambda: proc.poll() is None, 10**9)
         if proc.wait():
             msg = f"the floor's writer failed ({proc.returncode})"

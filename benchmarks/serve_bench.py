@@ -76,16 +76,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Server:
-    """`embedcache serve` in a subprocess; stopped with SIGTERM."""
+    """`embedcache serve --model MODEL` in a subprocess; stopped with SIGTERM."""
 
-    def __init__(self, store: Path, model_dir: Path, log: Path) -> None:
+    def __init__(self, store: Path, model: str, log: Path) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self._log = log.open("w")
         self.proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", f"bench={model_dir}"),
+                *("--store", str(store), "--model", model),
                 *("--device", "cpu", "--port", self.url.rsplit(":", 1)[1]),
                 *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
                 # throughput, not deadlines: on a loaded machine part (a)'s clients
@@ -312,7 +312,7 @@ def main() -> None:
         embed_sequences(
             adapter, seqs[:8], EmbeddingStore(work / "warm")
         )  # first allocations
-        server = Server(work / "store", model_dir, work / "server.log")
+        server = Server(work / "store", f"bench={model_dir}", work / "server.log")
         try:
             print(f"(a) load {load()}", flush=True)
             a = part_a(server, adapter, seqs, work, args.clients)

@@ -22,9 +22,7 @@ Run: ``.venv/bin/python benchmarks/serve_commit_bench.py [--sittings 3]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peaks import cpu_kind_line
-from benchmarks.serve_bench import free_port, load, percentile
+from benchmarks.scale_bench import started_child
+from benchmarks.serve_bench import Server, load, percentile
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.service import wire
@@ -75,38 +74,6 @@ def random_seqs(n: int, seed: int) -> list[str]:
     return [row.tobytes().decode() for row in bases]
 
 
-class Server:
-    """`embedcache serve --model kmer-1` on ``store``, in a subprocess."""
-
-    def __init__(self, store: Path, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", MODEL, "--device", "cpu"),
-                *("--port", self.url.rsplit(":", 1)[1], "--max-sequences", str(BATCH)),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"server exited:\n{log.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + wire.ROUTE_READY, timeout=1).status_code == 200:
-                    return
-            time.sleep(0.2)
-        sys.exit("server not ready after 120 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(120)
-        self._log.close()
-
-
 def one_seq_latencies(
     http: httpx.Client, seq: str, running: Callable[[], bool]
 ) -> list[float]:
@@ -130,27 +97,13 @@ def sitting(
         one_seq_latencies(http, seq, iter([True] * 50 + [False]).__next__)  # warm
         left = iter([True] * 2_000 + [False])
         idle = one_seq_latencies(http, seq, left.__next__)
-        stream = subprocess.Popen(
+        stream = started_child(
             [
-                sys.executable,
-                "-c",
-                STREAM,
-                str(REPO),
-                target.url,
-                str(seed),
-                str(N_JOB),
-                str(BATCH),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+                *(sys.executable, "-c", STREAM, str(REPO), target.url),
+                *(str(seed), str(N_JOB), str(BATCH)),
+            ]
         )
-        assert stream.stdout is not None
-        assert stream.stdin is not None
-        assert stream.stdout.readline().strip() == "ready"
         t0 = time.perf_counter()
-        stream.stdin.write("go\n")
-        stream.stdin.flush()
         busy = one_seq_latencies(http, seq, lambda: stream.poll() is None)
         if stream.wait():
             sys.exit(f"the stream failed ({stream.returncode})")
@@ -176,7 +129,9 @@ def main() -> None:
         work = Path(tmp)
         seqs = random_seqs(N_STORED, 0)
         embed_sequences(load_adapter(MODEL), seqs, EmbeddingStore(work / "a"))
-        servers = [Server(work / name, work / f"{name}.log") for name in ("a", "b")]
+        servers = [
+            Server(work / name, MODEL, work / f"{name}.log") for name in ("a", "b")
+        ]
         try:
             ratios: dict[str, list[float]] = {"busy": [], "floor": []}
             for i in range(args.sittings):
