@@ -70,8 +70,11 @@ def commit_shard(
     supersedes: Iterable[str] = (),
     order_ns: int | None = None,
     aliases: Iterable[str] = (),
+    lacks: Iterable[str] = (),
 ) -> Shard:
     """Write a complete shard, make it durable, then publish it with put-if-absent.
+
+    ``lacks``: shards known to hold none of its hashes (``CommitRecord.lacks``).
 
     The shard returned holds its fences and filter (for ``views.adopt``), not its
     hashes.
@@ -101,6 +104,7 @@ def commit_shard(
             supersedes=tuple(sorted(supersedes)),
             aliases=tuple(sorted(set(aliases))),
             files=files,
+            lacks=tuple(sorted(set(lacks))),
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)

@@ -20,12 +20,12 @@ from embedcache.errors import (
 )
 from embedcache.store import maintenance
 from embedcache.store.commits import Writer, commit_shard
+from embedcache.store.counts import n_distinct
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, first_rows, to_hex
 from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
-from embedcache.store.merged_runs import distinct_count
 from embedcache.store.runs import BlockCache
 from embedcache.store.shard_writes import rows_in_hand
 from embedcache.store.verify import Fault, verify_store
@@ -293,13 +293,11 @@ class EmbeddingStore:
         return out
 
     def _n_distinct(self, view: KeyView, snap: Snapshot) -> int:
-        """Distinct hashes of the key: one run's count, else a merge of the runs'
-        sorted indexes (a read of every hash, a step at a time)."""
+        """Distinct hashes of the key: from its records where they tell, else a
+        merge of the runs that may share hashes (``counts``)."""
         for _ in range(RETRIES):
-            if len(snap.shards) <= 1:
-                return sum(s.record.n_rows for s in snap.shards)
             try:
-                return distinct_count(self._backend, view, snap)
+                return n_distinct(self._backend, view, snap)
             except ShardRetiredError:  # compacted meanwhile: fewer runs now
                 view.forget_listing()
                 snap = refresh(self._backend, view)
@@ -362,6 +360,7 @@ class EmbeddingStore:
                 self._writer,
                 rows_in_hand(q[rows], new),
                 aliases=aliases,
+                lacks=looked_in,
             )
             logger.debug(
                 "committed %d rows for %s as %s", len(rows), key.short(), shard
@@ -369,7 +368,7 @@ class EmbeddingStore:
             adopt(view, shard)
             if self._auto_merge >= 2:
                 own = self._own.setdefault(view.digest, [])
-                own.append(maintenance.OwnRun(shard.record.shard, 0, looked_in))
+                own.append(maintenance.OwnRun(shard.record.shard, 0))
                 maintenance.merge_own(
                     self._backend, view, self._writer, own, auto_merge=self._auto_merge
                 )

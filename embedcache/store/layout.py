@@ -201,6 +201,11 @@ class CommitRecord:
     supersedes: tuple[str, ...]  # shards this one replaces (compaction)
     aliases: tuple[str, ...]  # display names given by the writer (put(..., alias=))
     files: dict[str, tuple[int, str]]  # path in the shard -> (size, sha256)
+    # shards known to hold none of this one's hashes (the runs a put's look-up
+    # read; for a merge, what its runs all lacked and the runs before it): a
+    # count of the key's vectors adds such runs' rows without reading them.
+    # Empty in records of earlier versions: nothing is known
+    lacks: tuple[str, ...] = ()
 
     def to_doc(self) -> bytes:
         return group_doc(
@@ -215,6 +220,7 @@ class CommitRecord:
                 "committed_ns": self.committed_ns,
                 "supersedes": sorted(self.supersedes),
                 "aliases": sorted(self.aliases),
+                "lacks": sorted(self.lacks),
                 "files": {
                     rel: {"size": size, "sha256": digest}
                     for rel, (size, digest) in sorted(self.files.items())
@@ -241,6 +247,7 @@ class CommitRecord:
                 committed_ns=int(attrs["committed_ns"]),
                 supersedes=tuple(str(s) for s in attrs["supersedes"]),
                 aliases=tuple(str(a) for a in attrs.get("aliases", ())),
+                lacks=tuple(str(s) for s in attrs.get("lacks", ())),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()

@@ -62,33 +62,24 @@ class Leftover:
 
 @dataclass(frozen=True, slots=True)
 class OwnRun:
-    """A run this writer committed, and the runs its rows are known to be absent
-    from: the look-up that chose them (a put's) or the merge that kept them saw
-    those runs, and runs never change. A merge of runs that all lack a hash of
-    another run need not look that hash up in it."""
+    """A run this writer committed, and its level: a put's run is level 0, a
+    merge of runs of level ``l`` is level ``l + 1``."""
 
     shard: str
     level: int
-    lacked_by: frozenset[str]
 
 
 def merge(
-    backend: Backend,
-    view: KeyView,
-    writer: Writer,
-    shard_ids: Iterable[str],
-    *,
-    known: Iterable[OwnRun] = (),
-) -> tuple[CommitRecord, frozenset[str]]:
+    backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
+) -> CommitRecord:
     """Commit one shard holding the winning rows of ``shard_ids``; retire them.
 
     The merged run keeps the rows in the chosen shards' stored order (whole-key
     reads stay sequential) and only those that win in the whole key: a hash an
     earlier, unchosen shard holds stays served by that shard. Streamed
-    (``merged_runs``): its memory is a few bytes a row, not the keys. ``known``:
-    what this writer knows of chosen runs (:class:`OwnRun`); an earlier run every
-    chosen run lacks is not looked in. Also returns the runs the merged run lacks
-    (the unchosen runs before it).
+    (``merged_runs``): its memory is a few bytes a row, not the keys. A run every
+    chosen run lacks (``CommitRecord.lacks``) is not looked in, and the merged
+    run lacks it too, as it lacks the runs before it.
     """
     snap = refresh(backend, view)
     chosen = set(shard_ids) & {s.record.shard for s in snap.shards}
@@ -100,11 +91,12 @@ def merge(
         chosen |= extra
         grew = bool(extra)
     positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
-    lacked = {run.shard: run.lacked_by for run in known}
-    # a chosen run this writer knows nothing of (another writer's, or one hidden
-    # by a chosen run) lacks nothing for sure
-    sets = [lacked.get(name, frozenset()) for name in chosen]
-    lacked_by_all = frozenset.intersection(*sets) if sets else frozenset()
+    lacked = [frozenset(snap.records[s].lacks) for s in chosen]
+    lacked_by_all = frozenset.intersection(*lacked) if lacked else frozenset()
+    # winning_rows drops the rows an earlier unchosen run holds: the merged run,
+    # at its earliest chosen run's place, lacks every run before that
+    first = positions[0] if positions else 0
+    before = frozenset(s.record.shard for s in snap.shards[:first])
     cache = merge_cache(len(positions))
     kept = winning_rows(backend, view, snap, positions, cache, skip=lacked_by_all)
     merged = commit_shard(
@@ -115,6 +107,7 @@ def merge(
         supersedes=chosen,
         order_ns=min(snap.records[s].order_ns for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
+        lacks=(before | lacked_by_all) - chosen,
     )
     # readers in this process move to the merged run before the old ones go (its
     # fences and filter as written: no read back, no block read of it for a hash
@@ -123,11 +116,7 @@ def merge(
     refresh(backend, view)
     retire(backend, view.digest, sorted(chosen))
     refresh(backend, view)
-    # an earlier unchosen run held none of the kept rows (winning_rows dropped
-    # those it held); the merged run sits at its earliest chosen run's place
-    first = positions[0] if positions else 0
-    before = frozenset(s.record.shard for s in snap.shards[:first])
-    return merged.record, before
+    return merged.record
 
 
 def merge_own(
@@ -150,13 +139,11 @@ def merge_own(
         if len(live) < 2:
             return
         try:
-            merged, lacked_by = merge(
-                backend, view, writer, [run.shard for run in live], known=live
-            )
+            merged = merge(backend, view, writer, [run.shard for run in live])
         except (CorruptStoreError, StoreError, ShardRetiredError) as err:
             logger.warning("could not merge shards of %s: %s", view.key.short(), err)
             return
-        own.append(OwnRun(merged.shard, level + 1, lacked_by))
+        own.append(OwnRun(merged.shard, level + 1))
         level += 1
 
 
@@ -167,9 +154,7 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
         if len(view.shards) <= 1 and not view.hidden:
             break
         try:
-            merged, _ = merge(
-                backend, view, writer, [s.record.shard for s in view.shards]
-            )
+            merged = merge(backend, view, writer, [s.record.shard for s in view.shards])
         except ShardRetiredError:  # another process compacted meanwhile
             view.forget_listing()
             refresh(backend, view)

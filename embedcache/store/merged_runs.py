@@ -155,12 +155,13 @@ def merged_steps(
         yield step[order], run[order], at[order]
 
 
-def distinct_count(backend: Backend, view: KeyView, snap: Snapshot) -> int:
-    """How many distinct hashes the runs of ``snap`` hold together: their sorted
-    indexes merged a step at a time (a hash's copies share a step), never every
-    hash of the key at once (a 16 M-row key: 81 MiB peak and 15 s, where reading
-    every hash and sorting them took 2,699 MiB and 36 s)."""
-    positions = list(range(len(snap.shards)))
+def distinct_count(
+    backend: Backend, view: KeyView, snap: Snapshot, positions: Sequence[int]
+) -> int:
+    """How many distinct hashes runs ``positions`` of ``snap`` hold together: their
+    sorted indexes merged a step at a time (a hash's copies share a step), never
+    every hash at once (a 16 M-row key: 81 MiB peak and 15 s, where reading every
+    hash and sorting them took 2,699 MiB and 36 s)."""
     count = 0
     for keys, _, _ in merged_steps(
         backend, view, snap, positions, merge_cache(len(positions))

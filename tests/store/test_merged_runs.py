@@ -186,7 +186,7 @@ def test_streamed_merge_writes_the_objects_of_the_whole_key_merge(
     view = store._snapshot(KEY, max_age=0.0)[0]
     ids = [s.record.shard for s in view.shards]
     chosen = [1, 2, 4]
-    record, _ = maintenance.merge(
+    record = maintenance.merge(
         store._backend, view, store._writer, [ids[j] for j in chosen]
     )
     keys, vectors = expected_merge(runs, chosen)
@@ -222,7 +222,7 @@ def test_a_merge_whose_rows_an_earlier_run_holds_writes_an_empty_run():
         commit_run(store, keys, vectors)
     view = store._snapshot(KEY, max_age=0.0)[0]
     ids = [s.record.shard for s in view.shards]
-    record, _ = maintenance.merge(store._backend, view, store._writer, ids[1:])
+    record = maintenance.merge(store._backend, view, store._writer, ids[1:])
     assert record.n_rows == 0
     got = {rel: v for rel, v in record.files.items() if rel != "zarr.json"}
     assert got == expected_files(np.empty(0, "S32"), np.empty((0, DIM), np.float32))
