@@ -40,6 +40,11 @@ if TYPE_CHECKING:
     from embedcache.store.views import KeyView
 
 
+# a record names at most this many runs its shard lacks, the largest: a key of
+# many runs would otherwise hold records that grow with the square of its runs
+MAX_LACKS = 256
+
+
 @dataclass(slots=True)
 class Writer:
     """Who writes: names this session's shards, holds its lease while it writes them,
@@ -104,7 +109,7 @@ def commit_shard(
             supersedes=tuple(sorted(supersedes)),
             aliases=tuple(sorted(set(aliases))),
             files=files,
-            lacks=tuple(sorted(set(lacks))),
+            lacks=_largest(set(lacks), view),
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)
@@ -129,6 +134,16 @@ def commit_shard(
         fences=fences,
         bloom=bloom,
     )
+
+
+def _largest(names: set[str], view: KeyView) -> tuple[str, ...]:
+    """At most :data:`MAX_LACKS` of ``names``, the runs of the most rows first
+    (names the view no longer holds last), sorted."""
+    if len(names) > MAX_LACKS:
+        records = view.snap.records
+        rows = {n: records[n].n_rows if n in records else -1 for n in names}
+        names = set(sorted(names, key=lambda n: (-rows[n], n))[:MAX_LACKS])
+    return tuple(sorted(names))
 
 
 def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:

@@ -13,7 +13,7 @@ import pytest
 from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, counts, embedding_store
+from embedcache.store import EmbeddingStore, commits, counts, embedding_store
 
 KEY = ModelKey(
     model_id="test/counts", revision="0" * 40, adapter="t", adapter_version="1"
@@ -117,3 +117,18 @@ def test_a_put_whose_runs_were_merged_meanwhile_lacks_the_merged_run(
     info = EmbeddingStore(memory).keys()[0]
     assert (info.n_shards, info.n_vectors) == (2, 30)
     assert merged_counts == []  # it lacks both runs the merged one was made of
+
+
+def test_a_record_names_the_largest_runs_it_lacks_up_to_a_bound(
+    merged_counts, monkeypatch
+):
+    monkeypatch.setattr(commits, "MAX_LACKS", 2)
+    memory = MemoryStore()
+    store = EmbeddingStore(memory, auto_merge=0)
+    for lo, n in ((0, 5), (5, 30), (35, 10), (45, 20)):
+        store.put(KEY, hashes(lo, lo + n), vectors(n))
+    runs = [s.record for s in store._view(KEY).shards]
+    # the last put looked in three runs: its record names the 30 and the 10
+    assert runs[-1].lacks == tuple(sorted((runs[1].shard, runs[2].shard)))
+    assert EmbeddingStore(memory).keys()[0].n_vectors == 65
+    assert merged_counts == [2]  # the 5 and the 20, whose records do not link them
