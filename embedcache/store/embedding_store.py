@@ -284,9 +284,7 @@ class EmbeddingStore:
                     n_vectors=self._n_distinct(view, snap),
                     dim=view.dim,
                     n_shards=len(snap.shards),
-                    nbytes=sum(
-                        size for s in snap.shards for size, _ in s.record.files.values()
-                    ),
+                    nbytes=sum(s.record.nbytes() for s in snap.shards),
                     aliases=view.aliases,
                 )
             )

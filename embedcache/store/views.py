@@ -219,7 +219,7 @@ def _rebuild(
         where = backend.describe(record_path(view.digest, name))
         records[name] = CommitRecord.from_doc(
             doc, shard=name, dim=view.dim, where=where
-        )
+        ).for_reading()
     hidden: dict[str, str] = {}
     for record in sorted(records.values(), key=lambda r: r.shard):
         for old in record.supersedes:
@@ -382,6 +382,7 @@ def adopt(view: KeyView, shard: Shard) -> None:
     if shard.fences is None or shard.bloom is None:
         msg = f"shard {shard.record.shard} has no fences and filter to adopt"
         raise ValueError(msg)
+    shard = replace(shard, record=shard.record.for_reading())
     with view.lock:
         snap = view.snap
         if shard.record.shard in snap.records:  # a refresh listed it meanwhile
