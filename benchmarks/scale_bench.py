@@ -10,6 +10,8 @@ For each size (default 1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M)
   Prints its wall time, time per row and peak RSS, and the peak over the output array.
 - ``cold local``: a fresh ``embedcache embed --model kmer-1`` of 100 known sequences
   against that folder (all cached): wall and peak RSS (median of 3 runs).
+- ``store ls``: a fresh ``embedcache store ls`` of that folder (which counts the key's
+  vectors): wall time (a forked child's ru_maxrss would start at this process's size).
 - ``cold s3``: the same against moto's S3 server on 127.0.0.1 holding a copy of the
   store, with the number of HTTP requests the run made (counted by a WSGI wrapper
   around moto).
@@ -299,6 +301,8 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         "shards": fill["shards"],
     }
     row["local_s"], row["local_rss"] = cold_embed(str(root), known)
+    ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
+    row["ls_s"], _, _ = run_measured(ls)
     if s3 is not None:
         url = s3.upload(root, f"scale-{n}")
         s3.counts.clear()
@@ -316,7 +320,7 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     )
     print(
         f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
-        f"{row['local_rss']:.0f} MiB"
+        f"{row['local_rss']:.0f} MiB; store ls {row['ls_s']:.2f} s"
         + (
             f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
             f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
