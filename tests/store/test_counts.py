@@ -28,6 +28,18 @@ def vectors(n: int) -> np.ndarray:
     return np.ones((n, 2), np.float32)
 
 
+def before_the_next_commit(monkeypatch, action) -> None:
+    """Run ``action`` between the next put's look-up and its commit."""
+    commit_shard = embedding_store.commit_shard
+
+    def action_first(*args, **kwargs):
+        monkeypatch.setattr(embedding_store, "commit_shard", commit_shard)
+        action()
+        return commit_shard(*args, **kwargs)
+
+    monkeypatch.setattr(embedding_store, "commit_shard", action_first)
+
+
 @pytest.fixture
 def merged_counts(monkeypatch) -> list[int]:
     """How many runs each count by merging took together."""
@@ -65,15 +77,10 @@ def test_runs_two_writers_stored_at_once_are_counted_by_merging_them(
     store = EmbeddingStore(memory, auto_merge=0)
     rival = EmbeddingStore(memory, auto_merge=0)
     store.put(KEY, hashes(0, 10), vectors(10))
-    commit_shard = embedding_store.commit_shard
-
-    def rival_first(*args, **kwargs):
-        # between this put's look-up and its commit, another writer stores 15-17
-        monkeypatch.setattr(embedding_store, "commit_shard", commit_shard)
-        rival.put(KEY, hashes(15, 18), vectors(3))
-        return commit_shard(*args, **kwargs)
-
-    monkeypatch.setattr(embedding_store, "commit_shard", rival_first)
+    # between this put's look-up and its commit, another writer stores 15-17
+    before_the_next_commit(
+        monkeypatch, lambda: rival.put(KEY, hashes(15, 18), vectors(3))
+    )
     store.put(KEY, hashes(10, 20), vectors(10))  # holds 15-17 too, unknowing
     rival.put(KEY, hashes(18, 25), vectors(7))  # saw both: only 20-24 are new
     info = EmbeddingStore(memory).keys()[0]
@@ -104,15 +111,8 @@ def test_a_put_whose_runs_were_merged_meanwhile_lacks_the_merged_run(
     compacting = EmbeddingStore(memory, auto_merge=0)
     store.put(KEY, hashes(0, 10), vectors(10))
     store.put(KEY, hashes(10, 20), vectors(10))
-    commit_shard = embedding_store.commit_shard
-
-    def merged_first(*args, **kwargs):
-        # between this put's look-up and its commit, the runs it looked in merge
-        monkeypatch.setattr(embedding_store, "commit_shard", commit_shard)
-        compacting.compact(KEY)
-        return commit_shard(*args, **kwargs)
-
-    monkeypatch.setattr(embedding_store, "commit_shard", merged_first)
+    # between this put's look-up and its commit, the runs it looked in merge
+    before_the_next_commit(monkeypatch, lambda: compacting.compact(KEY))
     store.put(KEY, hashes(15, 30), vectors(15))  # 20-29 new
     info = EmbeddingStore(memory).keys()[0]
     assert (info.n_shards, info.n_vectors) == (2, 30)
