@@ -38,6 +38,7 @@ def overlapping_groups(records: list[CommitRecord]) -> list[list[int]]:
     with each other: runs not known to be disjoint, and those linked to them by
     such pairs, fall in one group."""
     group = list(range(len(records)))  # union-find: each run's representative
+    lacks = [frozenset(r.lacks) for r in records]  # once a run, not once a pair
 
     def root(i: int) -> int:
         while group[i] != i:
@@ -47,7 +48,7 @@ def overlapping_groups(records: list[CommitRecord]) -> list[list[int]]:
 
     for b in range(len(records)):
         for a in range(b):
-            if not disjoint(records[a], records[b]):
+            if not _lacks(lacks[a], records[b]) and not _lacks(lacks[b], records[a]):
                 group[root(a)] = root(b)
     by_root: dict[int, list[int]] = {}
     for i in range(len(records)):
@@ -55,12 +56,6 @@ def overlapping_groups(records: list[CommitRecord]) -> list[list[int]]:
     return list(by_root.values())
 
 
-def disjoint(a: CommitRecord, b: CommitRecord) -> bool:
-    """Whether the records tell that runs ``a`` and ``b`` share no hash."""
-    return _lacks(a, b) or _lacks(b, a)
-
-
-def _lacks(a: CommitRecord, b: CommitRecord) -> bool:
-    # a lacks b, or lacks every run b was merged from (a's look-up saw those)
-    lacks = set(a.lacks)
+def _lacks(lacks: frozenset[str], b: CommitRecord) -> bool:
+    # a run lacks b, or lacks every run b was merged from (its look-up saw those)
     return b.shard in lacks or (bool(b.supersedes) and lacks.issuperset(b.supersedes))
