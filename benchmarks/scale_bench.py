@@ -7,7 +7,8 @@ For each size (default 1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M)
   model's, not the store's): hash every sequence, look them up in hash order, commit
   them in batches of :data:`BATCH` through ``put`` (the writer's auto-merge on), then
   read every vector back in input order (``read_into``) into the output array.
-  Prints its wall time, time per row and peak RSS, and the peak over the output array.
+  Prints its wall time, time per row (and CPU time per row, every thread: where the
+  two part, the fill waited) and peak RSS, and the peak over the output array.
 - ``cold local``: a fresh ``embedcache embed --model kmer-1`` of 100 known sequences
   against that folder (all cached): wall and peak RSS (median of 3 runs).
 - ``store ls``: a fresh ``embedcache store ls`` of that folder (which counts the key's
@@ -57,7 +58,7 @@ SEQ_BP = 32
 N_KNOWN = 100
 
 FILL = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[4])
 from scale_bench import CHUNK, chunk_digests
@@ -76,6 +77,7 @@ from scale_bench import hwm_mib
 base = hwm_mib()  # imports only
 phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
 t0 = time.perf_counter()
+cpu0 = sum(os.times()[:2])  # user + system, every thread of this process
 store = EmbeddingStore(root)
 with npy_rows(out_path, (n, 4)) as out:
     # as `embed` streams a file of several chunks (engine/api.py), a chunk at a time
@@ -102,9 +104,10 @@ with npy_rows(out_path, (n, 4)) as out:
         del vectors
         phase["read"] += time.perf_counter() - t
 seconds = time.perf_counter() - t0
+cpu = sum(os.times()[:2]) - cpu0
 peak = hwm_mib()
 shards = store.keys()[0].n_shards
-print(json.dumps({"seconds": seconds, **phase,
+print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
                   "peak_mib": peak, "base_mib": base, "shards": shards}))
 """
 
@@ -295,6 +298,7 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         "n": n,
         "fill_s": fill["seconds"],
         "fill_us_row": fill["seconds"] / n * 1e6,
+        "fill_cpu_us_row": fill["cpu"] / n * 1e6,
         "fill_rss": fill_rss,
         "fill_extra": fill_rss - fill["base_mib"],
         "out_mib": out_mib,
@@ -310,7 +314,8 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         row["s3_requests"] = sum(s3.counts.values()) / 3
         row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
     print(
-        f"{n:>11,} rows: fill {row['fill_s']:.1f} s ({row['fill_us_row']:.2f} us/row; "
+        f"{n:>11,} rows: fill {row['fill_s']:.1f} s ({row['fill_us_row']:.2f} us/row, "
+        f"CPU {row['fill_cpu_us_row']:.2f} us/row; "
         f"hash {fill['hash']:.1f} s, look-up {fill['look-up']:.1f} s, put "
         f"{fill['put']:.1f} s, read {fill['read']:.1f} s), peak RSS "
         f"{fill_rss:.0f} MiB, {row['fill_extra']:.0f} MiB over the imports "
@@ -506,6 +511,12 @@ def main() -> int:
             )
         print(
             f"  fill time per row        {last['fill_us_row'] / first['fill_us_row']:.2f}x (<= 1.2)"
+        )
+        # beside it, the CPU time (every thread): where the two part, the fill waited
+        # (on the disk: its fsyncs, and writeback of a store no longer in memory)
+        print(
+            f"  fill CPU time per row    "
+            f"{last['fill_cpu_us_row'] / first['fill_cpu_us_row']:.2f}x"
         )
         for r in rows:
             print(
