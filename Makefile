@@ -3,7 +3,7 @@ VERSION ?= atlas-full-v1
 MODEL   ?= kmer-4
 STORE   ?= store
 
-.PHONY: install lint format test test-all embeddings report demo lab bench check clean
+.PHONY: install lint format test test-all embeddings report demo lab docs bench check clean
 
 # The environment is (re)built whenever the project's dependency files change.
 .venv/.installed: pyproject.toml constraints.txt
@@ -41,10 +41,14 @@ demo: install
 lab: install
 	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
+# the documentation site into site/; --strict: a broken link or a missing page fails
+docs: install
+	.venv/bin/mkdocs build --strict --site-dir site
+
 bench: install
 	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done
 
 check: lint test
 
 clean:
-	rm -rf reports/*/ .pytest_cache
+	rm -rf reports/*/ .pytest_cache site

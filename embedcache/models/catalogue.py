@@ -1,4 +1,6 @@
-"""The catalogue of known checkpoints (``catalogue.toml``), like mteb's ModelMeta records."""
+"""The catalogue (``catalogue.toml``): known checkpoints, like mteb's ModelMeta records,
+and one record per family saying what it loads into and how equality with the
+official code was shown."""
 
 from __future__ import annotations
 
@@ -33,6 +35,39 @@ class CatalogueEntry:
     human_genome: str  # the human genome in that corpus; "" when none
 
 
+@dataclass(frozen=True, slots=True)
+class FamilyRecord:
+    """What one family's checkpoints load into, and the evidence of equality."""
+
+    family: str  # the family module's FAMILY
+    loaded_into: str
+    equality: str  # how equality with the official code was shown, and its test
+
+
+def _records(table: str) -> list[dict[str, object]]:
+    """The catalogue's ``[[table]]`` entries, as written."""
+    text = resources.files("embedcache.models").joinpath(CATALOGUE).read_text("utf-8")
+    return tomllib.loads(text).get(table, [])
+
+
+def _checked(raw: dict[str, object], kind: type, label: str) -> None:
+    """Refuse an entry that lacks a field of ``kind`` or has one it does not know."""
+    names = {f.name for f in fields(kind)}
+    missing, unknown = names - set(raw), set(raw) - names
+    if missing or unknown:
+        msg = (
+            f"{CATALOGUE} {label}: missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
+        raise CatalogueError(msg)
+
+
+def _unique(names: list[str], what: str) -> None:
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        msg = f"{CATALOGUE} lists {what} {repeated} more than once"
+        raise CatalogueError(msg)
+
+
 def load_catalogue() -> list[CatalogueEntry]:
     """Every catalogue entry, sorted by family then hub id.
 
@@ -41,29 +76,33 @@ def load_catalogue() -> list[CatalogueEntry]:
     CatalogueError
         An entry lacks a field, has an unknown one, or repeats a hub id.
     """
-    text = resources.files("embedcache.models").joinpath(CATALOGUE).read_text("utf-8")
-    names = {f.name for f in fields(CatalogueEntry)}
     entries: list[CatalogueEntry] = []
-    for i, raw in enumerate(tomllib.loads(text).get("model", [])):
-        missing, unknown = names - set(raw), set(raw) - names
-        if missing or unknown:
-            msg = (
-                f"{CATALOGUE} entry {i} ({raw.get('hub_id', '?')}): missing "
-                f"{sorted(missing)}, unknown {sorted(unknown)}"
-            )
-            raise CatalogueError(msg)
+    for i, raw in enumerate(_records("model")):
+        _checked(raw, CatalogueEntry, f"entry {i} ({raw.get('hub_id', '?')})")
         if raw["loading"] not in LOADINGS:
             msg = (
                 f"{CATALOGUE} entry {raw['hub_id']}: loading must be one of {LOADINGS}"
             )
             raise CatalogueError(msg)
         entries.append(CatalogueEntry(**raw))
-    ids = [e.hub_id for e in entries]
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
-    if repeated:
-        msg = f"{CATALOGUE} lists {repeated} more than once"
-        raise CatalogueError(msg)
+    _unique([e.hub_id for e in entries], "hub ids")
     return sorted(entries, key=lambda e: (e.family, e.hub_id))
+
+
+def load_family_records() -> dict[str, FamilyRecord]:
+    """The ``[[family]]`` records by family name.
+
+    Raises
+    ------
+    CatalogueError
+        A record lacks a field, has an unknown one, or repeats a family.
+    """
+    records: list[FamilyRecord] = []
+    for i, raw in enumerate(_records("family")):
+        _checked(raw, FamilyRecord, f"family record {i} ({raw.get('family', '?')})")
+        records.append(FamilyRecord(**raw))
+    _unique([r.family for r in records], "families")
+    return {r.family: r for r in records}
 
 
 def catalogue_entry(hub_id: str) -> CatalogueEntry | None:
@@ -71,4 +110,11 @@ def catalogue_entry(hub_id: str) -> CatalogueEntry | None:
     return next((e for e in load_catalogue() if e.hub_id == hub_id), None)
 
 
-__all__ = ["CatalogueEntry", "CatalogueError", "catalogue_entry", "load_catalogue"]
+__all__ = [
+    "CatalogueEntry",
+    "CatalogueError",
+    "FamilyRecord",
+    "catalogue_entry",
+    "load_catalogue",
+    "load_family_records",
+]

@@ -28,3 +28,14 @@ def test_models_command_lists_families_and_checkpoints():
         assert entry.hub_id in out
     for name in FAMILY_MODULES:
         assert family_module(name).FAMILY in out
+
+
+def test_every_family_has_one_record_of_what_it_loads_into_and_its_evidence():
+    from embedcache.models.catalogue import load_family_records
+
+    families = {family_module(name).FAMILY for name in FAMILY_MODULES}
+    records = load_family_records()
+    assert set(records) == families
+    for record in records.values():
+        assert record.loaded_into
+        assert "tests/models/test_" in record.equality, record.family

@@ -1,0 +1,242 @@
+"""The documentation's generated tables, and the mkdocs hook that puts them in pages.
+
+A page asks for a table with a line ``<!-- generated: NAME -->``; the hook replaces
+it with ``TABLES[NAME]()`` when mkdocs builds (``make docs``). Each table is made from
+the code's own declarations, so a new setting, metric or model family shows up in the
+site without editing a page:
+
+- ``settings``: every field of :class:`~embedcache.service.settings.ServeSettings`
+  with its type, default, limits, flag, serve.toml key and environment variable;
+- ``model-table``: the keys of a serve.toml ``[[model]]`` table;
+- ``metrics``: every metric of :class:`~embedcache.service.metrics.Metrics`;
+- ``families``: the registry's families (``FAMILY_MODULES``) with the checkpoints the
+  catalogue lists, their options and the evidence of equality with official code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from annotated_types import Ge, Gt, Le, Lt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from types import ModuleType
+
+    from pydantic import BaseModel
+    from pydantic.fields import FieldInfo
+
+    from embedcache.models.catalogue import CatalogueEntry, FamilyRecord
+    from embedcache.service.metrics import Metrics
+
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+_BOUNDS = ((Ge, "ge", "≥"), (Gt, "gt", ">"), (Le, "le", "≤"), (Lt, "lt", "<"))
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A markdown table; ``|`` inside a cell is escaped."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = (str(cell).replace("|", "\\|").replace("\n", " ") for cell in row)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def type_name(annotation: Any) -> str:  # noqa: ANN401 (any annotation)
+    """``int``, ``str | None``, ``list[ModelTable]``: an annotation as one reads it."""
+    if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
+        return annotation.__name__
+    return re.sub(r"\b[\w.]+\.(\w+)", r"\1", str(annotation)).replace("typing.", "")
+
+
+def shown_default(info: FieldInfo) -> str:
+    """The default as a user writes it; byte and token counts also in Mi."""
+    if info.is_required():
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and value >= 2**20 and value % 2**20 == 0:
+        return f"{value:,} ({value // 2**20} Mi)"
+    if isinstance(value, list | tuple | dict) and not value:
+        return "none"
+    return str(value)
+
+
+def limits(info: FieldInfo) -> str:
+    """The field's bounds (``≥ 1``, ``≥ 0, ≤ 65535``), or ``min_length``."""
+    found = []
+    for item in info.metadata:
+        for kind, attr, sign in _BOUNDS:
+            if isinstance(item, kind):
+                found.append(f"{sign} {getattr(item, attr)}")
+        if hasattr(item, "min_length") and item.min_length is not None:
+            found.append(f"length ≥ {item.min_length}")
+    return ", ".join(found)
+
+
+def settings_table(settings_cls: type[BaseModel], *, env_prefix: str) -> str:
+    """One row per field of a settings model: the server's settings reference."""
+    rows = []
+    for name, info in settings_cls.model_fields.items():
+        tables = type_name(info.annotation).startswith("list[")
+        rows.append(
+            (
+                _code(name),
+                _code(type_name(info.annotation)),
+                _code(shown_default(info)),
+                limits(info),
+                _code("--" + name.replace("_", "-")),
+                _code(f"[[{name}]]" if tables else name),
+                _code(f"{env_prefix}{name.upper()}"),
+                info.description or "",
+            )
+        )
+    header = (
+        "setting",
+        "type",
+        "default",
+        "limits",
+        "flag",
+        "serve.toml",
+        "variable",
+        "what it does",
+    )
+    return markdown_table(header, rows)
+
+
+def table_keys(model_cls: type[BaseModel]) -> str:
+    """One row per key of a TOML table declared by a pydantic model."""
+    rows = (
+        (
+            _code(name),
+            _code(type_name(info.annotation)),
+            _code(shown_default(info)),
+            limits(info),
+        )
+        for name, info in model_cls.model_fields.items()
+    )
+    return markdown_table(("key", "type", "default", "limits"), rows)
+
+
+def metrics_table(metrics: Metrics) -> str:
+    """One row per metric a server exposes at ``/metrics``, from its registry."""
+    labels = {
+        getattr(m, "_name", None): tuple(getattr(m, "_labelnames", ()))
+        for m in vars(metrics).values()
+    }
+    rows = []
+    for family in metrics.registry.collect():
+        exposed = family.name + ("_total" if family.type == "counter" else "")
+        rows.append(
+            (
+                _code(exposed),
+                family.type,
+                ", ".join(_code(label) for label in labels.get(family.name, ())),
+                family.documentation,
+            )
+        )
+    return markdown_table(("metric", "type", "labels", "what it counts"), rows)
+
+
+def families_table(
+    modules: Sequence[ModuleType],
+    entries: Sequence[CatalogueEntry],
+    records: Mapping[str, FamilyRecord],
+) -> str:
+    """One row per family module, in recognition order: the models catalogue."""
+    rows = []
+    for module in modules:
+        family = module.FAMILY
+        record = records.get(family)
+        checkpoints = [e for e in entries if e.family == family]
+        options = getattr(module, "FAMILY_OPTIONS", {})
+        rows.append(
+            (
+                _code(family),
+                (module.__doc__ or "").strip().splitlines()[0].replace("``", "`"),
+                "<br>".join(_code(e.hub_id) for e in checkpoints)
+                or "any checkpoint whose config.json it recognises",
+                "<br>".join(
+                    f"`--family-option {k}={'|'.join(v)}`" for k, v in options.items()
+                ),
+                record.loaded_into if record else "not recorded",
+                record.equality if record else "not recorded",
+            )
+        )
+    header = (
+        "family",
+        "what it is",
+        "checkpoints catalogued",
+        "family options",
+        "loaded into",
+        "evidence of equality with the official code",
+    )
+    return markdown_table(header, rows)
+
+
+def _settings() -> str:
+    from embedcache.service.settings import ENV_PREFIX, ServeSettings
+
+    return settings_table(ServeSettings, env_prefix=ENV_PREFIX)
+
+
+def _model_table() -> str:
+    from embedcache.service.settings import ModelTable
+
+    return table_keys(ModelTable)
+
+
+def _metrics() -> str:
+    from embedcache.service.metrics import Metrics
+
+    return metrics_table(Metrics())
+
+
+def _families() -> str:
+    from embedcache.models.catalogue import load_catalogue, load_family_records
+    from embedcache.models.registry import FAMILY_MODULES, family_module
+
+    modules = [family_module(name) for name in FAMILY_MODULES]
+    return families_table(modules, load_catalogue(), load_family_records())
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "settings": _settings,
+    "model-table": _model_table,
+    "metrics": _metrics,
+    "families": _families,
+}
+
+
+def fill(markdown: str, tables: Mapping[str, Callable[[], str]] = TABLES) -> str:
+    """``markdown`` with every ``<!-- generated: NAME -->`` line replaced by its table.
+
+    Raises
+    ------
+    KeyError
+        A marker names no table.
+    """
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in tables:
+            msg = (
+                f"<!-- generated: {name} -->: no such table; known are {sorted(tables)}"
+            )
+            raise KeyError(msg)
+        return tables[name]()
+
+    return MARKER.sub(table, markdown)
+
+
+def on_page_markdown(markdown: str, **_: object) -> str:
+    """mkdocs hook: fill a page's generated tables."""
+    return fill(markdown)
