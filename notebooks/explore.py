@@ -50,7 +50,7 @@ Html(
 # ## Through the service
 #
 # With `server` set, the lab's `embedcache serve` answers instead of a model loaded here
-# (README, "Serve a lab"): the first items' vectors, and what its store already held.
+# (docs/serve/index.md): the first items' vectors, and what its store already held.
 
 # %%
 if server:

@@ -162,7 +162,7 @@ def families_table(
             (
                 _code(family),
                 (module.__doc__ or "").strip().splitlines()[0].replace("``", "`"),
-                "<br>".join(_code(e.hub_id) for e in checkpoints)
+                "<br>".join(f"{_code(e.hub_id)} ({e.licence})" for e in checkpoints)
                 or "any checkpoint whose config.json it recognises",
                 "<br>".join(
                     f"`--family-option {k}={'|'.join(v)}`" for k, v in options.items()

@@ -1,5 +1,5 @@
 """The store is a plain Zarr hierarchy: zarr-python alone walks it and reads every
-committed vector, and the README's recipe does exactly that."""
+committed vector, and the docs' recipe (docs/store/reading.md) does exactly that."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from embedcache.specs import ModelKey
 from embedcache.store import SCHEMA_VERSION, maintenance
 from embedcache.store.layout import LEASE_KIND, LEASES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+RECIPE = Path(__file__).resolve().parents[2] / "docs" / "store" / "reading.md"
 KEY_A = ModelKey(model_id="m/a", revision="a" * 40, adapter="t", adapter_version="1")
 KEY_B = ModelKey(model_id="m/b", revision="b" * 40, adapter="t", adapter_version="1")
 
@@ -25,14 +25,12 @@ def hashes_of(n: int, prefix: str) -> list[str]:
     return [hashlib.sha256(f"{prefix}{i}".encode()).hexdigest() for i in range(n)]
 
 
-def readme_recipe() -> dict:
-    """Run the README's "Read the store without embedcache" code; return its names."""
-    text = README.read_text()
-    section = text[text.index("## Read the store without embedcache") :]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert code is not None, "the README section lost its code block"
+def docs_recipe() -> dict:
+    """Run the docs' "Reading the store without embedcache" code; return its names."""
+    code = re.search(r"```python\n(.*?)```", RECIPE.read_text(), re.DOTALL)
+    assert code is not None, "the docs page lost its code block"
     namespace: dict = {}
-    exec(compile(code.group(1), str(README), "exec"), namespace)  # noqa: S102
+    exec(compile(code.group(1), str(RECIPE), "exec"), namespace)  # noqa: S102
     return namespace
 
 
@@ -86,9 +84,9 @@ def test_every_folder_is_a_zarr_group(busy_store):
             assert shard["hashes"].shape == (n, 32)
 
 
-def test_the_readme_recipe_reads_every_committed_vector(busy_store):
+def test_the_docs_recipe_reads_every_committed_vector(busy_store):
     handle, data = busy_store
-    load_key = readme_recipe()["load_key"]
+    load_key = docs_recipe()["load_key"]
     store = handle.open(create=False)
     for key, (hs, vs) in data.items():
         vectors = load_key(zarr_root(handle), key.digest)

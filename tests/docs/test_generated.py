@@ -1,0 +1,136 @@
+"""The docs' generated tables follow the code: a new setting, metric or model family
+gets its row without a page being edited (scripts/docs_pages.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+from prometheus_client import Gauge
+from pydantic import Field
+
+from embedcache.models.catalogue import (
+    FamilyRecord,
+    load_catalogue,
+    load_family_records,
+)
+from embedcache.models.registry import FAMILY_MODULES, family_module
+from embedcache.service.metrics import Metrics
+from embedcache.service.settings import ENV_PREFIX, ServeSettings
+from scripts.docs_pages import (
+    families_table,
+    fill,
+    metrics_table,
+    settings_table,
+)
+
+
+def rows(table: str) -> list[list[str]]:
+    """The body rows of a markdown table, cells stripped (escaped pipes kept whole)."""
+    body = table.splitlines()[2:]
+    return [
+        [c.strip().replace("\\|", "|") for c in line.strip("|").split(" | ")]
+        for line in body
+    ]
+
+
+def test_every_setting_has_one_row_with_its_flag_file_key_and_variable():
+    table = rows(settings_table(ServeSettings, env_prefix=ENV_PREFIX))
+    assert [r[0] for r in table] == [f"`{n}`" for n in ServeSettings.model_fields]
+    port = next(r for r in table if r[0] == "`port`")
+    assert port[1:7] == [
+        "`int`",
+        "`8000`",
+        "≥ 0, ≤ 65535",
+        "`--port`",
+        "`port`",
+        "`EMBEDCACHE_PORT`",
+    ]
+    model = next(r for r in table if r[0] == "`model`")
+    assert model[5] == "`[[model]]`"
+
+
+def test_a_setting_added_to_the_model_gets_its_row():
+    class Wider(ServeSettings):
+        warmup_batches: int = Field(
+            default=3, ge=0, le=64, description="batches run before /health/ready"
+        )
+
+    before = rows(settings_table(ServeSettings, env_prefix=ENV_PREFIX))
+    after = rows(settings_table(Wider, env_prefix=ENV_PREFIX))
+    assert len(after) == len(before) + 1
+    assert after[-1] == [
+        "`warmup_batches`",
+        "`int`",
+        "`3`",
+        "≥ 0, ≤ 64",
+        "`--warmup-batches`",
+        "`warmup_batches`",
+        "`EMBEDCACHE_WARMUP_BATCHES`",
+        "batches run before /health/ready",
+    ]
+
+
+def test_a_metric_added_to_the_registry_gets_its_row():
+    metrics = Metrics()
+    before = rows(metrics_table(metrics))
+    metrics.warm = Gauge(
+        "embedcache_warm_models", "models loaded", ["model"], registry=metrics.registry
+    )
+    after = rows(metrics_table(metrics))
+    assert after[:-1] == before
+    assert after[-1] == [
+        "`embedcache_warm_models`",
+        "gauge",
+        "`model`",
+        "models loaded",
+    ]
+    assert "`embedcache_requests_total`" in [r[0] for r in before]
+
+
+def real_families() -> list[types.ModuleType]:
+    return [family_module(name) for name in FAMILY_MODULES]
+
+
+def test_a_family_added_to_the_registry_gets_its_row_with_its_checkpoints():
+    new = types.ModuleType("embedcache.models.families.toy.adapter")
+    new.__doc__ = "Toy-LM in plain PyTorch.\n\nMore words."
+    new.FAMILY = "toy"
+    new.FAMILY_OPTIONS = {"strand": ("both", "forward")}
+    entry = dataclasses.replace(load_catalogue()[0], hub_id="lab/toy-1m", family="toy")
+    records = {
+        **load_family_records(),
+        "toy": FamilyRecord(
+            "toy", "embedcache's toy modules", "tests/models/test_toy.py"
+        ),
+    }
+    before = rows(families_table(real_families(), load_catalogue(), records))
+    after = rows(
+        families_table([*real_families(), new], [*load_catalogue(), entry], records)
+    )
+    assert after[:-1] == before
+    assert after[-1][0] == "`toy`"
+    assert after[-1][1] == "Toy-LM in plain PyTorch."
+    assert after[-1][2] == f"`lab/toy-1m` ({entry.licence})"
+    assert after[-1][3] == "`--family-option strand=both|forward`"
+    assert after[-1][4:] == ["embedcache's toy modules", "tests/models/test_toy.py"]
+
+
+def test_the_catalogue_has_every_registry_family_in_recognition_order():
+    table = rows(
+        families_table(real_families(), load_catalogue(), load_family_records())
+    )
+    assert [r[0] for r in table] == [f"`{m.FAMILY}`" for m in real_families()]
+    assert all("not recorded" not in r for r in table)
+    for entry in load_catalogue():
+        row = next(r for r in table if r[0] == f"`{entry.family}`")
+        assert f"`{entry.hub_id}`" in row[2]
+
+
+def test_fill_replaces_each_marker_and_refuses_an_unknown_one():
+    page = "# Page\n\n<!-- generated: one -->\n\ntext\n<!-- generated: two -->\n"
+    tables = {"one": lambda: "| a |", "two": lambda: "| b |"}
+    assert fill(page, tables) == "# Page\n\n| a |\n\ntext\n| b |\n"
+    with pytest.raises(KeyError, match="no such table; known are"):
+        fill("<!-- generated: three -->", tables)
