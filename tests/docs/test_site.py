@@ -22,9 +22,9 @@ from urllib.parse import urldefrag, urljoin
 
 import pytest
 
-from benchmarks.screenshot_report import FLAGS, find_chromium
 from embedcache.models.registry import FAMILY_MODULES, family_module
 from embedcache.service.settings import ServeSettings, env_name
+from scripts.screenshot_report import FLAGS, find_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = find_chromium()
