@@ -10,12 +10,15 @@ site without editing a page:
 - ``model-table``: the keys of a serve.toml ``[[model]]`` table;
 - ``metrics``: every metric of :class:`~embedcache.service.metrics.Metrics`;
 - ``families``: the registry's families (``FAMILY_MODULES``) with the checkpoints the
-  catalogue lists, their options and the evidence of equality with official code.
+  catalogue lists, their options and the evidence of equality with official code;
+- ``import-contracts``: the import-linter contracts of pyproject.toml.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from annotated_types import Ge, Gt, Le, Lt
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from embedcache.models.catalogue import CatalogueEntry, FamilyRecord
     from embedcache.service.metrics import Metrics
 
+ROOT_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 _BOUNDS = ((Ge, "ge", "≥"), (Gt, "gt", ">"), (Le, "le", "≤"), (Lt, "lt", "<"))
 
@@ -182,6 +186,20 @@ def families_table(
     return markdown_table(header, rows)
 
 
+def contracts_table(importlinter: Mapping[str, Any]) -> str:
+    """One row per import-linter contract (``[tool.importlinter]`` of pyproject.toml)."""
+    rows = []
+    for contract in importlinter.get("contracts", []):
+        if contract["type"] == "layers":
+            rule = " > ".join(_code(layer) for layer in contract["layers"])
+        else:
+            sources = ", ".join(_code(m) for m in contract["source_modules"])
+            banned = ", ".join(_code(m) for m in contract["forbidden_modules"])
+            rule = f"{sources} never imports {banned}"
+        rows.append((_code(contract["id"]), contract["name"], contract["type"], rule))
+    return markdown_table(("contract", "says", "kind", "rule"), rows)
+
+
 def _settings() -> str:
     from embedcache.service.settings import ENV_PREFIX, ServeSettings
 
@@ -208,11 +226,17 @@ def _families() -> str:
     return families_table(modules, load_catalogue(), load_family_records())
 
 
+def _contracts() -> str:
+    config = tomllib.loads(ROOT_PYPROJECT.read_text("utf-8"))
+    return contracts_table(config["tool"]["importlinter"])
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "settings": _settings,
     "model-table": _model_table,
     "metrics": _metrics,
     "families": _families,
+    "import-contracts": _contracts,
 }
 
 

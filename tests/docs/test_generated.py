@@ -134,3 +134,28 @@ def test_fill_replaces_each_marker_and_refuses_an_unknown_one():
     assert fill(page, tables) == "# Page\n\n| a |\n\ntext\n| b |\n"
     with pytest.raises(KeyError, match="no such table; known are"):
         fill("<!-- generated: three -->", tables)
+
+
+def test_an_import_contract_added_to_pyproject_gets_its_row():
+    import tomllib
+
+    from scripts.docs_pages import ROOT_PYPROJECT, contracts_table
+
+    declared = tomllib.loads(ROOT_PYPROJECT.read_text())["tool"]["importlinter"]
+    before = rows(contracts_table(declared))
+    assert [r[0] for r in before] == [f"`{c['id']}`" for c in declared["contracts"]]
+    extra = {
+        "id": "store-not-report",
+        "name": "The store does not import the report",
+        "type": "forbidden",
+        "source_modules": ["embedcache.store"],
+        "forbidden_modules": ["embedcache.report"],
+    }
+    after = rows(contracts_table({"contracts": [*declared["contracts"], extra]}))
+    assert after[:-1] == before
+    assert after[-1] == [
+        "`store-not-report`",
+        "The store does not import the report",
+        "forbidden",
+        "`embedcache.store` never imports `embedcache.report`",
+    ]
