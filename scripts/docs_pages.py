@@ -16,6 +16,7 @@ site without editing a page:
 
 from __future__ import annotations
 
+import html
 import re
 import tomllib
 from pathlib import Path
@@ -47,8 +48,10 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _code(text: str) -> str:
-    return f"`{text}`"
+def code(text: str) -> str:
+    """``text`` as inline code that a table cell keeps whole: HTML, its pipes as
+    entities (a backslash-escaped pipe would show its backslash inside backticks)."""
+    return f"<code>{html.escape(text).replace('|', '&#124;')}</code>"
 
 
 def type_name(annotation: Any) -> str:  # noqa: ANN401 (any annotation)
@@ -93,13 +96,13 @@ def settings_table(settings_cls: type[BaseModel], *, env_prefix: str) -> str:
         tables = type_name(info.annotation).startswith("list[")
         rows.append(
             (
-                _code(name),
-                _code(type_name(info.annotation)),
-                _code(shown_default(info)),
+                code(name),
+                code(type_name(info.annotation)),
+                code(shown_default(info)),
                 limits(info),
-                _code("--" + name.replace("_", "-")),
-                _code(f"[[{name}]]" if tables else name),
-                _code(f"{env_prefix}{name.upper()}"),
+                code("--" + name.replace("_", "-")),
+                code(f"[[{name}]]" if tables else name),
+                code(f"{env_prefix}{name.upper()}"),
                 info.description or "",
             )
         )
@@ -120,9 +123,9 @@ def table_keys(model_cls: type[BaseModel]) -> str:
     """One row per key of a TOML table declared by a pydantic model."""
     rows = (
         (
-            _code(name),
-            _code(type_name(info.annotation)),
-            _code(shown_default(info)),
+            code(name),
+            code(type_name(info.annotation)),
+            code(shown_default(info)),
             limits(info),
         )
         for name, info in model_cls.model_fields.items()
@@ -141,9 +144,9 @@ def metrics_table(metrics: Metrics) -> str:
         exposed = family.name + ("_total" if family.type == "counter" else "")
         rows.append(
             (
-                _code(exposed),
+                code(exposed),
                 family.type,
-                ", ".join(_code(label) for label in labels.get(family.name, ())),
+                ", ".join(code(label) for label in labels.get(family.name, ())),
                 family.documentation,
             )
         )
@@ -164,12 +167,13 @@ def families_table(
         options = getattr(module, "FAMILY_OPTIONS", {})
         rows.append(
             (
-                _code(family),
+                code(family),
                 (module.__doc__ or "").strip().splitlines()[0].replace("``", "`"),
-                "<br>".join(f"{_code(e.hub_id)} ({e.licence})" for e in checkpoints)
+                "<br>".join(f"{code(e.hub_id)} ({e.licence})" for e in checkpoints)
                 or "any checkpoint whose config.json it recognises",
                 "<br>".join(
-                    f"`--family-option {k}={'|'.join(v)}`" for k, v in options.items()
+                    code(f"--family-option {k}={'|'.join(v)}")
+                    for k, v in options.items()
                 ),
                 record.loaded_into if record else "not recorded",
                 record.equality if record else "not recorded",
@@ -191,12 +195,12 @@ def contracts_table(importlinter: Mapping[str, Any]) -> str:
     rows = []
     for contract in importlinter.get("contracts", []):
         if contract["type"] == "layers":
-            rule = " > ".join(_code(layer) for layer in contract["layers"])
+            rule = " > ".join(code(layer) for layer in contract["layers"])
         else:
-            sources = ", ".join(_code(m) for m in contract["source_modules"])
-            banned = ", ".join(_code(m) for m in contract["forbidden_modules"])
+            sources = ", ".join(code(m) for m in contract["source_modules"])
+            banned = ", ".join(code(m) for m in contract["forbidden_modules"])
             rule = f"{sources} never imports {banned}"
-        rows.append((_code(contract["id"]), contract["name"], contract["type"], rule))
+        rows.append((code(contract["id"]), contract["name"], contract["type"], rule))
     return markdown_table(("contract", "says", "kind", "rule"), rows)
 
 

@@ -4,6 +4,8 @@ gets its row without a page being edited (scripts/docs_pages.py)."""
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 import types
 
 import pytest
@@ -27,12 +29,16 @@ from scripts.docs_pages import (
 
 
 def rows(table: str) -> list[list[str]]:
-    """The body rows of a markdown table, cells stripped (escaped pipes kept whole)."""
+    """The body rows of a markdown table, cells stripped, inline code as `text`."""
     body = table.splitlines()[2:]
-    return [
-        [c.strip().replace("\\|", "|") for c in line.strip("|").split(" | ")]
-        for line in body
-    ]
+    cells = [line.strip("|").split(" | ") for line in body]
+    return [[plain(c.strip()) for c in row] for row in cells]
+
+
+def plain(cell: str) -> str:
+    """A cell as one reads it: ``<code>a &#124; b</code>`` becomes `a | b`."""
+    text = re.sub(r"<code>(.*?)</code>", r"`\1`", cell)
+    return html.unescape(text.replace("&#124;", "|"))
 
 
 def test_every_setting_has_one_row_with_its_flag_file_key_and_variable():

@@ -86,19 +86,29 @@ def browser():
 def opened(browser, url: str):
     """A page loaded at ``url``, with every failed or 4xx/5xx request it made listed."""
     page = browser.new_page()
+    failed = watch(page)
+    load(page, url)
+    try:
+        yield page, failed
+    finally:
+        page.close()
+
+
+def watch(page) -> list[str]:
+    """The requests of ``page`` that fail or answer 4xx/5xx, as they happen."""
     failed: list[str] = []
     page.on("requestfailed", lambda r: failed.append(f"{r.url} failed"))
     page.on(
         "response",
         lambda r: r.status >= 400 and failed.append(f"{r.url} {r.status}"),
     )
+    return failed
+
+
+def load(page, url: str) -> None:
     response = page.goto(url, wait_until="load")
     assert response is not None
     assert response.status == 200, url
-    try:
-        yield page, failed
-    finally:
-        page.close()
 
 
 def images_rendered(page) -> list[tuple[str, int]]:
@@ -164,23 +174,24 @@ def test_benchmarks_page_renders_its_plot(browser, base_url):
 
 
 def test_no_internal_link_is_broken(browser, base_url):
-    """Crawl every page reachable from the home page; load what each one links."""
-    seen: set[str] = set()
-    queue = [base_url + "index.html"]
-    broken: list[str] = []
-    unrendered: list[str] = []
-    fetcher = browser.new_context()
+    """Crawl every page reachable from the home page, in one tab; fetch every other
+    resource a page links (images, stylesheets, scripts) once."""
+    page = browser.new_page()
+    failed = watch(page)
+    queue, seen = [base_url + "index.html"], set()
+    broken, unrendered = [], []
     while queue:
         url = queue.pop()
         if url in seen:
             continue
         seen.add(url)
-        with opened(browser, url) as (page, failed):
-            broken += [f"{f} (from {url})" for f in failed]
-            unrendered += [src for src, width in images_rendered(page) if width == 0]
-            links = page.eval_on_selector_all(
-                _RESOURCES, "els => els.map(e => e.getAttribute('href') || e.src)"
-            )
+        failed.clear()
+        load(page, url)
+        broken += [f"{f} (from {url})" for f in failed]
+        unrendered += [src for src, width in images_rendered(page) if width == 0]
+        links = page.eval_on_selector_all(
+            _RESOURCES, "els => els.map(e => e.getAttribute('href') || e.src)"
+        )
         for link in links:
             target = urldefrag(urljoin(url, link)).url
             if not target.startswith(base_url):
@@ -189,10 +200,10 @@ def test_no_internal_link_is_broken(browser, base_url):
                 queue.append(target)
             elif target not in seen:
                 seen.add(target)
-                status = fetcher.request.get(target).status
+                status = page.request.get(target).status
                 if status >= 400:
                     broken.append(f"{target} {status} (from {url})")
-    fetcher.close()
+    page.close()
     assert broken == []
     assert unrendered == []
     assert len([u for u in seen if u.endswith(".html")]) >= 30
