@@ -9,8 +9,9 @@ site without editing a page:
   with its type, default, limits, flag, serve.toml key and environment variable;
 - ``model-table``: the keys of a serve.toml ``[[model]]`` table;
 - ``metrics``: every metric of :class:`~embedcache.service.metrics.Metrics`;
-- ``families``: the registry's families (``FAMILY_MODULES``) with the checkpoints the
-  catalogue lists, their options and the evidence of equality with official code;
+- ``families``: the registry's families (``FAMILY_MODULES``), what each loads into, its
+  options and the evidence of equality with its official code (``catalogue.toml``);
+- ``checkpoints``: the checkpoints ``catalogue.toml`` lists, by family;
 - ``import-contracts``: the import-linter contracts of pyproject.toml.
 """
 
@@ -90,29 +91,28 @@ def limits(info: FieldInfo) -> str:
 
 
 def settings_table(settings_cls: type[BaseModel], *, env_prefix: str) -> str:
-    """One row per field of a settings model: the server's settings reference."""
+    """One row per field of a settings model: the server's settings reference. The
+    setting's name is its serve.toml key (a list of models: ``[[name]]`` tables)."""
     rows = []
     for name, info in settings_cls.model_fields.items():
         tables = type_name(info.annotation).startswith("list[")
         rows.append(
             (
-                code(name),
+                code(name) + (f" ({code(f'[[{name}]]')} tables)" if tables else ""),
                 code(type_name(info.annotation)),
                 code(shown_default(info)),
                 limits(info),
                 code("--" + name.replace("_", "-")),
-                code(f"[[{name}]]" if tables else name),
                 code(f"{env_prefix}{name.upper()}"),
                 info.description or "",
             )
         )
     header = (
-        "setting",
+        "setting (serve.toml key)",
         "type",
         "default",
         "limits",
         "flag",
-        "serve.toml",
         "variable",
         "what it does",
     )
@@ -154,39 +154,54 @@ def metrics_table(metrics: Metrics) -> str:
 
 
 def families_table(
-    modules: Sequence[ModuleType],
-    entries: Sequence[CatalogueEntry],
-    records: Mapping[str, FamilyRecord],
+    modules: Sequence[ModuleType], records: Mapping[str, FamilyRecord]
 ) -> str:
-    """One row per family module, in recognition order: the models catalogue."""
+    """One row per family module, in the order a config is tried: what it loads
+    into, its options and the evidence of equality with its official code."""
     rows = []
     for module in modules:
-        family = module.FAMILY
-        record = records.get(family)
-        checkpoints = [e for e in entries if e.family == family]
+        record = records.get(module.FAMILY)
         options = getattr(module, "FAMILY_OPTIONS", {})
         rows.append(
             (
-                code(family),
+                code(module.FAMILY),
                 (module.__doc__ or "").strip().splitlines()[0].replace("``", "`"),
-                "<br>".join(f"{code(e.hub_id)} ({e.licence})" for e in checkpoints)
-                or "any checkpoint whose config.json it recognises",
+                record.loaded_into if record else "not recorded",
                 "<br>".join(
                     code(f"--family-option {k}={'|'.join(v)}")
                     for k, v in options.items()
                 ),
-                record.loaded_into if record else "not recorded",
                 record.equality if record else "not recorded",
             )
         )
     header = (
         "family",
         "what it is",
-        "checkpoints catalogued",
-        "family options",
         "loaded into",
+        "family options",
         "evidence of equality with the official code",
     )
+    return markdown_table(header, rows)
+
+
+def checkpoints_table(
+    modules: Sequence[ModuleType], entries: Sequence[CatalogueEntry]
+) -> str:
+    """One row per catalogued checkpoint, grouped by family in the order a config
+    is tried."""
+    order = [module.FAMILY for module in modules]
+    rows = [
+        (
+            code(e.hub_id),
+            code(e.family),
+            e.params,
+            f"{e.context:,}",
+            e.rc_default,
+            e.licence,
+        )
+        for e in sorted(entries, key=lambda e: (order.index(e.family), e.hub_id))
+    ]
+    header = ("checkpoint", "family", "parameters", "context", "RC default", "licence")
     return markdown_table(header, rows)
 
 
@@ -222,12 +237,22 @@ def _metrics() -> str:
     return metrics_table(Metrics())
 
 
-def _families() -> str:
-    from embedcache.models.catalogue import load_catalogue, load_family_records
+def _family_modules() -> list[ModuleType]:
     from embedcache.models.registry import FAMILY_MODULES, family_module
 
-    modules = [family_module(name) for name in FAMILY_MODULES]
-    return families_table(modules, load_catalogue(), load_family_records())
+    return [family_module(name) for name in FAMILY_MODULES]
+
+
+def _families() -> str:
+    from embedcache.models.catalogue import load_family_records
+
+    return families_table(_family_modules(), load_family_records())
+
+
+def _checkpoints() -> str:
+    from embedcache.models.catalogue import load_catalogue
+
+    return checkpoints_table(_family_modules(), load_catalogue())
 
 
 def _contracts() -> str:
@@ -240,6 +265,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "model-table": _model_table,
     "metrics": _metrics,
     "families": _families,
+    "checkpoints": _checkpoints,
     "import-contracts": _contracts,
 }
 

@@ -21,6 +21,7 @@ from embedcache.models.registry import FAMILY_MODULES, family_module
 from embedcache.service.metrics import Metrics
 from embedcache.service.settings import ENV_PREFIX, ServeSettings
 from scripts.docs_pages import (
+    checkpoints_table,
     families_table,
     fill,
     metrics_table,
@@ -43,18 +44,19 @@ def plain(cell: str) -> str:
 
 def test_every_setting_has_one_row_with_its_flag_file_key_and_variable():
     table = rows(settings_table(ServeSettings, env_prefix=ENV_PREFIX))
-    assert [r[0] for r in table] == [f"`{n}`" for n in ServeSettings.model_fields]
+    assert [r[0].split()[0] for r in table] == [
+        f"`{n}`" for n in ServeSettings.model_fields
+    ]
     port = next(r for r in table if r[0] == "`port`")
-    assert port[1:7] == [
+    assert port[1:6] == [
         "`int`",
         "`8000`",
         "≥ 0, ≤ 65535",
         "`--port`",
-        "`port`",
         "`EMBEDCACHE_PORT`",
     ]
-    model = next(r for r in table if r[0] == "`model`")
-    assert model[5] == "`[[model]]`"
+    model = next(r for r in table if r[0].startswith("`model`"))
+    assert model[0] == "`model` (`[[model]]` tables)"
 
 
 def test_a_setting_added_to_the_model_gets_its_row():
@@ -72,7 +74,6 @@ def test_a_setting_added_to_the_model_gets_its_row():
         "`3`",
         "≥ 0, ≤ 64",
         "`--warmup-batches`",
-        "`warmup_batches`",
         "`EMBEDCACHE_WARMUP_BATCHES`",
         "batches run before /health/ready",
     ]
@@ -99,7 +100,7 @@ def real_families() -> list[types.ModuleType]:
     return [family_module(name) for name in FAMILY_MODULES]
 
 
-def test_a_family_added_to_the_registry_gets_its_row_with_its_checkpoints():
+def test_a_family_added_to_the_registry_gets_its_rows():
     new = types.ModuleType("embedcache.models.families.toy.adapter")
     new.__doc__ = "Toy-LM in plain PyTorch.\n\nMore words."
     new.FAMILY = "toy"
@@ -111,27 +112,34 @@ def test_a_family_added_to_the_registry_gets_its_row_with_its_checkpoints():
             "toy", "embedcache's toy modules", "tests/models/test_toy.py"
         ),
     }
-    before = rows(families_table(real_families(), load_catalogue(), records))
-    after = rows(
-        families_table([*real_families(), new], [*load_catalogue(), entry], records)
-    )
+    modules = [*real_families(), new]
+
+    before = rows(families_table(real_families(), records))
+    after = rows(families_table(modules, records))
     assert after[:-1] == before
-    assert after[-1][0] == "`toy`"
-    assert after[-1][1] == "Toy-LM in plain PyTorch."
-    assert after[-1][2] == f"`lab/toy-1m` ({entry.licence})"
-    assert after[-1][3] == "`--family-option strand=both|forward`"
-    assert after[-1][4:] == ["embedcache's toy modules", "tests/models/test_toy.py"]
+    assert after[-1] == [
+        "`toy`",
+        "Toy-LM in plain PyTorch.",
+        "embedcache's toy modules",
+        "`--family-option strand=both|forward`",
+        "tests/models/test_toy.py",
+    ]
+
+    before = rows(checkpoints_table(real_families(), load_catalogue()))
+    after = rows(checkpoints_table(modules, [entry, *load_catalogue()]))
+    assert after[:-1] == before
+    assert after[-1][:2] == ["`lab/toy-1m`", "`toy`"]
+    assert after[-1][5] == entry.licence
 
 
-def test_the_catalogue_has_every_registry_family_in_recognition_order():
-    table = rows(
-        families_table(real_families(), load_catalogue(), load_family_records())
+def test_the_catalogue_has_every_registry_family_and_every_checkpoint():
+    families = rows(families_table(real_families(), load_family_records()))
+    assert [r[0] for r in families] == [f"`{m.FAMILY}`" for m in real_families()]
+    assert all("not recorded" not in r for r in families)
+    checkpoints = rows(checkpoints_table(real_families(), load_catalogue()))
+    assert sorted(r[0] for r in checkpoints) == sorted(
+        f"`{e.hub_id}`" for e in load_catalogue()
     )
-    assert [r[0] for r in table] == [f"`{m.FAMILY}`" for m in real_families()]
-    assert all("not recorded" not in r for r in table)
-    for entry in load_catalogue():
-        row = next(r for r in table if r[0] == f"`{entry.family}`")
-        assert f"`{entry.hub_id}`" in row[2]
 
 
 def test_fill_replaces_each_marker_and_refuses_an_unknown_one():
