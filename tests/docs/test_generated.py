@@ -36,6 +36,13 @@ def rows(table: str) -> list[list[str]]:
     return [[plain(c.strip()) for c in row] for row in cells]
 
 
+def added_row(before: str, after: str) -> list[str]:
+    """The one row ``after`` adds at the end of ``before`` (every other row the same)."""
+    old, new = rows(before), rows(after)
+    assert new[:-1] == old
+    return new[-1]
+
+
 def plain(cell: str) -> str:
     """A cell as one reads it: ``<code>a &#124; b</code>`` becomes `a | b`."""
     text = re.sub(r"<code>(.*?)</code>", r"`\1`", cell)
@@ -65,10 +72,11 @@ def test_a_setting_added_to_the_model_gets_its_row():
             default=3, ge=0, le=64, description="batches run before /health/ready"
         )
 
-    before = rows(settings_table(ServeSettings, env_prefix=ENV_PREFIX))
-    after = rows(settings_table(Wider, env_prefix=ENV_PREFIX))
-    assert len(after) == len(before) + 1
-    assert after[-1] == [
+    row = added_row(
+        settings_table(ServeSettings, env_prefix=ENV_PREFIX),
+        settings_table(Wider, env_prefix=ENV_PREFIX),
+    )
+    assert row == [
         "`warmup_batches`",
         "`int`",
         "`3`",
@@ -81,19 +89,13 @@ def test_a_setting_added_to_the_model_gets_its_row():
 
 def test_a_metric_added_to_the_registry_gets_its_row():
     metrics = Metrics()
-    before = rows(metrics_table(metrics))
+    before = metrics_table(metrics)
+    assert "`embedcache_requests_total`" in [r[0] for r in rows(before)]
     metrics.warm = Gauge(
         "embedcache_warm_models", "models loaded", ["model"], registry=metrics.registry
     )
-    after = rows(metrics_table(metrics))
-    assert after[:-1] == before
-    assert after[-1] == [
-        "`embedcache_warm_models`",
-        "gauge",
-        "`model`",
-        "models loaded",
-    ]
-    assert "`embedcache_requests_total`" in [r[0] for r in before]
+    row = added_row(before, metrics_table(metrics))
+    assert row == ["`embedcache_warm_models`", "gauge", "`model`", "models loaded"]
 
 
 def real_families() -> list[types.ModuleType]:
@@ -114,10 +116,10 @@ def test_a_family_added_to_the_registry_gets_its_rows():
     }
     modules = [*real_families(), new]
 
-    before = rows(families_table(real_families(), records))
-    after = rows(families_table(modules, records))
-    assert after[:-1] == before
-    assert after[-1] == [
+    row = added_row(
+        families_table(real_families(), records), families_table(modules, records)
+    )
+    assert row == [
         "`toy`",
         "Toy-LM in plain PyTorch.",
         "embedcache's toy modules",
@@ -125,11 +127,12 @@ def test_a_family_added_to_the_registry_gets_its_rows():
         "tests/models/test_toy.py",
     ]
 
-    before = rows(checkpoints_table(real_families(), load_catalogue()))
-    after = rows(checkpoints_table(modules, [entry, *load_catalogue()]))
-    assert after[:-1] == before
-    assert after[-1][:2] == ["`lab/toy-1m`", "`toy`"]
-    assert after[-1][5] == entry.licence
+    row = added_row(
+        checkpoints_table(real_families(), load_catalogue()),
+        checkpoints_table(modules, [entry, *load_catalogue()]),
+    )
+    assert row[:2] == ["`lab/toy-1m`", "`toy`"]
+    assert row[5] == entry.licence
 
 
 def test_the_catalogue_has_every_registry_family_and_every_checkpoint():
@@ -156,8 +159,10 @@ def test_an_import_contract_added_to_pyproject_gets_its_row():
     from scripts.docs_pages import ROOT_PYPROJECT, contracts_table
 
     declared = tomllib.loads(ROOT_PYPROJECT.read_text())["tool"]["importlinter"]
-    before = rows(contracts_table(declared))
-    assert [r[0] for r in before] == [f"`{c['id']}`" for c in declared["contracts"]]
+    before = contracts_table(declared)
+    assert [r[0] for r in rows(before)] == [
+        f"`{c['id']}`" for c in declared["contracts"]
+    ]
     extra = {
         "id": "store-not-report",
         "name": "The store does not import the report",
@@ -165,9 +170,10 @@ def test_an_import_contract_added_to_pyproject_gets_its_row():
         "source_modules": ["embedcache.store"],
         "forbidden_modules": ["embedcache.report"],
     }
-    after = rows(contracts_table({"contracts": [*declared["contracts"], extra]}))
-    assert after[:-1] == before
-    assert after[-1] == [
+    row = added_row(
+        before, contracts_table({"contracts": [*declared["contracts"], extra]})
+    )
+    assert row == [
         "`store-not-report`",
         "The store does not import the report",
         "forbidden",
