@@ -42,7 +42,7 @@ lab: install
 	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
 # the documentation site into site/ (its generated tables read this checkout's code);
-# --strict: a broken link, a missing page or a page left out of the nav fails
+# --strict: a broken link, a missing page or a bad anchor fails the build
 docs: install
 	PYTHONPATH=$(CURDIR) NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 
