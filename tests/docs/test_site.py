@@ -97,7 +97,13 @@ def opened(browser, url: str):
 def watch(page) -> list[str]:
     """The requests of ``page`` that fail or answer 4xx/5xx, as they happen."""
     failed: list[str] = []
-    page.on("requestfailed", lambda r: failed.append(f"{r.url} failed"))
+
+    def request_failed(request) -> None:
+        # a request still in flight when the crawl moves on is aborted, not broken
+        if request.failure != "net::ERR_ABORTED":
+            failed.append(f"{request.url} {request.failure}")
+
+    page.on("requestfailed", request_failed)
     page.on(
         "response",
         lambda r: r.status >= 400 and failed.append(f"{r.url} {r.status}"),
