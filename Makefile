@@ -41,15 +41,15 @@ demo: install
 lab: install
 	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
-# the documentation site into site/ (its generated tables read this checkout's code);
-# --strict: a broken link, a missing page or a bad anchor fails the build
-docs: install
-	PYTHONPATH=$(CURDIR) NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
-
 bench: install
 	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done
 
 check: lint test
+
+# the documentation site into site/ (its generated tables read this checkout's code);
+# --strict: a broken link, a missing page or a bad anchor fails the build
+docs: install
+	PYTHONPATH=$(CURDIR) NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf reports/*/ .pytest_cache site
