@@ -3,7 +3,7 @@ VERSION ?= atlas-full-v1
 MODEL   ?= kmer-4
 STORE   ?= store
 
-.PHONY: install lint format test test-all embeddings report demo lab docs bench check clean
+.PHONY: install lint format test test-kinds test-all embeddings report demo lab docs bench check clean
 
 # The environment is (re)built whenever the project's dependency files change.
 .venv/.installed: pyproject.toml constraints.txt
@@ -24,6 +24,12 @@ format: install
 # in one, 8 in two on the 2-core machines); a worker takes the next test when free
 test: install
 	$(PY) -m pytest -n 2 --dist worksteal -m "not slow and not gpu" -q
+
+# every CPU kind is a supported kind (issue 43): the tests marked cpu_kind (their keys
+# or vectors follow what --dtype auto resolves to) with each kind forced
+test-kinds: install
+	for kind in AVX2 "AVX-512 BF16" AMX; do EMBEDCACHE_CPU_KIND="$$kind" \
+	  $(PY) -m pytest -n 2 -m "cpu_kind and not slow and not gpu" -q || exit 1; done
 
 test-all: install
 	$(PY) -m pytest -q

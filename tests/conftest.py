@@ -40,16 +40,6 @@ def _offline_hub(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
 
 
-@pytest.fixture(autouse=True)
-def _cpu_without_bf16(monkeypatch):
-    """Every test sees a CPU without bf16 instructions, so that ``--dtype auto`` (the
-    command line's default) computes in float32 and the suite's vectors and keys are
-    the same on an AMX machine; a test of ``auto`` sets the answer it needs."""
-    from embedcache.models.shared import cpu_features
-
-    monkeypatch.setattr(cpu_features, "cpu_has_bf16", lambda: False)
-
-
 def make_kmer3_tokenizer():
     """A DNABERT-like tokenizer: whitespace-split 3-mer words, [CLS]/[SEP] specials.
 

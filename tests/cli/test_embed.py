@@ -15,7 +15,7 @@ import pytest
 from embedcache.cli import main
 from embedcache.engine.local import embed_sequences
 from embedcache.hashing import sequence_key
-from embedcache.models import load_adapter
+from embedcache.models import load_adapter, resolve_dtype
 from tests.cli.helpers import REPO, run_cli
 from tests.engine.helpers import MemoryStore, random_seqs, write_small_version
 
@@ -37,6 +37,7 @@ def store_files(root):
     )
 
 
+@pytest.mark.cpu_kind
 def test_cli_embed_twice_second_run_computes_nothing(
     real_store, tiny_bert_dir, tmp_path, capsys
 ):
@@ -44,6 +45,7 @@ def test_cli_embed_twice_second_run_computes_nothing(
     (tmp_path / "in.txt").write_text("\n".join([*seqs, seqs[0]]) + "\n")
     args = ["embed", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "in.txt")]
     args += ["--store", str(tmp_path / "store"), "--device", "cpu"]
+    args += ["--dtype", "float32"]  # compared with the Python API's float32 below
     assert main([*args, "--output", str(tmp_path / "a.npy")]) == 0
     assert last_line(capsys.readouterr().out) == "computed=12 cached=1"
     assert main([*args, "--output", str(tmp_path / "b.npy")]) == 0
@@ -107,6 +109,7 @@ def test_cli_bad_inputs_exit_2_and_leave_store_unchanged(
     assert not (tmp_path / "o.npy").exists()
 
 
+@pytest.mark.cpu_kind
 def test_cli_embed_subprocess_rerun_is_cached(
     real_store, tiny_esm_dir, tmp_path, capsys
 ):
@@ -120,6 +123,9 @@ def test_cli_embed_subprocess_rerun_is_cached(
     assert second.returncode == 0, second.stderr
     assert last_line(second.stdout) == "computed=0 cached=2"
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), first)
+    # both resolved --dtype auto alike, to what this CPU kind computes in
+    [info] = real_store.EmbeddingStore(tmp_path / "s", create=False).keys()
+    assert info.key.dtype == resolve_dtype("auto", "cpu")
 
 
 def test_cli_on_a_pipe_prints_no_bars_or_transformers_warnings(tiny_bert_dir, tmp_path):
@@ -139,6 +145,7 @@ def test_cli_on_a_pipe_prints_no_bars_or_transformers_warnings(tiny_bert_dir, tm
     assert last_line(done.stdout) == "computed=1 cached=0"
 
 
+@pytest.mark.cpu_kind
 def test_renamed_copy_of_a_local_model_hits_the_cache(
     real_store, tiny_bert_dir, tmp_path, capsys
 ):
@@ -198,13 +205,15 @@ def kill_mid_run(args, *, after_batches):
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.cpu_kind
 def test_kill_9_during_embed_then_rerun_gives_identical_arrays(
     real_store, tiny_bert_dir, tmp_path
 ):
     seqs = random_seqs(60, seed=4, low=33, high=60)
     (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
     args = ["embed", "--model", str(tiny_bert_dir), "--input", str(tmp_path / "in.txt")]
-    args += ["--device", "cpu", "--token-budget", "64"]  # 35-61 tokens: one a batch
+    args += ["--device", "cpu", "--dtype", "float32"]
+    args += ["--token-budget", "64"]  # 35-61 tokens: one a batch
     args += ["--store", str(tmp_path / "store"), "--output", str(tmp_path / "out.npy")]
     kill_mid_run(args, after_batches=5)
     assert not (tmp_path / "out.npy").exists()
@@ -240,6 +249,7 @@ def test_embeddings_command_prints_counts_and_reruns_cached(
     assert last_line(capsys.readouterr().out) == "computed=0 cached=100"
 
 
+@pytest.mark.cpu_kind
 def test_kill_9_during_embeddings_then_rerun_gives_identical_vectors(
     real_store, small_version, tmp_path
 ):
@@ -256,6 +266,8 @@ def test_kill_9_during_embeddings_then_rerun_gives_identical_vectors(
         str(small_version),
         "--device",
         "cpu",
+        "--dtype",
+        "float32",
     ]
     args += [
         "--token-budget",

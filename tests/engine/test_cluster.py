@@ -485,6 +485,7 @@ def test_client_killed_mid_run_then_rerun_computes_only_what_is_missing(
     assert EmbeddingStore(store).keys()[0].n_vectors == 2400
 
 
+@pytest.mark.cpu_kind
 @pytest.mark.parametrize(
     ("has_bf16", "dtype"), [(True, "bfloat16"), (False, "float32")]
 )

@@ -73,14 +73,21 @@ def seeded_twins(path: str, seqs, *, seeds: tuple[int, int], min_diff: float):
     return first
 
 
-def embed_cli(tmp_path: Path, model: Path, seqs: list[str], *args: str):
-    """Run ``embedcache embed`` on ``seqs`` in a subprocess; return the last line it
-    printed and the vectors it wrote."""
+def embed_cli(
+    tmp_path: Path, model: Path, seqs: list[str], *args: str, dtype: str = "float32"
+):
+    """Run ``embedcache embed --dtype {dtype}`` on ``seqs`` in a subprocess; return
+    the last line it printed and the vectors it wrote.
+
+    float32 by default, said on the command line: the vectors are compared with the
+    official code's float32 ones, and the command's own default (``auto``) is
+    bfloat16 on a CPU with bf16 instructions."""
     (tmp_path / "in.txt").write_text("\n".join(seqs) + "\n")
     out = tmp_path / "out.npy"
     cmd = [sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model)]
     cmd += ["--input", str(tmp_path / "in.txt"), "--output", str(out)]
-    cmd += ["--store", str(tmp_path / "store"), "--device", "cpu", *args]
+    cmd += ["--store", str(tmp_path / "store"), "--device", "cpu"]
+    cmd += ["--dtype", dtype, *args]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
     assert run.returncode == 0, run.stderr
     return run.stdout.strip().splitlines()[-1], np.load(out)
@@ -233,6 +240,7 @@ class OfficialCodeContract:
         seqs = fixture_sequences(self.data)
         assert_batched_equals_alone(adapters[variant], seqs, atol=1e-5)
 
+    @pytest.mark.cpu_kind
     def test_cli_embed_subprocess_equals_official_code(self, expected, tmp_path):
         folder = self.data / self.cli_variant
         assert not list(folder.glob("*.py"))  # no remote code to run, even by accident

@@ -9,6 +9,8 @@ import pytest
 from embedcache.models import load_adapter
 from embedcache.models.shared import cpu_features
 
+pytestmark = pytest.mark.cpu_kind
+
 FLAGS = "fpu vme sse sse2 avx avx2 fma"
 
 
@@ -124,10 +126,58 @@ def test_explicit_dtypes_are_kept_whatever_the_cpu(probe):
     assert cpu_features.resolve_dtype("auto", "cpu") == "float32"
 
 
-def test_models_command_names_the_cpu_kind(capsys):
+@pytest.mark.parametrize(
+    ("kind", "auto"),
+    [("AVX2", "float32"), ("AVX-512 BF16", "bfloat16"), ("AMX", "bfloat16")],
+)
+def test_models_command_names_the_cpu_kind_and_what_auto_resolves_to(
+    monkeypatch, capsys, kind, auto
+):
     from embedcache.cli import main
 
+    monkeypatch.setenv(cpu_features.FORCED_KIND_VAR, kind)
     assert main(["models"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert f"CPU kind {cpu_features.cpu_kind()}" in last
-    assert "--dtype auto computes in float32" in last  # the suite's CPU has no bf16
+    assert f"CPU kind {kind};" in last
+    assert f"--dtype auto computes in {auto}" in last
+
+
+@pytest.mark.parametrize("kind", cpu_features.KINDS)
+def test_forced_kind_decides_auto_and_the_report(monkeypatch, kind):
+    monkeypatch.setenv(cpu_features.FORCED_KIND_VAR, kind)
+    assert cpu_features.cpu_kind() == kind
+    bf16 = kind in ("AMX", "AVX-512 BF16")
+    assert cpu_features.cpu_has_bf16() is bf16
+    resolved = "bfloat16" if bf16 else "float32"
+    assert cpu_features.resolve_dtype("auto", "cpu") == resolved
+    described = cpu_features.describe_auto("cpu")
+    assert f"CPU kind {kind}, forced by EMBEDCACHE_CPU_KIND" in described
+
+
+def test_unforced_kind_is_the_detected_one(monkeypatch):
+    monkeypatch.delenv(cpu_features.FORCED_KIND_VAR, raising=False)
+    assert cpu_features.cpu_kind() == cpu_features.kind_of(cpu_features.cpu_flags())
+    assert "forced" not in cpu_features.describe_auto("cpu")
+
+
+def test_forced_kind_reaches_a_subprocess(monkeypatch, tmp_path):
+    """The CI-style run: a command the suite starts sees the forced kind too."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(cpu_features.FORCED_KIND_VAR, "AMX")
+    out = subprocess.run(
+        [sys.executable, "-m", "embedcache.cli", "models"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "CPU kind AMX; --dtype auto computes in bfloat16" in out
+
+
+def test_a_forced_kind_that_names_no_kind_is_refused(monkeypatch):
+    from embedcache.errors import AdapterOptionError
+
+    monkeypatch.setenv(cpu_features.FORCED_KIND_VAR, "avx512")
+    with pytest.raises(AdapterOptionError, match="'avx512' names no CPU kind"):
+        cpu_features.cpu_kind()

@@ -136,6 +136,7 @@ def test_batched_equals_one_by_one(adapters, name):
         np.testing.assert_allclose(batch, alone, atol=1e-5, rtol=0)
 
 
+@pytest.mark.cpu_kind
 def test_embed_command_matches_official_code(expected, tmp_path):
     # lower case on purpose: the engine upper-cases before the tokenizer
     model = FIXTURES / "dnabert2"

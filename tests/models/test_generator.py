@@ -211,6 +211,7 @@ class TestContract(contract.AdapterContract):
         return adapters[("oov", "none")]
 
 
+@pytest.mark.cpu_kind
 def test_cli_embed_equals_reference(tmp_path, expected):
     seqs = fixture_sequences()  # lower case included: the engine upper-cases
     last, got = contract.embed_cli(tmp_path, TINY, seqs, "--rc", "average")

@@ -382,6 +382,7 @@ def test_local_dir_needs_no_network_and_no_code(monkeypatch, tmp_path):
     assert load_adapter(str(path), device="cpu").embed_batch(["ACGT"]).shape == (1, 32)
 
 
+@pytest.mark.cpu_kind
 def test_cli_embed_equals_the_official_code(tmp_path, expected):
     last, got = contract.embed_cli(
         tmp_path, FIXTURES / "tiny", fixture_sequences(), "--no-progress"

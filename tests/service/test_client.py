@@ -250,6 +250,7 @@ def test_one_string_is_refused_rather_than_split_into_letters():
 # --- against a real server (the `served` fixture of conftest.py) ----------------------
 
 
+@pytest.mark.cpu_kind
 def test_client_vectors_are_what_embed_stores_under_the_same_key(served, tmp_path):
     seqs = random_seqs(40, seed=11)
     seqs += [seqs[3].lower(), seqs[0]]
@@ -274,6 +275,8 @@ def test_client_vectors_are_what_embed_stores_under_the_same_key(served, tmp_pat
         served.store,
         "--device",
         "cpu",
+        "--dtype",  # what the server computes in
+        "float32",
         "--input",
         tmp_path / "in.txt",
         "--output",

@@ -62,6 +62,7 @@ def test_store_commands_on_a_folder_and_on_s3(process_handle, cli_env, capsys):
     assert main(["store", "ls", "--store", f"{location}-absent"]) == 2
 
 
+@pytest.mark.cpu_kind
 def test_embed_on_s3_caches_and_equals_the_local_store(
     s3_handle, cli_env, tiny_bert_dir, tmp_path, capsys
 ):
@@ -86,6 +87,7 @@ def test_embed_on_s3_caches_and_equals_the_local_store(
 
 
 # not slow: it caught two writers creating one store at once (the second refused it)
+@pytest.mark.cpu_kind
 def test_two_embed_processes_on_one_s3_store_lose_nothing(
     s3_handle, cli_env, tiny_bert_dir, tmp_path, capsys
 ):

@@ -6,13 +6,23 @@ many times slower than float32 (measured on an AVX2-only EPYC: 1.3 vs 63.7 GFLOP
 one thread, 512²), so ``--dtype bfloat16`` is worth a word there and ``auto`` takes
 float32; with them (AMX: 2,214-2,477 against 330 GFLOP/s on 2 cores) ``auto`` takes
 bfloat16. The key records the dtype that runs, never ``auto``.
+
+For tests and CI only, ``EMBEDCACHE_CPU_KIND`` (one of :data:`KINDS`) overrides
+the detection, so that the suite can run as on another kind of CPU, subprocesses
+included (``EMBEDCACHE_CPU_KIND=AMX python -m pytest ...``). It changes what
+``auto`` resolves to and the kind that is reported, never the instructions that
+run. It is the one environment variable read outside ``cli``: a test setting,
+read here where the CPU is detected so that every process sees the same kind.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from functools import cache
 from pathlib import Path
+
+from embedcache.errors import AdapterOptionError
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +36,11 @@ CPU_KINDS = (
     ("avx512f", "AVX-512"),
     ("avx2", "AVX2"),
 )
+KINDS = tuple(kind for _, kind in CPU_KINDS)
+# the kinds whose CPUs run bf16 matmuls natively
+BF16_KINDS = frozenset({"AMX", "AVX-512 BF16"})
+# for tests and CI only: run as on a CPU of this kind (see the module docstring)
+FORCED_KIND_VAR = "EMBEDCACHE_CPU_KIND"
 AUTO = "auto"
 _warned: set[str] = set()
 
@@ -43,9 +58,36 @@ def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str] | None:
     return None
 
 
-@cache
+def forced_kind() -> str | None:
+    """The CPU kind ``EMBEDCACHE_CPU_KIND`` forces (tests and CI only), or None.
+
+    Raises
+    ------
+    AdapterOptionError
+        When it names no kind of :data:`KINDS`.
+    """
+    forced = os.environ.get(FORCED_KIND_VAR, "").strip()
+    if not forced:
+        return None
+    if forced not in KINDS:
+        msg = (
+            f"{FORCED_KIND_VAR}={forced!r} names no CPU kind: use one of "
+            f"{', '.join(KINDS)}, or unset it to detect the CPU"
+        )
+        raise AdapterOptionError(msg)
+    return forced
+
+
 def cpu_has_bf16() -> bool | None:
     """Whether this CPU runs bf16 matmuls natively; None when it cannot be told."""
+    forced = forced_kind()
+    if forced is not None:
+        return forced in BF16_KINDS
+    return _flags_have_bf16()
+
+
+@cache
+def _flags_have_bf16() -> bool | None:
     flags = cpu_flags()
     if flags is None:
         return None
@@ -57,10 +99,14 @@ def kind_of(flags: frozenset[str] | None) -> str:
     return next((kind for flag, kind in CPU_KINDS if flag in (flags or ())), "unknown")
 
 
-@cache
 def cpu_kind() -> str:
     """This machine's CPU kind (``AMX``, ``AVX-512 BF16``, ``AVX-512``, ``AVX2``,
-    ``unknown``)."""
+    ``unknown``), or the kind ``EMBEDCACHE_CPU_KIND`` forces."""
+    return forced_kind() or _detected_kind()
+
+
+@cache
+def _detected_kind() -> str:
     return kind_of(cpu_flags())
 
 
@@ -91,7 +137,8 @@ def describe_auto(device: str) -> str:
     if device.startswith("cuda"):
         return f"--dtype auto: {dtype} on {device}"
     why = "bf16 instructions" if dtype == "bfloat16" else "no bf16 instructions"
-    return f"--dtype auto: {dtype} (CPU kind {cpu_kind()}: {why})"
+    forced = f", forced by {FORCED_KIND_VAR}" if forced_kind() else ""
+    return f"--dtype auto: {dtype} (CPU kind {cpu_kind()}{forced}: {why})"
 
 
 def warn_if_bf16_is_slow(dtype: str, device: str, *, model: str) -> bool:
