@@ -46,6 +46,7 @@ from embedcache.service.schemas import (
     EmbedResponse,
     Health,
     ModelList,
+    check_list_length,
     error_responses,
 )
 
@@ -187,6 +188,7 @@ def create_app(state: ServiceState) -> Guard:
         api_keys=state.settings.api_keys,
         max_body_bytes=state.settings.max_body_bytes,
         max_buffered_bytes=state.settings.max_buffered_bytes,
+        limit_requests=state.settings.limit_concurrency,
     )
 
 
@@ -310,7 +312,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         async with _deadline(state):
             raw = await request.body()
             body = await _build(
-                replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
+                _parse, EmbeddingsRequest, raw, size=len(raw), state=state
             )
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
@@ -341,7 +343,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     async def embed(request: Request) -> Response:
         async with _deadline(state):
             raw = await request.body()
-            body = await _build(replies.parse_body, EmbedRequest, raw, size=len(raw))
+            body = await _build(_parse, EmbedRequest, raw, size=len(raw), state=state)
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -385,6 +387,13 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 cached=cached,
             )
         return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
+
+
+def _parse(model: type[T], raw: bytes, *, state: ServiceState) -> T:
+    """The body as ``model``, its sequences counted before it is parsed (413 early)."""
+    field = "input" if model is EmbeddingsRequest else "sequences"
+    check_list_length(raw, field=field, limit=state.settings.max_sequences)
+    return replies.parse_body(model, raw)
 
 
 def _body_schema(model: type) -> dict:

@@ -198,7 +198,27 @@ class ServeSettings(BaseSettings):
     limit_concurrency: int = Field(
         default=512,
         ge=1,
-        description="connections and requests at once; beyond it 503 (uvicorn's)",
+        description="requests at once, health and metrics excepted (idle "
+        "connections do not count); beyond it 429 with Retry-After",
+    )
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds a connection may take to send a request's headers "
+        "(from connecting, or from its first byte after an idle keep-alive); "
+        "past it the connection is closed",
+    )
+    body_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds a request's body may take to arrive in full; past it "
+        "the connection is closed",
+    )
+    keep_alive_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds an idle keep-alive connection stays open (a balancer's "
+        "own idle timeout toward this server should be shorter)",
     )
     max_buffered_bytes: int = Field(
         default=256 * 2**20,
