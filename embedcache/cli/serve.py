@@ -3,6 +3,10 @@
 Argument parsing only: the settings are built here and :func:`embedcache.service.
 server.serve` runs them. The embedding options are those of `embed`, applied to
 every ``--model``; a ``--config serve.toml`` declares models each with its own.
+An option not given stays unset, so a ``--model`` and a ``[[model]]`` table share
+one set of defaults (:class:`~embedcache.models.options.EmbedOptions`'s: float32)
+and one model name is one key on every replica. Options given with no ``--model``
+to apply to are refused, never ignored.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     )
     add_store_argument(p)
     add_model_options(p)
+    # unset unless given: EmbedOptions' defaults apply, as to a [[model]] table
+    p.set_defaults(**{**dict.fromkeys(_MODEL_FLAGS), "family_option": []})
     p.add_argument(
         "--config",
         type=Path,
@@ -92,9 +98,38 @@ def _shown(default: object) -> str:
     return "none" if default is None else str(default)
 
 
+# the model options of `embed` (their destinations) that only --model takes
+_MODEL_FLAGS = (
+    "revision",
+    "dtype",
+    "device",
+    "rc",
+    "layer",
+    "layers",
+    "pooling",
+    "random_init",
+    "family_option",
+    "include_special_tokens",
+    "truncate",
+    "kmer_split",
+    "trust_remote_code",
+    "token_budget",
+)
+
+
 def _model_specs(args: argparse.Namespace) -> list[Any]:
+    from embedcache.service.errors import ServeConfigError
     from embedcache.service.settings import ModelSpec, served_name
 
+    given = [name for name in _MODEL_FLAGS if getattr(args, name)]
+    if given and not args.model:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        msg = (
+            f"{flags} apply to --model models and no --model is given; "
+            f"set them in each [[model]] table of {args.config or 'serve.toml'}"
+        )
+        raise ServeConfigError(msg)
+    options = {k: v for k, v in embed_options(args).items() if v is not None}
     specs = []
     for given in args.model:
         name, sep, model = given.partition("=")
@@ -105,7 +140,7 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
                 name=name,
                 model=model,
                 revision=args.revision,
-                options=embed_options(args),
+                options=options,
                 token_budget=args.token_budget,
             )
         )

@@ -84,7 +84,10 @@ class ModelInfo(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
-    key_digest: str
+    key_digest: str = Field(
+        description="the store key's digest: equal on every replica"
+    )
+    dtype: str = Field(description="the resolved compute dtype the key records")
     key: dict[str, Any]
     dim: int
     family: str
