@@ -24,7 +24,7 @@ from embedcache.errors import (
 from embedcache.store.index import to_hex
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from embedcache.engine.plan import EmbedPlan, WorkUnit
     from embedcache.models.base import Adapter
@@ -60,13 +60,16 @@ def run_unit(
     unit: WorkUnit,
     *,
     skip_stored: bool = False,
+    observe: Callable[[str, float], None] | None = None,
 ) -> UnitResult:
     """Embed one unit batch by batch and commit it to the store, once per key.
 
     With ``skip_stored``, batches whose every sequence the store already holds under
     every key are skipped (a rerun of a unit whose first run was committed by a
     worker that died before reporting). A batch is never split, so its vectors are
-    those an uninterrupted run computes.
+    those an uninterrupted run computes. ``observe(stage, seconds)``, when given, is
+    told the seconds of the unit's ``"forward"`` (the model) and ``"commit"`` (the
+    store's writes).
 
     Raises
     ------
@@ -89,6 +92,7 @@ def run_unit(
     torch = sys.modules.get("torch")
     no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     parts = []
+    forward_start = time.perf_counter()
     with no_grad:
         for batch in batches:
             parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
@@ -97,14 +101,22 @@ def run_unit(
     for output_key, vectors in zip(keys, outputs, strict=True):
         finite = np.isfinite(vectors).all(axis=1)
         if not finite.all():
-            seq = unit.seqs[rows[int(np.flatnonzero(~finite)[0])]]
-            msg = f"{output_key.short()} produced a non-finite vector for sequence {seq[:40]!r}..."
+            row = rows[int(np.flatnonzero(~finite)[0])]
+            # its hash and length, never its bases: the message reaches server logs
+            msg = (
+                f"{output_key.short()} produced a non-finite vector for the sequence "
+                f"of sha256 {unit.hashes[row][:16]} (length {len(unit.seqs[row])})"
+            )
             raise InvalidSequenceError(msg)
     # a local model's folder name, recorded beside its content-digest key
     alias = getattr(adapter, "alias", None)
     named = {"alias": alias} if alias else {}
+    commit_start = time.perf_counter()
     for output_key, vectors in zip(keys, outputs, strict=True):
         store.put(output_key, hashes, vectors, **named)
+    if observe is not None:
+        observe("forward", commit_start - forward_start)
+        observe("commit", time.perf_counter() - commit_start)
     n_tokens = sum(unit.tokens[i] for i in rows)
     return UnitResult(
         unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start

@@ -84,6 +84,22 @@ async def _build(
     return await off_loop(func, *args, **kwargs)
 
 
+async def _encode(
+    state: ServiceState,
+    served: ServedModel,
+    func: Callable[..., T],
+    *args: object,
+    size: int,
+    **kwargs: object,
+) -> T:
+    """A reply's body built as :func:`_build` does, timed as the ``encode`` stage."""
+    start = time.perf_counter()
+    try:
+        return await _build(func, *args, size=size, **kwargs)
+    finally:
+        state.metrics.observe_stage(served.name, "encode", time.perf_counter() - start)
+
+
 @dataclass
 class ServiceState:
     """What the routes share: settings, models, store, queues, metrics, readiness."""
@@ -321,7 +337,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             seqs = [body.input] if isinstance(body.input, str) else body.input
             vectors, _ = await _embed(state, served, seqs, request, field="input")
             n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
-            data = await _build(
+            data = await _encode(
+                state,
+                served,
                 replies.embeddings_body,
                 vectors,
                 size=vectors.size,
@@ -359,7 +377,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 wire.ARROW_META_MODEL: served.name.encode(),
             }
             accept = request.headers.get("accept", "")
-            binary = await _build(
+            binary = await _encode(
+                state,
+                served,
                 replies.embed_binary,
                 vectors,
                 accept,
@@ -378,7 +398,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 "n_computed": plan.n_computed,
                 "n_cached": plan.n_cached,
             }
-            data = await _build(
+            data = await _encode(
+                state,
+                served,
                 replies.embed_body,
                 vectors,
                 size=vectors.size,
@@ -436,7 +458,9 @@ async def _embed(
     if len(seqs) > limit:
         msg = f"{len(seqs)} sequences in one request; the limit is {limit}: split it"
         raise RequestTooLargeError(msg)
+    start = time.perf_counter()
     planned = await off_loop(plan_request, served, seqs, state.store, field=field)
+    state.metrics.observe_stage(served.name, "tokenise", time.perf_counter() - start)
     plan = planned.plan
     metrics = state.metrics
     metrics.hits.labels(served.name).inc(plan.n_cached)

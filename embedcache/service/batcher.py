@@ -34,6 +34,7 @@ waiting request gets 503.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import heapq
 import itertools
 import logging
@@ -94,6 +95,7 @@ class _Job:
     priority: tuple[float, int, int]  # (tag, request, position)
     waiters: set[Ticket] = field(default_factory=set)
     running: bool = False
+    queued_at: float = field(default_factory=time.perf_counter)  # the queue stage
 
 
 class Batcher:
@@ -314,6 +316,9 @@ class Batcher:
                     heapq.heappush(self._heap, (priority, next(self._counter), job))
                     break
                 job.running = True
+                self.metrics.observe_stage(
+                    self.model.name, "queue", time.perf_counter() - job.queued_at
+                )
                 self._queued_seqs -= 1
                 self._queued_tokens -= job.tokens
                 size += job.tokens
@@ -433,7 +438,8 @@ class Batcher:
             batches=(tuple(range(len(jobs))),),
         )
         start = time.perf_counter()
-        result = run_unit(model.adapter, self.store, unit)
+        observe = functools.partial(self.metrics.observe_stage, model.name)
+        result = run_unit(model.adapter, self.store, unit, observe=observe)
         seconds = time.perf_counter() - start
         metrics = self.metrics
         metrics.computed.labels(model.name).inc(result.n_computed)
