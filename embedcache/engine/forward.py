@@ -24,7 +24,7 @@ from embedcache.errors import (
 from embedcache.store.index import to_hex
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from embedcache.engine.plan import EmbedPlan, WorkUnit
     from embedcache.models.base import Adapter
@@ -60,16 +60,14 @@ def run_unit(
     unit: WorkUnit,
     *,
     skip_stored: bool = False,
-    observe: Callable[[str, float], None] | None = None,
 ) -> UnitResult:
     """Embed one unit batch by batch and commit it to the store, once per key.
 
     With ``skip_stored``, batches whose every sequence the store already holds under
     every key are skipped (a rerun of a unit whose first run was committed by a
     worker that died before reporting). A batch is never split, so its vectors are
-    those an uninterrupted run computes. ``observe(stage, seconds)``, when given, is
-    told the seconds of the unit's ``"forward"`` (the model) and ``"commit"`` (the
-    store's writes).
+    those an uninterrupted run computes. The result times the model's passes and the
+    store's writes apart (``forward_seconds``, ``commit_seconds``).
 
     Raises
     ------
@@ -114,12 +112,16 @@ def run_unit(
     commit_start = time.perf_counter()
     for output_key, vectors in zip(keys, outputs, strict=True):
         store.put(output_key, hashes, vectors, **named)
-    if observe is not None:
-        observe("forward", commit_start - forward_start)
-        observe("commit", time.perf_counter() - commit_start)
+    committed = time.perf_counter()
     n_tokens = sum(unit.tokens[i] for i in rows)
     return UnitResult(
-        unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start
+        unit.index,
+        unit.n_seqs,
+        len(rows),
+        n_tokens,
+        committed - start,
+        forward_seconds=commit_start - forward_start,
+        commit_seconds=committed - commit_start,
     )
 
 

@@ -34,7 +34,6 @@ waiting request gets 503.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import heapq
 import itertools
 import logging
@@ -438,10 +437,11 @@ class Batcher:
             batches=(tuple(range(len(jobs))),),
         )
         start = time.perf_counter()
-        observe = functools.partial(self.metrics.observe_stage, model.name)
-        result = run_unit(model.adapter, self.store, unit, observe=observe)
+        result = run_unit(model.adapter, self.store, unit)
         seconds = time.perf_counter() - start
         metrics = self.metrics
+        metrics.observe_stage(model.name, "forward", result.forward_seconds)
+        metrics.observe_stage(model.name, "commit", result.commit_seconds)
         metrics.computed.labels(model.name).inc(result.n_computed)
         metrics.forward_seconds.labels(model.name).observe(seconds)
         padded = len(jobs) * max(tokens)
