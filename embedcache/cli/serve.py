@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from embedcache.cli.common import add_store_argument
-from embedcache.cli.model_options import add_model_options, embed_options
+from embedcache.cli.model_options import (
+    MODEL_OPTIONS,
+    add_model_options,
+    embed_options,
+)
 
 _DESCRIPTION = (
     "Serve embeddings over HTTP: POST /v1/embeddings (OpenAI-compatible), POST "
@@ -45,7 +49,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     add_store_argument(p)
     add_model_options(p)
     # unset unless given: EmbedOptions' defaults apply, as to a [[model]] table
-    p.set_defaults(**{**dict.fromkeys(_MODEL_FLAGS), "family_option": []})
+    p.set_defaults(**{**dict.fromkeys(MODEL_OPTIONS), "family_option": []})
     p.add_argument(
         "--config",
         type=Path,
@@ -98,30 +102,11 @@ def _shown(default: object) -> str:
     return "none" if default is None else str(default)
 
 
-# the model options of `embed` (their destinations) that only --model takes
-_MODEL_FLAGS = (
-    "revision",
-    "dtype",
-    "device",
-    "rc",
-    "layer",
-    "layers",
-    "pooling",
-    "random_init",
-    "family_option",
-    "include_special_tokens",
-    "truncate",
-    "kmer_split",
-    "trust_remote_code",
-    "token_budget",
-)
-
-
 def _model_specs(args: argparse.Namespace) -> list[Any]:
     from embedcache.service.errors import ServeConfigError
     from embedcache.service.settings import ModelSpec, served_name
 
-    given = [name for name in _MODEL_FLAGS if getattr(args, name)]
+    given = [name for name in MODEL_OPTIONS if getattr(args, name)]
     if given and not args.model:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         msg = (

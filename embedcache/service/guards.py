@@ -153,7 +153,9 @@ class Guard:
             seconds = time.perf_counter() - start
             self.metrics.requests.labels(route, str(status["code"])).inc()
             self.metrics.latency.labels(route).observe(seconds)
-            access_logger.info(
+            # probes and scrapes come every few seconds: their lines only at debug
+            access_logger.log(
+                logging.DEBUG if path in UNLIMITED_ROUTES else logging.INFO,
                 "%s %s %s %.1f ms request %s",
                 scope.get("method", "-"),
                 route,

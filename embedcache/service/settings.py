@@ -226,27 +226,21 @@ class ServeSettings(BaseSettings):
     limit_concurrency: int = Field(
         default=512,
         ge=1,
-        description="requests at once, health and metrics excepted (idle "
-        "connections do not count); beyond it 429 with Retry-After",
+        description="requests at once, health and metrics excepted (idle connections do not count); beyond it 429",
     )
+    # read deadlines: a socket that never finishes a request is closed, holding nothing
     header_timeout: float = Field(
         default=10.0,
         gt=0,
-        description="seconds a connection may take to send a request's headers "
-        "(from connecting, or from its first byte after an idle keep-alive); "
-        "past it the connection is closed",
+        description="seconds to send a request's headers, from connecting or from the first byte after a keep-alive",
     )
     body_timeout: float = Field(
-        default=60.0,
-        gt=0,
-        description="seconds a request's body may take to arrive in full; past it "
-        "the connection is closed",
+        default=60.0, gt=0, description="seconds a request's body may take to arrive"
     )
     keep_alive_timeout: float = Field(
         default=5.0,
         gt=0,
-        description="seconds an idle keep-alive connection stays open (a balancer's "
-        "own idle timeout toward this server should be shorter)",
+        description="seconds an idle keep-alive connection stays open (a balancer's should be shorter)",
     )
     max_buffered_bytes: int = Field(
         default=256 * 2**20,
