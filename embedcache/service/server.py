@@ -13,6 +13,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+import prometheus_client
 import uvicorn
 
 from embedcache.service.app import ServiceState, create_app
@@ -101,7 +102,19 @@ def serve(settings: ServeSettings) -> int:
         server_header=False,
     )
     server = _DrainingServer(config, state)
-    server.run()
+    scrape = None
+    if settings.metrics_port is not None:
+        # a thread of its own, as TEI's --prometheus-port: a scrape never waits on
+        # the event loop or the request limit
+        scrape, _ = prometheus_client.start_http_server(
+            settings.metrics_port, addr=settings.host, registry=state.metrics.registry
+        )
+    try:
+        server.run()
+    finally:
+        if scrape is not None:
+            scrape.shutdown()
+            scrape.server_close()
     if not server.started:
         return 1
     state.store.close()

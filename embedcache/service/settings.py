@@ -185,6 +185,13 @@ class ServeSettings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="address to bind")
     port: int = Field(default=8000, ge=0, le=65535, description="port")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="also serve /metrics on this port (on --host, without API keys), "
+        "from a thread of its own: it answers while the server is busy",
+    )
     api_key_file: str | None = Field(
         default=None,
         description="keys clients send as `Authorization: Bearer KEY`, one a line; mode 600",

@@ -17,7 +17,7 @@ import pytest
 from embedcache.service import wire
 from embedcache.service.errors import RequestTooLargeError
 from embedcache.service.schemas import check_list_length
-from tests.service.conftest import Server, random_seqs
+from tests.service.conftest import Server, free_port, random_seqs
 
 
 def connect(server):
@@ -64,10 +64,12 @@ def peak_rss_mib(pid):
 
 
 def test_idle_and_unfinished_sockets_do_not_take_the_routes_down(tmp_path):
+    metrics_port = free_port()
     server = Server(
         [
             *("--store", tmp_path / "store", "--model", "kmer-4"),
             *("--limit-concurrency", "4", "--threads", "1"),
+            *("--metrics-port", metrics_port),
         ],
         log_path=tmp_path / "server.log",
     )
@@ -85,6 +87,12 @@ def test_idle_and_unfinished_sockets_do_not_take_the_routes_down(tmp_path):
                 cached = client.post(wire.ROUTE_EMBED, json=body)
                 assert cached.status_code == 200, cached.text
                 assert cached.json()["n_cached"] == len(seqs)
+            # and on the metrics port of its own, as TEI's --prometheus-port
+            scrape = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+            assert scrape.status_code == 200
+            assert 'embedcache_requests_total{route="/v1/embed",status="200"}' in (
+                scrape.text
+            )
             time.sleep(1.5)
 
         # a 16 MiB body of one-letter sequences: 413 before it is parsed (parsed,
