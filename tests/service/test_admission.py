@@ -109,8 +109,9 @@ def test_idle_and_unfinished_sockets_do_not_take_the_routes_down(tmp_path):
         assert reply.status_code == 413, reply.text
         assert "10000" in reply.json()["error"]["message"]
         grown = peak_rss_mib(server.proc.pid) - before
-        # the body itself is held twice (chunks, joined): ~32 MiB
-        assert grown < 60, f"peak RSS grew {grown:.0f} MiB"
+        # the body is held two or three times over (the protocol's buffer, the
+        # chunks, joined): ~50 MiB; parsed first, it was +241 MiB (a0b9f37)
+        assert grown < 120, f"peak RSS grew {grown:.0f} MiB"
     finally:
         for sock in socks:
             sock.close()
