@@ -54,8 +54,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
         "--config",
         type=Path,
         default=None,
-        help="serve.toml: settings and [[model]] tables (flags win over it, it wins "
-        "over EMBEDCACHE_<SETTING> variables)",
+        help="serve.toml: settings and [[model]] tables (flags and then "
+        "EMBEDCACHE_<SETTING> variables win over it)",
     )
     # the setting flags come from the settings model, whose import (pydantic) the
     # other commands and `embedcache --help` should not pay: added on serve's parse
