@@ -106,9 +106,10 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
     from embedcache.service.errors import ServeConfigError
     from embedcache.service.settings import ModelSpec, served_name
 
-    given = [name for name in MODEL_OPTIONS if getattr(args, name)]
-    if given and not args.model:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    # not None (and not --family-option's empty list): --layer 0 is given too
+    flagged = [name for name in MODEL_OPTIONS if getattr(args, name) not in (None, [])]
+    if flagged and not args.model:
+        flags = ", ".join("--" + name.replace("_", "-") for name in flagged)
         msg = (
             f"{flags} apply to --model models and no --model is given; "
             f"set them in each [[model]] table of {args.config or 'serve.toml'}"

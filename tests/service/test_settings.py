@@ -162,7 +162,7 @@ def test_model_options_beside_config_without_a_model_flag_are_refused(tmp_path):
     line = refusal(
         run_cli(
             *("serve", "--config", path, "--store", store),
-            *("--dtype", "bfloat16", "--layer", "2"),
+            *("--dtype", "bfloat16", "--layer", "0"),
             timeout=60,
         )
     )
