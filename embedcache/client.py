@@ -6,8 +6,10 @@ Sequences are checked and hashed here first with the package's own rule, so a ba
 is named by its input index before anything is sent; each distinct sequence is sent
 once. The distinct sequences are cut into requests within the server's limits (a 413
 halves a request) and a few are kept in flight so the server's batcher stays fed.
-429 and 503 are retried with exponential backoff that honours ``Retry-After``, and so
-is a dropped connection (embedding is idempotent: a repeat is a store hit).
+429 and 503 are retried with jittered exponential backoff, or after the server's
+``Retry-After`` plus up to half as long again (jitter, so clients refused together do
+not return together), and so is a dropped connection (embedding is idempotent: a
+repeat is a store hit).
 
 :func:`embed_file_on_server` and :func:`embed_version_on_server` are what
 ``embedcache embed --server`` and ``embedcache embeddings --server`` call.
@@ -141,7 +143,8 @@ class EmbedClient:
         ``"npy"`` (the default) or ``"arrow"`` for :meth:`embed`'s wire format.
     backoff, max_backoff
         First and longest wait in seconds between retries (a server's
-        ``Retry-After`` wins, capped at ``max_backoff``).
+        ``Retry-After``, capped at ``max_backoff``, wins, with up to half as long
+        again of jitter).
     transport
         An httpx transport to send through instead of the network (tests).
     """
@@ -369,10 +372,13 @@ class EmbedClient:
             busy += 1
             if status not in RETRY_STATUSES or busy > self.max_retries:
                 raise _error_of(response, method, route, attempts=busy)
-            wait = wire.retry_after_seconds(response.headers.get("Retry-After"))
-            if wait is None:
+            asked = wire.retry_after_seconds(response.headers.get("Retry-After"))
+            if asked is None:
                 wait = self._backoff(busy - 1)
-            wait = min(wait, self.max_backoff)
+            else:
+                # never sooner than asked (up to max_backoff), spread over half as
+                # long again: clients refused together do not return together
+                wait = min(asked, self.max_backoff) * self._rng.uniform(1.0, 1.5)
             logger.info("%s %s: %d; retry in %.2f s", method, route, status, wait)
             time.sleep(wait)
 

@@ -26,7 +26,7 @@ from embedcache.cli.common import (
     positive_int,
     store_options,
 )
-from embedcache.cli.model_options import add_model_options, embed_options
+from embedcache.cli.model_options import MODEL_OPTIONS, add_model_options, embed_options
 
 _COUNTS_NOTE = (
     "The last line printed is `computed=<N> cached=<M>`: N distinct sequences ran "
@@ -122,26 +122,7 @@ def _add_server_option(p: argparse.ArgumentParser) -> None:
     p.set_defaults(local_defaults={d: p.get_default(d) for d in _LOCAL_ONLY})
 
 
-_LOCAL_ONLY = (
-    "store",
-    "revision",
-    "dtype",
-    "device",
-    "rc",
-    "layer",
-    "layers",
-    "pooling",
-    "random_init",
-    "family_option",
-    "include_special_tokens",
-    "truncate",
-    "kmer_split",
-    "trust_remote_code",
-    "token_budget",
-    "threads",
-    "cluster",
-    "unit_tokens",
-)
+_LOCAL_ONLY = ("store", *MODEL_OPTIONS, "threads", "cluster", "unit_tokens")
 
 
 def _server_arguments(args: argparse.Namespace) -> dict[str, Any] | None:

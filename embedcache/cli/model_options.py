@@ -9,6 +9,25 @@ import argparse
 from embedcache.cli.common import positive_int
 from embedcache.models.options import POOLINGS
 
+# the destinations of the options of one model that add_model_options adds (all but
+# --threads, which is the process's)
+MODEL_OPTIONS = (
+    "revision",
+    "dtype",
+    "device",
+    "rc",
+    "layer",
+    "layers",
+    "pooling",
+    "random_init",
+    "family_option",
+    "include_special_tokens",
+    "truncate",
+    "kmer_split",
+    "trust_remote_code",
+    "token_budget",
+)
+
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """The options that choose what a model computes and how it runs."""
@@ -134,4 +153,4 @@ def embed_options(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-__all__ = ["add_model_options", "embed_options"]
+__all__ = ["MODEL_OPTIONS", "add_model_options", "embed_options"]

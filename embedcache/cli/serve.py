@@ -3,6 +3,10 @@
 Argument parsing only: the settings are built here and :func:`embedcache.service.
 server.serve` runs them. The embedding options are those of `embed`, applied to
 every ``--model``; a ``--config serve.toml`` declares models each with its own.
+An option not given stays unset, so a ``--model`` and a ``[[model]]`` table share
+one set of defaults (:class:`~embedcache.models.options.EmbedOptions`'s: float32)
+and one model name is one key on every replica. Options given with no ``--model``
+to apply to are refused, never ignored.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from embedcache.cli.common import add_store_argument
-from embedcache.cli.model_options import add_model_options, embed_options
+from embedcache.cli.model_options import (
+    MODEL_OPTIONS,
+    add_model_options,
+    embed_options,
+)
 
 _DESCRIPTION = (
     "Serve embeddings over HTTP: POST /v1/embeddings (OpenAI-compatible), POST "
@@ -40,12 +48,14 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:
     )
     add_store_argument(p)
     add_model_options(p)
+    # unset unless given: EmbedOptions' defaults apply, as to a [[model]] table
+    p.set_defaults(**{**dict.fromkeys(MODEL_OPTIONS), "family_option": []})
     p.add_argument(
         "--config",
         type=Path,
         default=None,
-        help="serve.toml: settings and [[model]] tables (flags win over it, it wins "
-        "over EMBEDCACHE_<SETTING> variables)",
+        help="serve.toml: settings and [[model]] tables (flags and then "
+        "EMBEDCACHE_<SETTING> variables win over it)",
     )
     # the setting flags come from the settings model, whose import (pydantic) the
     # other commands and `embedcache --help` should not pay: added on serve's parse
@@ -93,8 +103,19 @@ def _shown(default: object) -> str:
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
+    from embedcache.service.errors import ServeConfigError
     from embedcache.service.settings import ModelSpec, served_name
 
+    # not None (and not --family-option's empty list): --layer 0 is given too
+    flagged = [name for name in MODEL_OPTIONS if getattr(args, name) not in (None, [])]
+    if flagged and not args.model:
+        flags = ", ".join("--" + name.replace("_", "-") for name in flagged)
+        msg = (
+            f"{flags} apply to --model models and no --model is given; "
+            f"set them in each [[model]] table of {args.config or 'serve.toml'}"
+        )
+        raise ServeConfigError(msg)
+    options = {k: v for k, v in embed_options(args).items() if v is not None}
     specs = []
     for given in args.model:
         name, sep, model = given.partition("=")
@@ -105,7 +126,7 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
                 name=name,
                 model=model,
                 revision=args.revision,
-                options=embed_options(args),
+                options=options,
                 token_budget=args.token_budget,
             )
         )

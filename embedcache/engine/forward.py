@@ -66,7 +66,8 @@ def run_unit(
     With ``skip_stored``, batches whose every sequence the store already holds under
     every key are skipped (a rerun of a unit whose first run was committed by a
     worker that died before reporting). A batch is never split, so its vectors are
-    those an uninterrupted run computes.
+    those an uninterrupted run computes. The result times the model's passes and the
+    store's writes apart (``forward_seconds``, ``commit_seconds``).
 
     Raises
     ------
@@ -89,6 +90,7 @@ def run_unit(
     torch = sys.modules.get("torch")
     no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     parts = []
+    forward_start = time.perf_counter()
     with no_grad:
         for batch in batches:
             parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
@@ -97,17 +99,29 @@ def run_unit(
     for output_key, vectors in zip(keys, outputs, strict=True):
         finite = np.isfinite(vectors).all(axis=1)
         if not finite.all():
-            seq = unit.seqs[rows[int(np.flatnonzero(~finite)[0])]]
-            msg = f"{output_key.short()} produced a non-finite vector for sequence {seq[:40]!r}..."
+            row = rows[int(np.flatnonzero(~finite)[0])]
+            # its hash and length, never its bases: the message reaches server logs
+            msg = (
+                f"{output_key.short()} produced a non-finite vector for the sequence "
+                f"of sha256 {unit.hashes[row][:16]} (length {len(unit.seqs[row])})"
+            )
             raise InvalidSequenceError(msg)
     # a local model's folder name, recorded beside its content-digest key
     alias = getattr(adapter, "alias", None)
     named = {"alias": alias} if alias else {}
+    commit_start = time.perf_counter()
     for output_key, vectors in zip(keys, outputs, strict=True):
         store.put(output_key, hashes, vectors, **named)
+    committed = time.perf_counter()
     n_tokens = sum(unit.tokens[i] for i in rows)
     return UnitResult(
-        unit.index, unit.n_seqs, len(rows), n_tokens, time.perf_counter() - start
+        unit.index,
+        unit.n_seqs,
+        len(rows),
+        n_tokens,
+        committed - start,
+        forward_seconds=commit_start - forward_start,
+        commit_seconds=committed - commit_start,
     )
 
 

@@ -139,6 +139,8 @@ class UnitResult:
     n_computed: int  # sequences run through the model by this execution
     n_tokens: int  # tokens of the sequences run through the model
     seconds: float
+    forward_seconds: float = 0.0  # of ``seconds``: the model's passes
+    commit_seconds: float = 0.0  # of ``seconds``: the store's writes
 
 
 def adapter_keys(adapter: Adapter) -> tuple[ModelKey, ...]:

@@ -6,12 +6,14 @@ Split as text-embeddings-inference splits router, queue and backend:
   vector formats (Arrow IPC, NPY); light, so a client may import it too
 - ``errors``: the errors a request can meet, each with its HTTP status
 - ``settings``: what a server runs (models, limits, bind, keys), declared once and
-  read from flags, ``serve.toml`` and ``EMBEDCACHE_*``; the key file and bind checks
+  read from flags, ``EMBEDCACHE_*`` and ``serve.toml``; the key file and bind checks
 - ``registry``: the served models, each one adapter and one store key
 - ``batcher``: one queue per served model and the thread that drains it, cutting
   batches across requests with the engine's batching rule
 - ``metrics``: the Prometheus counters, gauges and histograms
-- ``guards``: ASGI middleware for request ids, body-size limits and API keys
+- ``guards``: ASGI middleware for request ids, the request limit, body-size limits,
+  API keys and the access log
+- ``connections``: uvicorn's HTTP/1.1 protocol with header and body read deadlines
 - ``health``: the store probe `/health/ready` reports
 - ``replies``: the routes' bodies, parsed and encoded in worker threads
 - ``app``: the FastAPI application and its routes
@@ -19,7 +21,8 @@ Split as text-embeddings-inference splits router, queue and backend:
 
 May import the bottom floor, ``data``, ``models``, ``store`` and ``engine``; only
 ``cli`` imports it. FastAPI, uvicorn and prometheus-client are imported only by the
-modules the server itself loads (``app``, ``server``, ``metrics``, ``guards``).
+modules the server itself loads (``app``, ``server``, ``metrics``, ``guards``,
+``connections``).
 """
 
 from __future__ import annotations

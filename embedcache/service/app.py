@@ -46,6 +46,7 @@ from embedcache.service.schemas import (
     EmbedResponse,
     Health,
     ModelList,
+    check_list_length,
     error_responses,
 )
 
@@ -81,6 +82,22 @@ async def _build(
     if replies.is_small(size):
         return func(*args, **kwargs)
     return await off_loop(func, *args, **kwargs)
+
+
+async def _encode(
+    state: ServiceState,
+    served: ServedModel,
+    func: Callable[..., T],
+    *args: object,
+    size: int,
+    **kwargs: object,
+) -> T:
+    """A reply's body built as :func:`_build` does, timed as the ``encode`` stage."""
+    start = time.perf_counter()
+    try:
+        return await _build(func, *args, size=size, **kwargs)
+    finally:
+        state.metrics.observe_stage(served.name, "encode", time.perf_counter() - start)
 
 
 @dataclass
@@ -187,6 +204,7 @@ def create_app(state: ServiceState) -> Guard:
         api_keys=state.settings.api_keys,
         max_body_bytes=state.settings.max_body_bytes,
         max_buffered_bytes=state.settings.max_buffered_bytes,
+        limit_requests=state.settings.limit_concurrency,
     )
 
 
@@ -310,7 +328,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         async with _deadline(state):
             raw = await request.body()
             body = await _build(
-                replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
+                _parse, EmbeddingsRequest, raw, size=len(raw), state=state
             )
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
@@ -319,7 +337,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             seqs = [body.input] if isinstance(body.input, str) else body.input
             vectors, _ = await _embed(state, served, seqs, request, field="input")
             n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
-            data = await _build(
+            data = await _encode(
+                state,
+                served,
                 replies.embeddings_body,
                 vectors,
                 size=vectors.size,
@@ -341,7 +361,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     async def embed(request: Request) -> Response:
         async with _deadline(state):
             raw = await request.body()
-            body = await _build(replies.parse_body, EmbedRequest, raw, size=len(raw))
+            body = await _build(_parse, EmbedRequest, raw, size=len(raw), state=state)
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -357,7 +377,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 wire.ARROW_META_MODEL: served.name.encode(),
             }
             accept = request.headers.get("accept", "")
-            binary = await _build(
+            binary = await _encode(
+                state,
+                served,
                 replies.embed_binary,
                 vectors,
                 accept,
@@ -376,7 +398,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 "n_computed": plan.n_computed,
                 "n_cached": plan.n_cached,
             }
-            data = await _build(
+            data = await _encode(
+                state,
+                served,
                 replies.embed_body,
                 vectors,
                 size=vectors.size,
@@ -385,6 +409,13 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 cached=cached,
             )
         return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
+
+
+def _parse(model: type[T], raw: bytes, *, state: ServiceState) -> T:
+    """The body as ``model``, its sequences counted before it is parsed (413 early)."""
+    field = "input" if model is EmbeddingsRequest else "sequences"
+    check_list_length(raw, field=field, limit=state.settings.max_sequences)
+    return replies.parse_body(model, raw)
 
 
 def _body_schema(model: type) -> dict:
@@ -427,7 +458,9 @@ async def _embed(
     if len(seqs) > limit:
         msg = f"{len(seqs)} sequences in one request; the limit is {limit}: split it"
         raise RequestTooLargeError(msg)
+    start = time.perf_counter()
     planned = await off_loop(plan_request, served, seqs, state.store, field=field)
+    state.metrics.observe_stage(served.name, "tokenise", time.perf_counter() - start)
     plan = planned.plan
     metrics = state.metrics
     metrics.hits.labels(served.name).inc(plan.n_cached)

@@ -94,6 +94,7 @@ class _Job:
     priority: tuple[float, int, int]  # (tag, request, position)
     waiters: set[Ticket] = field(default_factory=set)
     running: bool = False
+    queued_at: float = field(default_factory=time.perf_counter)  # the queue stage
 
 
 class Batcher:
@@ -314,6 +315,9 @@ class Batcher:
                     heapq.heappush(self._heap, (priority, next(self._counter), job))
                     break
                 job.running = True
+                self.metrics.observe_stage(
+                    self.model.name, "queue", time.perf_counter() - job.queued_at
+                )
                 self._queued_seqs -= 1
                 self._queued_tokens -= job.tokens
                 size += job.tokens
@@ -436,6 +440,8 @@ class Batcher:
         result = run_unit(model.adapter, self.store, unit)
         seconds = time.perf_counter() - start
         metrics = self.metrics
+        metrics.observe_stage(model.name, "forward", result.forward_seconds)
+        metrics.observe_stage(model.name, "commit", result.commit_seconds)
         metrics.computed.labels(model.name).inc(result.n_computed)
         metrics.forward_seconds.labels(model.name).observe(seconds)
         padded = len(jobs) * max(tokens)

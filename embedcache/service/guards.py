@@ -1,12 +1,18 @@
-"""ASGI middleware in front of every route: request ids, API keys, the body-size
-limits (per request, and server-wide on the bodies held at once), and the request
-metrics (so refused requests are counted too)."""
+"""ASGI middleware in front of every route: request ids, API keys, the request
+limit, the body-size limits (per request, and server-wide on the bodies held at
+once), the request metrics (so refused requests are counted too) and the access log.
+
+Admission counts requests, never connections: an idle keep-alive or a socket that
+never finished its request holds no place (the protocol's read deadlines close it,
+:mod:`embedcache.service.connections`), and the health and metrics routes are never
+refused by the limit, so a busy replica still answers its probes."""
 
 from __future__ import annotations
 
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from typing import TYPE_CHECKING, Any
@@ -14,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from embedcache.service.wire import (
     HEADER_REQUEST_ID,
     ROUTE_LIVE,
+    ROUTE_METRICS,
     ROUTE_READY,
     error_body,
 )
@@ -30,14 +37,31 @@ if TYPE_CHECKING:
     ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
+# one line a request: method, route, status, milliseconds, request id
+access_logger = logging.getLogger("embedcache.service.access")
 
 OPEN_ROUTES = frozenset({ROUTE_LIVE, ROUTE_READY})
+# never refused by the request limit: a probe must see a busy replica as alive
+UNLIMITED_ROUTES = frozenset({ROUTE_LIVE, ROUTE_READY, ROUTE_METRICS})
 _REQUEST_ID = "embedcache.request_id"  # the scope entry holding it
+_HEADER_REQUEST_ID = HEADER_REQUEST_ID.lower().encode()
+# an incoming id is kept when it is a plain token (it goes into log lines as is)
+_GOOD_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
 
 
 def request_id(scope: Scope) -> str:
     """The id the :class:`Guard` gave this request ("-" outside one)."""
     return scope.get(_REQUEST_ID, "-")
+
+
+def incoming_request_id(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The client's ``X-Request-Id`` when it is a plain token of at most 128
+    characters (a balancer's or a caller's, so one id follows the request through
+    every log), else a new random one."""
+    for name, value in headers:
+        if name.lower() == _HEADER_REQUEST_ID and _GOOD_REQUEST_ID.fullmatch(value):
+            return value.decode()
+    return secrets.token_hex(8)
 
 
 def key_matches(given: bytes, keys: Iterable[bytes]) -> bool:
@@ -50,8 +74,10 @@ def key_matches(given: bytes, keys: Iterable[bytes]) -> bool:
 
 
 class Guard:
-    """Give every request an id (the ``X-Request-Id`` reply header); count every reply
-    by route and status; refuse unauthenticated requests (401), bodies over
+    """Give every request an id (the client's ``X-Request-Id``, else a new one; in the
+    reply header and every log line of the request); count every reply by route and
+    status; refuse unauthenticated requests (401), requests beyond
+    ``limit_requests`` at once (429, health and metrics excepted), bodies over
     ``max_body_bytes`` (413), and bodies beyond ``max_buffered_bytes`` held by all
     requests at once (503), before the app reads them."""
 
@@ -64,6 +90,7 @@ class Guard:
         api_keys: Iterable[str] = (),
         max_body_bytes: int,
         max_buffered_bytes: int,
+        limit_requests: int | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -71,7 +98,10 @@ class Guard:
         self.keys = tuple(key.encode() for key in api_keys)
         self.max_body_bytes = max_body_bytes
         self.max_buffered_bytes = max_buffered_bytes
-        self.buffered = 0  # bytes of request bodies held now (one event loop: no lock)
+        self.limit_requests = limit_requests
+        # one event loop: no lock for these
+        self.buffered = 0  # bytes of request bodies held now
+        self.in_flight = 0  # requests counted by the limit, now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,7 +111,7 @@ class Guard:
         route = path if path in self.routes else "other"
         status = {"code": 500}
         start = time.perf_counter()
-        rid = scope[_REQUEST_ID] = secrets.token_hex(8)
+        rid = scope[_REQUEST_ID] = incoming_request_id(scope.get("headers") or ())
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -93,8 +123,26 @@ class Guard:
                 status["sent"] = True
             await send(message)
 
+        limited = self.limit_requests is not None and path not in UNLIMITED_ROUTES
         try:
-            await self._guarded(scope, receive, counted_send)
+            if limited and self.in_flight >= self.limit_requests:
+                msg = (
+                    f"the server is handling its limit of {self.limit_requests} "
+                    "requests at once; retry later"
+                )
+                await _reply(
+                    counted_send,
+                    429,
+                    msg,
+                    headers=[(b"retry-after", b"1")],
+                    request_id=rid,
+                )
+                return
+            self.in_flight += limited
+            try:
+                await self._guarded(scope, receive, counted_send)
+            finally:
+                self.in_flight -= limited
         except Exception as err:
             # the app's handler answered (and logged) it and re-raised; uvicorn would
             # log it again as a traceback
@@ -102,8 +150,19 @@ class Guard:
                 logger.error("request %s: unexpected error", rid, exc_info=err)
                 await _reply(counted_send, 500, "internal error", request_id=rid)
         finally:
+            seconds = time.perf_counter() - start
             self.metrics.requests.labels(route, str(status["code"])).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+            self.metrics.latency.labels(route).observe(seconds)
+            # probes and scrapes come every few seconds: their lines only at debug
+            access_logger.log(
+                logging.DEBUG if path in UNLIMITED_ROUTES else logging.INFO,
+                "%s %s %s %.1f ms request %s",
+                scope.get("method", "-"),
+                route,
+                status["code"] if status.get("sent") else "-",
+                seconds * 1000,
+                rid,
+            )
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -130,8 +189,7 @@ class Guard:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":
-                    await self.app(scope, _replay([message], receive), send)
-                    return
+                    return  # the client left (or its body was too slow): no one to answer
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 self.buffered += len(chunk)
@@ -207,4 +265,4 @@ async def _reply(
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["Guard", "key_matches", "request_id"]
+__all__ = ["Guard", "incoming_request_id", "key_matches", "request_id"]

@@ -1,4 +1,17 @@
-"""The service's Prometheus metrics, in a registry of their own (no global state)."""
+"""The service's Prometheus metrics, in a registry of their own (no global state).
+
+Per-stage latency, ``embedcache_stage_seconds{model, stage}``, splits where a
+request's time goes; the stages (:data:`STAGES`) are observed by whoever runs them
+through :meth:`Metrics.observe_stage`:
+
+- ``tokenise``: a request's plan before the queue: its sequences checked, hashed,
+  token-counted by the model's tokeniser and looked up in the store;
+- ``queue``: a missing sequence's wait from its request's arrival in the queue to
+  the start of its batch;
+- ``forward``: one batch through the model (its tokenisation included);
+- ``commit``: one batch's vectors written to the store;
+- ``encode``: a reply's body built (JSON, Arrow or NPY).
+"""
 
 from __future__ import annotations
 
@@ -48,6 +61,7 @@ _PER_MODEL_HELP = {
     "embedcache_forward_seconds": "seconds per forward pass (one batch), forward and commit",
 }
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+STAGES = ("tokenise", "queue", "forward", "commit", "encode")
 
 
 class Metrics:
@@ -83,6 +97,13 @@ class Metrics:
         self.forward_seconds = self._per_model(
             Histogram, "embedcache_forward_seconds", buckets=_LATENCY_BUCKETS
         )
+        self.stage_seconds = Histogram(
+            "embedcache_stage_seconds",
+            f"seconds per stage of serving, by model and stage ({', '.join(STAGES)})",
+            ["model", "stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def _per_model(
         self, kind: type[_Metric], name: str, **options: tuple[float, ...]
@@ -92,9 +113,24 @@ class Metrics:
             name, _PER_MODEL_HELP[name], ["model"], registry=self.registry, **options
         )
 
+    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
+        """Record that ``stage`` (one of :data:`STAGES`) took ``seconds`` for
+        ``model``: once a request (tokenise, encode), a sequence (queue) or a batch
+        (forward, commit).
+
+        Raises
+        ------
+        ValueError
+            ``stage`` is not one of :data:`STAGES`.
+        """
+        if stage not in STAGES:
+            msg = f"stage {stage!r} is not one of {STAGES}"
+            raise ValueError(msg)
+        self.stage_seconds.labels(model, stage).observe(seconds)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
 
 
-__all__ = ["Metrics"]
+__all__ = ["STAGES", "Metrics"]

@@ -48,6 +48,7 @@ class ServedModel:
             "created": 0,
             "owned_by": "embedcache",
             "key_digest": self.key.digest,
+            "dtype": self.key.dtype,  # resolved: replicas of one name must agree
             "key": self.key.to_dict(),
             "dim": self.dim,
             "family": self.key.adapter,

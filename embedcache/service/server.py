@@ -13,10 +13,12 @@ import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+import prometheus_client
 import uvicorn
 
 from embedcache.service.app import ServiceState, create_app
 from embedcache.service.batcher import Batcher
+from embedcache.service.connections import timed_protocol
 from embedcache.service.health import StoreProbe
 from embedcache.service.metrics import Metrics
 from embedcache.service.registry import ModelRegistry, load_models
@@ -87,13 +89,32 @@ def serve(settings: ServeSettings) -> int:
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
         timeout_graceful_shutdown=max(int(settings.graceful_timeout), 1),
-        limit_concurrency=settings.limit_concurrency,
+        # admission counts requests (the Guard's limit), not uvicorn's connections;
+        # the read deadlines close sockets that never finish a request
+        http=timed_protocol(
+            header_timeout=settings.header_timeout,
+            body_timeout=settings.body_timeout,
+        ),
+        timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         lifespan="on",
         log_config=None,  # the command's logging configuration
+        access_log=False,  # the Guard's access line carries the request id
         server_header=False,
     )
     server = _DrainingServer(config, state)
-    server.run()
+    scrape = None
+    if settings.metrics_port is not None:
+        # a thread of its own, as TEI's --prometheus-port: a scrape never waits on
+        # the event loop or the request limit
+        scrape, _ = prometheus_client.start_http_server(
+            settings.metrics_port, addr=settings.host, registry=state.metrics.registry
+        )
+    try:
+        server.run()
+    finally:
+        if scrape is not None:
+            scrape.shutdown()
+            scrape.server_close()
     if not server.started:
         return 1
     state.store.close()

@@ -1,13 +1,17 @@
-"""What a server runs, declared once: :class:`ServeSettings`, from flags, serve.toml
-and ``EMBEDCACHE_*`` environment variables, in that precedence, over its defaults.
+"""What a server runs, declared once: :class:`ServeSettings`, from flags,
+``EMBEDCACHE_*`` environment variables and serve.toml, in that precedence (the
+deployment convention: a container's environment overrides the file baked into its
+image), over its defaults.
 
 Every setting is one typed field with its default and its help: `embedcache serve`
 makes its flags from the fields (:func:`setting_flags`), ``serve.toml`` may name
 any of them (and ``[[model]]`` tables, :class:`ModelTable`), ``EMBEDCACHE_<NAME>``
 sets one from the environment. Values from flags and serve.toml are strict (a
 boolean is a boolean: ``"false"`` is refused, not taken as true); an environment
-variable is text, read as its field's type. Unknown keys are errors. A bad setting
-is one line naming it and where it came from (:class:`ServeConfigError`, exit 2).
+variable is text, read as its field's type. Unknown keys are errors, in the file
+and in the environment alike (an ``EMBEDCACHE_`` variable that is neither a setting
+nor one of :data:`OTHER_VARIABLES`). A bad setting is one line naming it and where
+it came from (:class:`ServeConfigError`, exit 2).
 
 Also the start-up refusals: a key file other users can read, and a non-loopback
 bind without keys (unless explicitly allowed).
@@ -15,6 +19,7 @@ bind without keys (unless explicitly allowed).
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import logging
 import stat
@@ -49,6 +54,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "EMBEDCACHE_"
+# variables of the other commands a server's environment may hold too
+OTHER_VARIABLES = frozenset(
+    {
+        "EMBEDCACHE_API_KEY",
+        "EMBEDCACHE_SERVER",
+        "EMBEDCACHE_CLUSTER",
+        "EMBEDCACHE_DATA_DIR",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -104,8 +118,10 @@ class ModelTable(BaseModel):
         )
 
 
-# the environment load_settings reads (the CLI hands it the process environment)
+# the environment and serve.toml load_settings reads (the CLI hands it the process
+# environment)
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
+_FILE: ContextVar[Mapping[str, Any] | None] = ContextVar("file", default=None)
 
 
 def env_name(setting: str) -> str:
@@ -141,6 +157,18 @@ class _EnvSource(PydanticBaseSettingsSource):
         return values
 
 
+class _FileSource(PydanticBaseSettingsSource):
+    """serve.toml's values as written (strict: its types are TOML's)."""
+
+    def get_field_value(
+        self, field: FieldInfo, field_name: str
+    ) -> tuple[Any, str, bool]:
+        return (_FILE.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE.get() or {})  # unknown keys too: the model refuses them
+
+
 class ServeSettings(BaseSettings):
     """Everything `embedcache serve` runs with. Build it with :func:`load_settings`."""
 
@@ -157,6 +185,13 @@ class ServeSettings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="address to bind")
     port: int = Field(default=8000, ge=0, le=65535, description="port")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="also serve /metrics on this port (on --host, without API keys), "
+        "from a thread of its own: it answers while the server is busy",
+    )
     api_key_file: str | None = Field(
         default=None,
         description="keys clients send as `Authorization: Bearer KEY`, one a line; mode 600",
@@ -198,7 +233,21 @@ class ServeSettings(BaseSettings):
     limit_concurrency: int = Field(
         default=512,
         ge=1,
-        description="connections and requests at once; beyond it 503 (uvicorn's)",
+        description="requests at once, health and metrics excepted (idle connections do not count); beyond it 429",
+    )
+    # read deadlines: a socket that never finishes a request is closed, holding nothing
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds to send a request's headers, from connecting or from the first byte after a keep-alive",
+    )
+    body_timeout: float = Field(
+        default=60.0, gt=0, description="seconds a request's body may take to arrive"
+    )
+    keep_alive_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds an idle keep-alive connection stays open (a balancer's should be shorter)",
     )
     max_buffered_bytes: int = Field(
         default=256 * 2**20,
@@ -231,9 +280,9 @@ class ServeSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # flags and serve.toml arrive merged as init values (flags win), then the
-        # environment; no .env or secrets files
-        return init_settings, _EnvSource(settings_cls)
+        # flags (the init values), then the environment, then serve.toml; no .env
+        # or secrets files
+        return init_settings, _EnvSource(settings_cls), _FileSource(settings_cls)
 
     @property
     def api_keys(self) -> tuple[str, ...]:
@@ -272,14 +321,16 @@ def load_settings(
 
     given = {name: value for name, value in flags.items() if value is not None}
     from_file = read_serve_toml(config) if config is not None else {}
-    reading = _ENVIRON.set(environ)
+    check_environment(environ)
+    reading, reading_file = _ENVIRON.set(environ), _FILE.set(from_file)
     try:
-        settings = ServeSettings(**{**from_file, **given})
+        settings = ServeSettings(**given)
     except ValidationError as err:
         lines = [_describe(e, given, from_file, config, environ) for e in err.errors()]
         raise ServeConfigError("\n".join(lines)) from None
     finally:
         _ENVIRON.reset(reading)
+        _FILE.reset(reading_file)
     specs = tuple(table.spec() for table in settings.model) + tuple(models)
     _check_models(specs)
     if bool(settings.ssl_certfile) != bool(settings.ssl_keyfile):
@@ -309,12 +360,12 @@ def _describe(
     name = loc[0] if loc else "?"
     if name in flags:
         where = f"--{name.replace('_', '-')}"
+    elif env_name(name) in environ:
+        where = f"${env_name(name)}"
     elif name in from_file:
         where = f"{config}: {name}"
         if name == "model" and len(loc) > 2:  # [[model]] number, then its key
             where = f"{config}: [[model]] number {int(loc[1]) + 1}: {'.'.join(loc[2:])}"
-    elif env_name(name) in environ:
-        where = f"${env_name(name)}"
     else:
         where = name
     message = error.get("msg", "invalid")
@@ -324,6 +375,32 @@ def _describe(
     elif "input" in error and not isinstance(error["input"], dict | list | tuple):
         message = f"{message}, got {error['input']!r}"
     return f"{where}: {message}"
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse an ``EMBEDCACHE_`` variable that sets nothing, as an unknown key of
+    serve.toml is refused: a mistyped ``EMBEDCACHE_MAX_SEQUNCES`` would otherwise
+    leave the default in force, unnoticed.
+
+    Raises
+    ------
+    ServeConfigError
+        One line a variable: its name, the nearest setting's variable, the fix.
+    """
+    known = {env_name(name) for name in ServeSettings.model_fields} | OTHER_VARIABLES
+    unknown = sorted(
+        name for name in environ if name.startswith(ENV_PREFIX) and name not in known
+    )
+    lines = []
+    for name in unknown:
+        near = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"did you mean ${near[0]}? " if near else ""
+        lines.append(
+            f"${name}: unknown setting; {hint}unset it, or use one of "
+            f"{ENV_PREFIX}<SETTING> for the settings of `embedcache serve --help`"
+        )
+    if lines:
+        raise ServeConfigError("\n".join(lines))
 
 
 def _check_models(specs: tuple[ModelSpec, ...]) -> None:
@@ -420,11 +497,13 @@ def check_bind(host: str, *, has_keys: bool, allow_unauthenticated: bool) -> Non
 
 
 __all__ = [
+    "OTHER_VARIABLES",
     "SERVER_SETTINGS",
     "ModelSpec",
     "ModelTable",
     "ServeSettings",
     "check_bind",
+    "check_environment",
     "is_loopback",
     "load_settings",
     "read_api_keys",

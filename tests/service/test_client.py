@@ -138,19 +138,35 @@ def test_a_413_halves_the_request_until_it_fits():
         np.testing.assert_array_equal(row, vector_of(seq))
 
 
-def test_429_and_503_are_retried_honouring_retry_after(waits):
+def test_429_and_503_are_retried_honouring_retry_after_with_jitter(waits):
     answers = iter(
         [
             error(429, "queue full", headers={"Retry-After": "2"}),
             error(503, "draining", headers={"Retry-After": "1"}),
+            *[error(429, "queue full", headers={"Retry-After": "1"})] * 6,
         ]
     )
     script = Script(lambda request, seqs: next(answers, None))
-    with client_of(script) as client:
+    with client_of(script, max_backoff=30) as client:
         vectors = client.embed(["ACGT"], model="m")
     np.testing.assert_array_equal(vectors[0], vector_of("ACGT"))
-    assert waits == [2.0, 1.0]
-    assert len(script.requests) == 3
+    assert len(script.requests) == 9
+    assert 2.0 <= waits[0] <= 3.0
+    assert all(1.0 <= w <= 1.5 for w in waits[1:])
+    # spread: clients told "1 s" together do not all come back at 1 s
+    assert len(set(waits[1:])) == len(waits[1:])
+    with (
+        client_of(
+            Script(
+                lambda request, seqs: error(429, "x", headers={"Retry-After": "60"})
+            ),
+            max_retries=1,
+            max_backoff=4,
+        ) as client,
+        pytest.raises(ServiceError),
+    ):
+        client.embed(["ACGT"], model="m")
+    assert 4.0 <= waits[-1] <= 6.0  # capped, then spread
 
 
 def test_without_retry_after_the_backoff_grows_and_then_gives_up(waits):

@@ -1,7 +1,9 @@
-"""API keys, start-up refusals and the queue limit (429) of `embedcache serve`."""
+"""API keys, start-up refusals, the queue limit and the request limit (429), and request
+ids of `embedcache serve`."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -12,6 +14,16 @@ from embedcache.service import wire
 from tests.service.conftest import Server, random_seqs, run_cli
 
 KEY = "s3cret-key-for-tests"
+
+
+def guard_of(app, **limits):
+    """The Guard in front of ``app`` in this process (no server), with ``limits``."""
+    from embedcache.service.guards import Guard
+    from embedcache.service.metrics import Metrics
+
+    options = {"max_body_bytes": 10_000, "max_buffered_bytes": 100_000, **limits}
+    routes = [wire.ROUTE_EMBED, wire.ROUTE_LIVE, wire.ROUTE_METRICS]
+    return Guard(app, metrics=Metrics(), routes=routes, **options)
 
 
 @pytest.fixture(scope="module")
@@ -186,21 +198,12 @@ def test_tls_files_pass_through_to_uvicorn(tmp_path):
 def test_bodies_beyond_the_server_wide_buffer_bound_get_503_and_are_released():
     import asyncio
 
-    from embedcache.service.guards import Guard
-    from embedcache.service.metrics import Metrics
-
     async def echo(scope, receive, send):
         body = (await receive())["body"]
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": str(len(body)).encode()})
 
-    guard = Guard(
-        echo,
-        metrics=Metrics(),
-        routes=[wire.ROUTE_EMBED],
-        max_body_bytes=10_000,
-        max_buffered_bytes=3_000,
-    )
+    guard = guard_of(echo, max_body_bytes=10_000, max_buffered_bytes=3_000)
 
     async def ask():
         transport = httpx.ASGITransport(app=guard)
@@ -218,3 +221,67 @@ def test_bodies_beyond_the_server_wide_buffer_bound_get_503_and_are_released():
     assert big.status_code == 503, big.text
     assert big.json()["error"]["type"] == "unavailable"
     assert guard.buffered == 0
+
+
+def blocking_app():
+    """An ASGI app whose /v1/embed waits for ``release``; other routes answer."""
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == wire.ROUTE_EMBED:
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app, release
+
+
+def test_the_request_limit_answers_json_429_and_spares_health_and_metrics():
+    app, release = blocking_app()
+    guard = guard_of(app, limit_requests=2)
+
+    async def ask():
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as c:
+            held = [asyncio.ensure_future(c.post(wire.ROUTE_EMBED)) for _ in range(2)]
+            while guard.in_flight < 2:
+                await asyncio.sleep(0.01)
+            refused = await c.post(wire.ROUTE_EMBED, headers={"X-Request-Id": "ab-1"})
+            spared = [await c.get(r) for r in (wire.ROUTE_LIVE, wire.ROUTE_METRICS)]
+            release.set()
+            done = await asyncio.gather(*held)
+            after = await c.post(wire.ROUTE_EMBED)
+            return refused, spared, done, after
+
+    refused, spared, done, after = asyncio.run(ask())
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["type"] == "queue_full"
+    assert "limit of 2 requests" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["request_id"] == "ab-1"
+    assert refused.headers[wire.HEADER_REQUEST_ID] == "ab-1"
+    assert [r.status_code for r in spared] == [200, 200]
+    assert [r.status_code for r in done] == [200, 200]
+    assert after.status_code == 200
+    assert guard.in_flight == 0
+
+
+def test_a_request_id_is_taken_from_the_client_or_made():
+    app, release = blocking_app()
+    release.set()
+    guard = guard_of(app)
+
+    async def ask(headers):
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(transport=transport, base_url="http://x") as c:
+            return (await c.get(wire.ROUTE_LIVE, headers=headers)).headers
+
+    assert asyncio.run(ask({"X-Request-Id": "lb-7f3a:01"}))["x-request-id"] == (
+        "lb-7f3a:01"
+    )
+    for bad in ("", "has space", "x" * 129, "new\tline"):
+        made = asyncio.run(ask({"X-Request-Id": bad}))["x-request-id"]
+        assert made != bad
+        assert len(made) == 16
+    assert asyncio.run(ask({}))["x-request-id"] != asyncio.run(ask({}))["x-request-id"]

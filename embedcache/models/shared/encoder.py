@@ -314,8 +314,8 @@ class EncoderAdapter:
         if bool(empty.any()):
             row = int(empty.nonzero()[0, 0])
             msg = (
-                f"sequence {seqs[row][:40]!r} has no tokens left to pool once special "
-                "tokens are excluded"
+                f"sequence {row} of the batch (length {len(seqs[row])}) has no tokens "
+                "left to pool once special tokens are excluded"
             )
             raise InvalidSequenceError(msg)
         hidden = self.network(
