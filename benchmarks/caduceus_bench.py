@@ -20,12 +20,12 @@ random init) in a temporary directory and embeds random 500 bp sequences in rc m
 Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
 adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
 variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
-(benchmarks/peaks.py) measured in the same run. Other processes on the machine make the figures noisy.
+(benchmarks/common.py) measured in the same run. Other processes on the machine make the figures noisy.
 
 Rounds interleave the three variants so that load from other jobs hits them alike;
 rates are also given per CPU-second of this process, which load disturbs less.
 
-Usage: ``python -m benchmarks.caduceus_bench [--n-seqs 32] [--rounds 3] [--length 500]``
+Usage: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3] [--length 500]``
 """
 
 from __future__ import annotations
@@ -43,9 +43,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli_embed import embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
-from benchmarks.wrapping import wrapped
+from benchmarks.common import (
+    clocks,
+    cpu_kind_line,
+    describe,
+    embed_cli,
+    faster_dtype,
+    machine_peaks,
+    min_cosine,
+    wrapped,
+)
+from benchmarks.records import Figure, record
 from embedcache.hashing import reverse_complement
 from embedcache.models.families.caduceus import kernels as caduceus_kernels
 from embedcache.models.families.caduceus.adapter import load_caduceus_adapter, tokenize
@@ -215,23 +223,9 @@ def matmul_seconds(fn) -> float:  # noqa: ANN001
     return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ops) / 1e6
 
 
-def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
-    return float(
-        ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()
-    )
-
-
-@contextmanager
-def clocks(into: dict[str, float]) -> Iterator[None]:
-    """Add wall and process CPU seconds of the block to ``into``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    yield
-    into["wall"] = into.get("wall", 0.0) + time.perf_counter() - wall
-    into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
+    parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
     parser.add_argument(
         "--n-seqs", type=int, default=32, help="adapter sequences per round"
     )
@@ -253,16 +247,19 @@ def main() -> int:
         default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
         help="adapter dtypes (default: both where the CPU has bf16, else float32)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n_seqs, args.rounds, args.end_to_end_seqs = 8, 1, 32
 
     rng = np.random.default_rng(0)
     seqs = [
         "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
     ]
     path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
+    peaks = machine_peaks()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{cpu_kind_line()}; {describe(machine_peaks())}; adapter dtypes {args.dtypes}"
+        f"{cpu_kind_line()}; {describe(peaks)}; adapter dtypes {args.dtypes}"
     )
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
@@ -304,6 +301,7 @@ def main() -> int:
         f"naive official-style loop (batch 1, torch scan, fp32): {naive_rate:7.0f} tokens/s "
         f"({naive_cpu_rate:5.0f} per CPU-second)"
     )
+    figures = {"naive loop tokens/s": Figure(round(naive_rate), "tokens/s")}
     for dtype, adapter in adapters.items():
         spent = time_adapter[dtype]
         rate, cpu_rate = adapter_tokens / spent["wall"], adapter_tokens / spent["cpu"]
@@ -323,6 +321,8 @@ def main() -> int:
             f"{max(0.0, 1 - (scan + conv) / spent['wall'] - mm / profiled):4.0%}; "
             f"{per_round:.2f} s per round"
         )
+        figures[f"adapter {dtype} tokens/s"] = Figure(round(rate), "tokens/s")
+        figures[f"adapter {dtype} vs naive"] = Figure(round(rate / naive_rate, 1), "x")
     ref = results["float32"]
     if args.end_to_end_seqs:
         dtype = faster_dtype()
@@ -341,21 +341,34 @@ def main() -> int:
             f"embedcache embed end to end ({dtype}, {len(many)} seqs): "
             f"{run.describe(tokens)}; {tokens / run.wall / naive_rate:5.1f}x naive "
             f"({tokens / run.engine / naive_rate:5.1f}x start-up excluded); its "
-            f"vectors vs the adapter's: min cosine {cosine_min(run.vectors[:8], check):.7f}"
+            f"vectors vs the adapter's: min cosine {min_cosine(run.vectors[:8], check):.7f}"
         )
+        figures[f"embed end to end {dtype} tokens/s"] = Figure(
+            round(tokens / run.wall), "tokens/s"
+        )
+        figures["embed end to end start-up"] = Figure(round(run.startup, 2), "s")
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
     print(
         f"naive vs adapter fp32: max abs {np.abs(picked - naive).max():.2e}, "
-        f"min cosine {cosine_min(picked, naive):.7f}"
+        f"min cosine {min_cosine(picked, naive):.7f}"
+    )
+    figures["naive vs adapter fp32 min cosine"] = Figure(
+        round(min_cosine(picked, naive), 7)
     )
     if "bfloat16" in results:
         bf16 = results["bfloat16"]
         print(
             f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, min cosine "
-            f"{cosine_min(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
+            f"{min_cosine(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
         )
-    print(f"at the end: {describe(machine_peaks())}")
+        figures["bf16 vs fp32 min cosine"] = Figure(
+            round(min_cosine(ref, bf16), 5), "", ">= 0.999"
+        )
+    after = machine_peaks()
+    print(f"at the end: {describe(after)}")
+    peaks = max(peaks, after, key=lambda p: p["best"])
+    record("caduceus_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
     return 0
 
 

@@ -21,7 +21,7 @@ also the model of dask_bench.py).
 
 Each round runs, per shape and interleaved:
 
-* the fp32 and bf16 matmul rates (benchmarks/peaks.py), before and after the shape's
+* the fp32 and bf16 matmul rates (benchmarks/common.py), before and after the shape's
   runs; shares are against the best of them;
 * ``embedcache embed --dtype D`` (D: ``--dtype``, default the faster dtype here) as a subprocess on a fresh store, timed from
   launch to exit: imports, model load, tokenising, batching, store commits included.
@@ -45,7 +45,7 @@ bound). Sequences: real test sequences from ../shared/data/genomic-benchmarks (5
 251 bp) when present, else random ones of those lengths; ``--tokens`` sets how much work
 each run gets (about 200k model tokens: a minute or two a run).
 
-Run: ``.venv/bin/python benchmarks/embed_bench.py [--shapes a,b] [--rounds 2]
+Run: ``python -m benchmarks run embed_bench [--quick] [--shapes a,b] [--rounds 2]
 [--tokens 200000] [--n-naive 32] [--sweep] [--long]``. The machine is shared: the load average
 is printed, every figure is kept per round, and the summary takes each shape's best
 round (its share against the larger of the peaks measured beside it).
@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import sys
 import tempfile
@@ -67,10 +66,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.cli_embed import CliRun, embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
+from benchmarks.common import (
+    CliRun,
+    cpu_kind_line,
+    describe,
+    embed_cli,
+    faster_dtype,
+    load,
+    machine_peaks,
+    min_cosine,
+    set_threads,
+)
+from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, adapter_options, load_sequences
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
@@ -148,11 +155,6 @@ def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]
     start = time.perf_counter()
     vectors = np.concatenate([adapter.embed_batch([s]) for s in seqs])
     return vectors, time.perf_counter() - start
-
-
-def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    dots = (a * b).sum(axis=1)
-    return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
 
 
 def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
@@ -236,7 +238,7 @@ class Result:
     round: int
     run: CliRun
     peak: float  # the machine's best matmul rate (max over fp32 and bf16)
-    peaks: str
+    peaks: dict[str, float]
     work: Work
     naive_rate: float
     cosine: float
@@ -272,7 +274,7 @@ def measure(
         round=rnd,
         run=run,
         peak=max(before["best"], after["best"]),
-        peaks=describe(after),
+        peaks=after,
         work=work,
         naive_rate=naive_tokens / naive_seconds,
         cosine=min_cosine(engine_vectors, naive_vectors),
@@ -290,7 +292,7 @@ def print_result(r: Result) -> None:
         f"engine, {run.startup:.1f} s start-up), {rate:,.0f} tokens/s "
         f"({work.tokens / run.engine:,.0f} start-up excluded), "
         f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
-        f"without attention; engine alone {100 * engine_attn:.1f}%); {r.peaks}; "
+        f"without attention; engine alone {100 * engine_attn:.1f}%); {describe(r.peaks)}; "
         f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
         f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}; "
         f"its linear layers alone at a full batch's rows {r.linears / 1e9:.1f} GFLOP/s "
@@ -298,8 +300,9 @@ def print_result(r: Result) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 20k tokens")
     parser.add_argument("--shapes", default="bert-char-512x8,ntv2-50m")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
@@ -319,16 +322,16 @@ def main() -> None:
         action="store_true",
         help="20 kb inputs with and without the score cap",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.tokens, args.n_naive = 1, 20_000, 8
     names = args.shapes.split(",")
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    set_threads(args.threads)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load()}; "
         f"{cpu_kind_line()}; engine dtype {args.dtype}"
     )
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
@@ -360,9 +363,9 @@ def main() -> None:
                 result = measure(name, root / name, inputs[name], args, rnd)
                 print_result(result)
                 results.append(result)
-        if results:
-            print("\nbest round per shape (end to end, attention counted):")
-        for name in names if results else ():
+        print("\nbest round per shape (end to end, attention counted):")
+        figures = {}
+        for name in names:
             best = max(
                 (r for r in results if r.shape == name),
                 key=lambda r: r.work.shares(r.run.wall, r.peak)[0],
@@ -370,11 +373,24 @@ def main() -> None:
             share = best.work.shares(best.run.wall, best.peak)[0]
             verdict = "meets" if share >= TARGET_SHARE else "below"
             print(f"  {name:<20} {100 * share:5.1f}%  ({verdict} the 65% target)")
-        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"load average at the end: {load}")
+            rate = best.work.tokens / best.run.wall
+            figures |= {
+                f"{name} share of best matmul rate": Figure(
+                    round(100 * share, 1), "%", f">= {100 * TARGET_SHARE:.0f}"
+                ),
+                f"{name} tokens/s end to end": Figure(round(rate), "tokens/s"),
+                f"{name} vs naive fp32 batch-1": Figure(
+                    round(rate / best.naive_rate, 2), "x"
+                ),
+                f"{name} engine vs naive min cosine": Figure(round(best.cosine, 5)),
+            }
+        print(f"load average at the end: {load()}")
+        peaks = max((r.peaks for r in results), key=lambda p: p["best"])
+        record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

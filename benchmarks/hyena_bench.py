@@ -28,46 +28,41 @@ Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences o
 500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
 (benchmarks/cli_embed.py), after an untimed two-sequence run that fills the kernel cache.
 
-Usage: ``python -m benchmarks.hyena_bench [--n 96] [--n-naive 16] [--rounds 3]
+Usage: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16] [--rounds 3]
 [--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli_embed import embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
-from benchmarks.wrapping import wrapped
+from benchmarks.common import (
+    cpu_kind_line,
+    describe,
+    embed_cli,
+    faster_dtype,
+    labelled_kernels,
+    load,
+    machine_peaks,
+    min_cosine,
+    set_threads,
+)
+from benchmarks.records import Figure, record
+from benchmarks.shapes import dataset_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-# ../shared/data beside the checkout (a worktree looks further up)
-DATA = next(
-    (
-        p / "shared" / "data" / "genomic-benchmarks"
-        for p in Path(__file__).resolve().parents
-        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
-    ),
-    Path("shared/data/genomic-benchmarks"),
-)
 CONFIG = {
     "activation_freq": 10,
     "architectures": ["HyenaDNAForCausalLM"],
@@ -134,17 +129,8 @@ class DictStore:
 def load_sequences(
     dataset: str, length: int, n: int, *, seed: int = 0
 ) -> tuple[list[str], str]:
-    rng = np.random.default_rng(seed)
-    path = DATA / dataset / "test.tsv"
-    if path.exists():
-        import polars as pl
-
-        frame = pl.read_csv(path, separator="\t")
-        rows = rng.choice(frame.height, size=min(n, frame.height), replace=False)
-        seqs = frame["seq"].gather(rows).str.to_uppercase().to_list()
-        return seqs, f"{len(seqs)} real {dataset} test sequences"
-    seqs = ["".join(rng.choice(list("ACGT"), size=length)) for _ in range(n)]
-    return seqs, f"{n} random {length} bp sequences (shared data absent)"
+    """``n`` test sequences of ``dataset``, or random ones of ``length`` without it."""
+    return dataset_sequences(n, seed, datasets=(dataset,), lengths=(length,))
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -201,22 +187,7 @@ def engine_run(
 # -- where the time goes ---------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def labelled_kernels() -> Iterator[None]:
-    """Make the numba kernels visible to torch's profiler as labelled ranges."""
-
-    def wrap(name: str, fn):  # noqa: ANN001, ANN202
-        def labelled(*args):  # noqa: ANN002, ANN202
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    names = ("short_conv_gate", "gate_out", "gelu_tanh")
-    with wrapped(hyena_kernels, names, wrap):
-        yield
-
-
+KERNELS = ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm")
 CATEGORIES = {
     "matmuls": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear"),
     "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
@@ -228,7 +199,10 @@ def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
     """Seconds of self CPU time per category for one ``embed_batch`` call."""
     from torch.profiler import ProfilerActivity, profile
 
-    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with (
+        labelled_kernels(hyena_kernels, KERNELS),
+        profile(activities=[ProfilerActivity.CPU]) as prof,
+    ):
         adapter.embed_batch(seqs)
     shares = dict.fromkeys([*CATEGORIES, "the rest"], 0.0)
     for event in prof.key_averages():
@@ -244,7 +218,7 @@ def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
 
 def end_to_end(
     folder: Path, n: int, naive_tps: float, adapters: dict, work: Path
-) -> None:
+) -> dict[str, Figure]:
     """``embedcache embed`` in the faster dtype over ``n`` 500 bp sequences."""
     dtype = faster_dtype()
     many, _ = load_sequences("human_enhancers_cohn", 500, n, seed=2)
@@ -254,15 +228,19 @@ def end_to_end(
     run = embed_cli(folder, many, work / "run", dtype=dtype, options=options)
     tokens = sum(len(s) + 1 for s in many)
     check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
-    cos = (run.vectors[:8] * check).sum(1) / (
-        np.linalg.norm(run.vectors[:8], axis=1) * np.linalg.norm(check, axis=1)
-    )
+    cos = min_cosine(run.vectors[:8], check)
     print(
         f"  embedcache embed end to end ({dtype}, {len(many)} seqs): "
         f"{run.describe(tokens)}; {tokens / run.wall / naive_tps:.1f}x the naive loop "
         f"({tokens / run.engine / naive_tps:.1f}x start-up excluded); vectors vs the "
-        f"adapter's: min cosine {cos.min():.7f}"
+        f"adapter's: min cosine {cos:.7f}"
     )
+    return {
+        f"embed end to end {dtype} tokens/s": Figure(
+            round(tokens / run.wall), "tokens/s"
+        ),
+        "embed end to end start-up": Figure(round(run.startup, 2), "s"),
+    }
 
 
 def matmul_flops_per_token(config: dict) -> int:
@@ -270,8 +248,9 @@ def matmul_flops_per_token(config: dict) -> int:
     return 2 * n * (d * 3 * d + d * d + 2 * d * inner)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, fewer sequences")
     parser.add_argument("--n", type=int, default=96, help="sequences for the engine")
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
@@ -290,15 +269,14 @@ def main() -> None:
         default=256,
         help="500 bp sequences for the `embedcache embed` run (0: skip it)",
     )
-    args = parser.parse_args()
-    if args.threads:
-        import numba
-
-        torch.set_num_threads(args.threads)
-        numba.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.n_naive, args.rounds, args.end_to_end = 32, 4, 1, 32
+        args.budgets = "4096,8192"
+    set_threads(args.threads)
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"{cpu_kind_line()}, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        f"{cpu_kind_line()}, load average {load()}"
     )
     seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
     short, short_what = load_sequences("human_nontata_promoters", 251, args.n, seed=1)
@@ -334,9 +312,7 @@ def main() -> None:
     for round_ in range(1, args.rounds + 1):
         now = machine_peaks()
         peak = {k: max(v, now[k]) for k, v in peak.items()}
-        print(
-            f"round {round_} (load {os.getloadavg()[0]:.1f}); so far {describe(peak)}"
-        )
+        print(f"round {round_} (load {load()}); so far {describe(peak)}")
         vectors, elapsed = naive_loop(net, naive_seqs)
         tps = sum(len(s) + 1 for s in naive_seqs) / elapsed
         print(f"  naive loop (batch 1, fp32, n={len(naive_seqs)}) {tps:8.0f} tok/s")
@@ -357,8 +333,9 @@ def main() -> None:
                     if tps > best.get(key, (0.0, None))[0]:
                         best[key] = (tps, vectors)
 
-    print(f"summary (best of {args.rounds} rounds; load now {os.getloadavg()[0]:.1f})")
+    print(f"summary (best of {args.rounds} rounds; load now {load()})")
     print(f"  naive loop: {naive_tps:.0f} tok/s")
+    figures = {"naive loop tokens/s": Figure(round(naive_tps), "tokens/s")}
     for dtype in adapters:
         key = max(
             (k for k in best if k[0] == dtype and k[1] == "500"),
@@ -370,6 +347,8 @@ def main() -> None:
             f"loop (best budget {key[2]}); max |diff| vs naive on its sequences "
             f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
         )
+        figures[f"engine {dtype} 500 bp tokens/s"] = Figure(round(tps), "tokens/s")
+        figures[f"engine {dtype} vs naive"] = Figure(round(tps / naive_tps, 1), "x")
     if len(adapters) == 2:
         fp32, bf16 = (
             best[
@@ -377,16 +356,11 @@ def main() -> None:
             ][1]
             for d in ("float32", "bfloat16")
         )
-        cos = (
-            (fp32 * bf16).sum(1)
-            / np.linalg.norm(fp32, axis=1)
-            / np.linalg.norm(bf16, axis=1)
-        )
-        print(
-            f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}"
-        )
+        cos = min_cosine(fp32, bf16)
+        print(f"  bf16 vs fp32 vectors: cosine min {cos:.6f}")
+        figures["bf16 vs fp32 min cosine"] = Figure(round(cos, 5), "", ">= 0.999")
     if args.end_to_end:
-        end_to_end(folder, args.end_to_end, naive_tps, adapters, work)
+        figures |= end_to_end(folder, args.end_to_end, naive_tps, adapters, work)
     shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops
     print(
@@ -411,7 +385,12 @@ def main() -> None:
             f"  atlas-full-v1 projected ({dtype}, budget {budget}, this machine and load): "
             f"{seconds / 60:.1f} min with --rc none, {2 * seconds / 60:.1f} min with --rc average"
         )
+        figures[f"atlas-full-v1 projected {dtype}"] = Figure(
+            round(seconds / 60, 1), "min"
+        )
+    record("hyena_bench", figures, quick=args.quick, peaks=peak, argv=argv)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -26,7 +26,7 @@ and prints two tables:
 Also printed: the CPU kind (from /proc/cpuinfo's flags), the fp32 and bf16 matmul
 rates measured beside the runs, the load average.
 
-Run: ``.venv/bin/python benchmarks/profile_families.py [--families bert,ntv2]
+Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2]
 [--dtypes float32,bfloat16] [--n 128] [--top 12]``.
 """
 
@@ -34,32 +34,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 START = time.perf_counter()
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.peaks import cpu_kind_line, describe, machine_peaks
-from benchmarks.shapes import (
-    build_bert_char,
-    build_ntv2_50m,
-    load_sequences,
+from benchmarks.common import (
+    cpu_kind_line,
+    describe,
+    labelled_kernels,
+    load,
+    machine_peaks,
+    set_threads,
+    wrapped,
 )
+from benchmarks.records import Figure, record
+from benchmarks.shapes import build_bert_char, build_ntv2_50m, load_sequences
 from embedcache.engine import local as engine_local
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
 from embedcache.store import EmbeddingStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from embedcache.models.base import Adapter
 
@@ -97,17 +99,6 @@ class Phases:
                     self._stack[-1][2] += spent
 
         return run
-
-
-@contextmanager
-def patched(obj: object, name: str, phases: Phases, phase: str) -> Iterator[None]:
-    """``obj.name`` timed as ``phase`` inside the block."""
-    original = getattr(obj, name)
-    setattr(obj, name, phases.timed(phase, original))
-    try:
-        yield
-    finally:
-        setattr(obj, name, original)
 
 
 # --- the families ---------------------------------------------------------------------
@@ -153,32 +144,17 @@ def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
     return [(tokenizer, n) for n in names]
 
 
-@contextmanager
-def labelled_kernels() -> Iterator[None]:
-    """The numba kernels as labelled ranges in torch's profiler."""
-    from benchmarks.wrapping import wrapped
+def all_kernels() -> ExitStack:
+    """Both families' numba kernels as labelled ranges in torch's profiler."""
+    from benchmarks.hyena_bench import KERNELS
     from embedcache.models.families.caduceus import kernels as caduceus_kernels
     from embedcache.models.families.hyena import kernels as hyena_kernels
 
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def labelled(*args: Any) -> Any:  # noqa: ANN401
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    with ExitStack() as stack:
-        stack.enter_context(
-            wrapped(caduceus_kernels, ("scan_gated", "conv_silu", "add_rms_norm"), wrap)
-        )
-        stack.enter_context(
-            wrapped(
-                hyena_kernels,
-                ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"),
-                wrap,
-            )
-        )
-        yield
+    stack = ExitStack()
+    names = ("scan_gated", "conv_silu", "add_rms_norm")
+    stack.enter_context(labelled_kernels(caduceus_kernels, names))
+    stack.enter_context(labelled_kernels(hyena_kernels, KERNELS))
+    return stack
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -202,7 +178,8 @@ def engine_phases(
     ]
     with ExitStack() as stack:
         for obj, name, phase in points:
-            stack.enter_context(patched(obj, name, phases, phase))
+            wrap = lambda _, fn, p=phase: phases.timed(p, fn)
+            stack.enter_context(wrapped(obj, [name], wrap))
         start = time.perf_counter()
         result = engine_local.embed_sequences(adapter, seqs, store)
         wall = time.perf_counter() - start
@@ -224,7 +201,7 @@ def op_profile(
     rule = batch_rule(adapter, budget)
     batch = [longest[i] for i in plan_batches(counts, rule)[0]]
     adapter.embed_batch(batch)  # warm
-    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with all_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         adapter.embed_batch(batch)
         wall = time.perf_counter() - start
@@ -242,21 +219,20 @@ def report(
     options: dict[str, Any],
     folder: Path,
     args: argparse.Namespace,
-) -> None:
+) -> dict[str, Figure]:
     start = time.perf_counter()
     adapter = load_adapter(str(folder), device="cpu", dtype=dtype, **options)
     adapter.embed_batch(["ACGT" * 16])  # numba kernels: compiled or loaded once
-    load = time.perf_counter() - start
+    loaded = time.perf_counter() - start
     seqs, what = load_sequences(args.n, seed=2)
     tokens = sum(adapter.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
         wall, own = engine_phases(family, adapter, seqs, Path(tmp))
     rest = wall - sum(own.values())
-    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"\n{family} {dtype}: {what}, {tokens:,} tokens; start-up apart: imports "
         f"{IMPORTS:.2f} s (torch and the package, once), model load + kernels "
-        f"{load:.2f} s; load average {loadavg}"
+        f"{loaded:.2f} s; load average {load()}"
     )
     print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
     for name, seconds in [*own.items(), ("the rest (padding, pooling, Python)", rest)]:
@@ -271,10 +247,17 @@ def report(
         print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
     others = sum(s for _, s in ops[args.top :])
     print(f"    {'other ops':<38} {others:7.3f} s  {100 * others / total:5.1f}%")
+    return {
+        f"{family} {dtype} engine tokens/s": Figure(round(tokens / wall), "tokens/s"),
+        f"{family} {dtype} network share": Figure(
+            round(100 * own[PHASES[2]] / wall, 1), "%"
+        ),
+    }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="32 sequences a family")
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
@@ -286,23 +269,29 @@ def main() -> None:
     )
     parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n = 32
+    set_threads(args.threads)
+    peaks = machine_peaks()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {cpu_kind_line()}; "
-        f"{describe(machine_peaks())}"
+        f"{describe(peaks)}"
     )
+    figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory() as root:
         for family in args.families.split(","):
             folder = Path(root) / family
             folder.mkdir()
             options = build(family, folder)
             for dtype in args.dtypes.split(","):
-                report(family, dtype, options, folder, args)
-    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nat the end: {describe(machine_peaks())}; load average {loadavg}")
+                figures |= report(family, dtype, options, folder, args)
+    after = machine_peaks()
+    print(f"\nat the end: {describe(after)}; load average {load()}")
+    peaks = max(peaks, after, key=lambda p: p["best"])
+    record("profile_families", figures, quick=args.quick, peaks=peaks, argv=argv)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

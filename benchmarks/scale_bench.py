@@ -29,7 +29,7 @@ machine sets: the same reader while another process commits the same job into an
 store (sharing nothing with the reader but the cores, the disk and the kernel).
 ``--p99-only``: the server figure and its floor alone, three sittings.
 
-Usage: ``python benchmarks/scale_bench.py [--quick] [--sizes N,N,...] [--no-s3]
+Usage: ``python -m benchmarks run scale_bench [--quick] [--p99-only] [--sizes N,N,...] [--no-s3]
 [--workdir DIR]``
 """
 
@@ -50,9 +50,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchmarks.common import load
+from benchmarks.records import Figure, record
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+REPO = Path(__file__).resolve().parents[1]
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
 CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
@@ -63,7 +67,7 @@ FILL = r"""
 import json, os, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[4])
-from scale_bench import CHUNK, chunk_digests
+from benchmarks.scale_bench import CHUNK, chunk_digests
 from embedcache.data.seqfile import STREAM_ROWS
 from embedcache.engine.output import npy_rows
 from embedcache.models import load_adapter
@@ -75,7 +79,7 @@ key = load_adapter("kmer-1").key
 # as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
 from embedcache.engine.memory import return_freed_memory
 return_freed_memory()
-from scale_bench import hwm_mib
+from benchmarks.scale_bench import hwm_mib
 base = hwm_mib()  # imports only
 phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
 t0 = time.perf_counter()
@@ -118,7 +122,7 @@ EMBED = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 from embedcache.cli import main
-from scale_bench import hwm_mib
+from benchmarks.scale_bench import hwm_mib
 code = main(sys.argv[2:])
 print(f"hwm_mib={hwm_mib()}")
 sys.exit(code)
@@ -197,7 +201,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
 
 def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
     """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
-    here = str(Path(__file__).parent)
+    here = str(REPO)
     cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
     cmd += ["--store", store, "--input", str(known), "--output"]
     runs = []
@@ -284,7 +288,7 @@ class S3:
 
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
-    here = str(Path(__file__).parent)
+    here = str(REPO)
     output = workdir / f"out-{n}.npy"
     _, _, out = run_measured(
         [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here, str(output)]
@@ -366,7 +370,7 @@ def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
 FLOOR_WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from scale_bench import MODEL, p99_job
+from benchmarks.scale_bench import MODEL, p99_job
 from embedcache.models import load_adapter
 from embedcache.store import EmbeddingStore
 key = load_adapter(MODEL).key
@@ -438,7 +442,7 @@ def p99_under_commits(
         busy = sample(lambda: not done.is_set(), 10**9)
         thread.join()
     else:
-        cmd = [sys.executable, "-c", FLOOR_WRITER, str(Path(__file__).parent)]
+        cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
         proc = started_child(cmd)
         t0 = time.perf_counter()
@@ -462,98 +466,106 @@ def p99_under_commits(
     return p_idle, p_busy
 
 
-def server_figure(workdir: Path, sittings: int) -> None:
+def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, float]]:
     """The server figure, and beside it (alternating, one sitting each at a time)
     the floor: the same reader while a writer shares nothing with it but the
-    machine. The store's own share is the first busy p99 over the second."""
+    machine. The store's own share is the first busy p99 over the second.
+    (idle, busy, floor's busy) p99 ms per sitting."""
+    out = []
     for i in range(sittings):
-        _, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
+        idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
         print(
             f"  busy p99, this store's writer thread over the floor's: "
             f"{busy:.2f} / {floor:.2f} ms = {busy / floor:.2f}x",
             flush=True,
         )
+        out.append((idle, busy, floor))
+    return out
 
 
-def main() -> int:
-    if "--p99-only" in sys.argv:  # the server figure alone, three sittings
-        with tempfile.TemporaryDirectory() as tmp:
-            print(f"load average: {os.getloadavg()}")
-            server_figure(Path(tmp), 3)
-            print(f"load average: {os.getloadavg()}")
-        return 0
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
+    parser.add_argument("--p99-only", action="store_true", help="three sittings")
     parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
-    print(f"load average at start: {os.getloadavg()}", flush=True)
-    s3 = None if args.no_s3 else S3()
+    print(f"load average at start: {load()}", flush=True)
+    figures: dict[str, Figure] = {}
+
+    def ratio(
+        name: str, value: float, target: str | None = None, note: str = ""
+    ) -> None:
+        print(f"  {name:<24} {value:.2f}x {f'({target})' if target else ''} {note}")
+        figures[name] = Figure(round(value, 2), "x", target)
+
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        rows = [measure(n, Path(tmp), s3) for n in sizes]
-        first, last = rows[0], rows[-1]
-        x = f"{last['n']:,} vs {first['n']:,}"
-        print(f"\nratios, {x} rows (target):")
-        print(
-            f"  cold local look-up time  {last['local_s'] / first['local_s']:.2f}x (<= 1.5)"
-        )
-        print(
-            f"  cold local look-up RSS   {last['local_rss'] / first['local_rss']:.2f}x (<= 1.2)"
-        )
-        if s3 is not None:
-            print(
-                f"  cold s3 look-up time     {last['s3_s'] / first['s3_s']:.2f}x (<= 1.5)"
+        s3 = None if args.no_s3 or args.p99_only else S3()
+        rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
+        if rows:
+            first, last = rows[0], rows[-1]
+            print(f"\nratios, {last['n']:,} vs {first['n']:,} rows (target):")
+            ratio(
+                "cold local look-up time", last["local_s"] / first["local_s"], "<= 1.5"
             )
-            print(
-                f"  cold s3 look-up RSS      {last['s3_rss'] / first['s3_rss']:.2f}x (<= 1.2)"
+            ratio(
+                "cold local look-up RSS",
+                last["local_rss"] / first["local_rss"],
+                "<= 1.2",
             )
-            print(
-                f"  cold s3 requests         {last['s3_requests']:.0f} vs "
-                f"{first['s3_requests']:.0f}"
+            if s3 is not None:
+                ratio("cold s3 look-up time", last["s3_s"] / first["s3_s"], "<= 1.5")
+                ratio("cold s3 look-up RSS", last["s3_rss"] / first["s3_rss"], "<= 1.2")
+                print(
+                    f"  cold s3 requests {last['s3_requests']:.0f} vs {first['s3_requests']:.0f}"
+                )
+            per_row = last["fill_us_row"] / first["fill_us_row"]
+            ratio("fill time per row", per_row, "<= 1.2")
+            if len(rows) > 1:
+                # the machine's speed drifts over a run: the smallest fill again, after
+                # the largest, brackets it (a ratio on one slow stretch flatters)
+                again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
+                us_again = again["seconds"] / first["n"] * 1e6
+                ratio(
+                    "fill per row vs again",
+                    last["fill_us_row"] / us_again,
+                    "<= 1.2",
+                    f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)",
+                )
+            # beside it, the CPU time (every thread): where the two part, the fill
+            # waited (on the disk: its fsyncs, and writeback of a store no longer in memory)
+            ratio(
+                "fill CPU time per row",
+                last["fill_cpu_us_row"] / first["fill_cpu_us_row"],
             )
-        print(
-            f"  fill time per row        {last['fill_us_row'] / first['fill_us_row']:.2f}x (<= 1.2)"
-        )
-        if len(rows) > 1:
-            # the machine's speed drifts over a run: the smallest fill again, after
-            # the largest, brackets it (a ratio on one slow stretch flatters)
-            again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
-            us_again = again["seconds"] / first["n"] * 1e6
-            mean = (first["fill_us_row"] + us_again) / 2
-            print(
-                f"  fill time per row        {last['fill_us_row'] / us_again:.2f}x against "
-                f"{first['n']:,} filled again after {last['n']:,} ({us_again:.2f} us/row, "
-                f"hash {again['hash'] / first['n'] * 1e6:.2f} us/row); "
-                f"{last['fill_us_row'] / mean:.2f}x against the mean of both"
+            for r in rows:
+                ratio(
+                    f"fill peak / output at {r['n']:,}",
+                    r["fill_extra"] / r["out_mib"],
+                    "<= 2",
+                    f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)",
+                )
+            # the output streams to a file: the other form of the target is a peak
+            # bounded by the chunk, not growing with n
+            ratio(
+                "fill peak over imports",
+                last["fill_extra"] / first["fill_extra"],
+                None,
+                "(bounded by the chunk: ~1x)",
             )
-        # beside it, the CPU time (every thread): where the two part, the fill waited
-        # (on the disk: its fsyncs, and writeback of a store no longer in memory)
-        print(
-            f"  fill CPU time per row    "
-            f"{last['fill_cpu_us_row'] / first['fill_cpu_us_row']:.2f}x"
-        )
-        for r in rows:
-            print(
-                f"  fill peak over imports / output array at {r['n']:,}: "
-                f"{r['fill_extra'] / r['out_mib']:.2f}x (<= 2; whole peak "
-                f"{r['fill_rss'] / r['out_mib']:.2f}x)"
-            )
-        # the output streams to a file: the other form of the target is a peak
-        # bounded by the chunk, not growing with n
-        print(
-            f"  fill peak over imports   {last['fill_extra']:.0f} vs "
-            f"{first['fill_extra']:.0f} MiB: {last['fill_extra'] / first['fill_extra']:.2f}x "
-            "(bounded by the chunk: ~1x)"
-        )
         if not args.no_p99:
             print()
-            server_figure(Path(tmp) / "p99", 2)
-    print(f"load average at end: {os.getloadavg()}", flush=True)
+            sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
+            idle, busy, floor = min(sittings, key=lambda x: x[1] / x[0])
+            ratio("get p99 busy / idle", busy / idle, "<= 2")
+            ratio("get p99 busy / floor's busy", busy / floor)
+    print(f"load average at end: {load()}", flush=True)
+    record("scale_bench", figures, quick=args.quick, argv=argv)
     return 0
 
 

@@ -25,19 +25,15 @@ Both sides run fp32 on the CPU with torch's default threads; the server is a
 subprocess on 127.0.0.1. The machine may be shared: the load average is printed with
 each part, and the ratios are what compare.
 
-Run: ``.venv/bin/python benchmarks/serve_bench.py [--n 512] [--fair-seconds 20]
+Run: ``python -m benchmarks run serve_bench [--quick] [--n 512] [--fair-seconds 20]
 [--memory-seconds 30]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,8 +44,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.common import Server, load, percentile
+from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, load_sequences
 from embedcache.client import EmbedClient
 from embedcache.engine.local import embed_sequences
@@ -58,72 +54,12 @@ from embedcache.models.base import Adapter
 from embedcache.service import wire
 from embedcache.store import EmbeddingStore
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load() -> str:
-    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
-class Server:
-    """`embedcache serve --model MODEL` in a subprocess; stopped with SIGTERM."""
-
-    def __init__(self, store: Path, model: str, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", model),
-                *("--device", "cpu", "--port", self.url.rsplit(":", 1)[1]),
-                *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
-                # throughput, not deadlines: on a loaded machine part (a)'s clients
-                # wait longer than the default 300 s
-                *("--request-timeout", "3600"),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"server exited:\n{log.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + wire.ROUTE_READY, timeout=1).status_code == 200:
-                    return
-            time.sleep(0.2)
-        sys.exit("server not ready after 300 s")
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(self.url + wire.ROUTE_METRICS).text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.split("{")[0].split(" ")[0] == name
-        )
-
-    def rss(self) -> int:
-        import psutil
-
-        return psutil.Process(self.proc.pid).memory_info().rss
-
-    def stop(self) -> int:
-        self.proc.terminate()
-        code = self.proc.wait(120)
-        self._log.close()
-        return code
+SERVE_OPTIONS = (
+    *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
+    # throughput, not deadlines: on a loaded machine part (a)'s clients wait longer
+    # than the default 300 s
+    *("--request-timeout", "3600"),
+)
 
 
 def part_a(
@@ -281,8 +217,9 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter parts")
     parser.add_argument("--shape", default="esm-6mer-512x12", choices=sorted(SHAPES))
     parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
     parser.add_argument("--clients", type=int, default=16)
@@ -296,7 +233,10 @@ def main() -> None:
     )
     parser.add_argument("--memory-seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.clients, args.hit_rounds = 128, 4, 3
+        args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
@@ -312,7 +252,9 @@ def main() -> None:
         embed_sequences(
             adapter, seqs[:8], EmbeddingStore(work / "warm")
         )  # first allocations
-        server = Server(work / "store", f"bench={model_dir}", work / "server.log")
+        server = Server(
+            work / "store", f"bench={model_dir}", work / "server.log", SERVE_OPTIONS
+        )
         try:
             print(f"(a) load {load()}", flush=True)
             a = part_a(server, adapter, seqs, work, args.clients)
@@ -359,9 +301,25 @@ def main() -> None:
         for name, value, note in rows:
             print(f"{name:<{width}}  {value:>22}  {note}")
         print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
+        figures = {
+            "(a) served / in-process tokens/s": Figure(
+                round(served_rate / local_rate, 2), "x", ">= 0.9"
+            ),
+            "(a) served tokens/s": Figure(round(served_rate), "tokens/s"),
+            "(b) all hits vectors/s": Figure(
+                round(b["vectors_per_s"]), "vectors/s", ">= 20000"
+            ),
+            "(b) cached 1-seq p99": Figure(round(b["p99_ms"], 1), "ms", "< 20"),
+            "(c) one-seq p99 / forward batch": Figure(
+                round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"
+            ),
+            "(d) server RSS growth": Figure(round(100 * growth, 1), "%", "< 5"),
+        }
+        record("serve_bench", figures, quick=args.quick, argv=argv)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

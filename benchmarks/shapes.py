@@ -15,23 +15,37 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "genomic-benchmarks"
+# ../shared/data beside the checkout (a worktree looks further up)
+DATA = next(
+    (
+        p / "shared" / "data" / "genomic-benchmarks"
+        for p in REPO.parents
+        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
+    ),
+    REPO.parent / "shared" / "data" / "genomic-benchmarks",
+)
 FIXTURES = REPO / "tests" / "fixtures"
 
 
 # --- sequences ------------------------------------------------------------------------
 
 
-def load_sequences(
-    n: int, seed: int = 0, *, data: Path = DATA
+def dataset_sequences(
+    n: int,
+    seed: int = 0,
+    *,
+    datasets: Sequence[str] | None = None,
+    lengths: Sequence[int] = (251, 500),
 ) -> tuple[list[str], str]:
-    """``n`` test sequences, half from each published test set here, shuffled."""
+    """``n`` test sequences, an equal part from each of ``datasets`` (default: every
+    published test set here), shuffled; random ones of ``lengths`` without the data."""
     rng = np.random.default_rng(seed)
-    files = sorted(data.glob("*/test.tsv")) if data.exists() else []
-    if files:
+    names = datasets or sorted(p.parent.name for p in DATA.glob("*/test.tsv"))
+    files = [DATA / name / "test.tsv" for name in names]
+    if files and all(f.exists() for f in files):
         import polars as pl
 
         per_file = -(-n // len(files))
@@ -44,11 +58,16 @@ def load_sequences(
             seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
         rng.shuffle(seqs)  # the naive loop must not profit from sorted input
         seqs = seqs[:n]
-        names = ", ".join(p.parent.name for p in files)
-        return seqs, f"{len(seqs)} real test sequences from {names}"
-    lengths = rng.choice([251, 500], size=n)
-    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
-    return seqs, f"{n} random sequences (251/500 bp; shared data absent)"
+        return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
+    sizes = rng.choice(list(lengths), size=n)
+    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in sizes]
+    about = "/".join(map(str, lengths))
+    return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+
+
+def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
+    """``n`` test sequences from every published test set here."""
+    return dataset_sequences(n, seed)
 
 
 # --- shapes ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.screenshot_report import FLAGS, find_chromium
+from scripts.screenshot_report import FLAGS, find_chromium
 from embedcache.cli import main
 from tests.service.conftest import free_port
 

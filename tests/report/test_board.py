@@ -10,7 +10,7 @@ import re
 import polars as pl
 import pytest
 
-from benchmarks.screenshot_report import chromium, find_chromium
+from scripts.screenshot_report import chromium, find_chromium
 from embedcache.analysis.selection import ModelEntry
 from embedcache.models.catalogue import load_catalogue
 from embedcache.report.home import rendered_versions, write_home

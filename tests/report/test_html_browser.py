@@ -10,7 +10,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from benchmarks.screenshot_report import (
+from scripts.screenshot_report import (
     chromium,
     find_chromium,
     order_problems,

@@ -1,6 +1,6 @@
 """Load a rendered report in headless Chromium: screenshot it and check the DOM.
 
-Run: .venv/bin/python benchmarks/screenshot_report.py reports/demo-v1/index.html [out.png]
+Run: .venv/bin/python scripts/screenshot_report.py reports/demo-v1/index.html [out.png]
 
 Prints the load time, whether the leaderboard table and the figures are in the DOM
 Chromium built, the order of the report's sections (the board first, run parameters
