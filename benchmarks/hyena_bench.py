@@ -26,7 +26,7 @@ each dataset; the 200 bp dataset at the 251 bp rate).
 
 Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences of
 500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
-(benchmarks/cli_embed.py), after an untimed two-sequence run that fills the kernel cache.
+(benchmarks/common.py), after an untimed two-sequence run that fills the kernel cache.
 
 Usage: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16] [--rounds 3]
 [--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
