@@ -1,38 +1,24 @@
 """Caduceus-ph throughput: a naive official-style loop vs the embedcache adapter.
 
-Builds an official-shape Caduceus-ph checkpoint (d_model 256, 16 layers, official-style
-random init) in a temporary directory and embeds random 500 bp sequences in rc mode
-``average`` (forward + reverse-complement pass) with:
+An official-shape Caduceus-ph checkpoint (d_model 256, 16 layers, the official kinds
+of random init) embeds random 500 bp sequences with rc ``average`` three ways, in
+interleaved rounds: ``naive``, the official code's structure one sequence at a time in
+fp32 (each Mamba direction its own in_proj, ``F.conv1d``, mamba_ssm's
+``selective_scan_ref``; forward and RC passes one after the other); the adapter in each
+dtype (batched, the RC pass batched with the forward one, numba kernels); and
+``embedcache embed`` end to end in a fresh interpreter (after an untimed run that fills
+the kernel cache), its vectors checked against the adapter's. Rates are also per
+CPU-second of this process, which load disturbs less; where the adapter's time goes
+(scan, conv, matmuls, the rest) and each variant's error against fp32 are printed.
 
-- ``naive``: the official code's structure, one sequence at a time, fp32: each Mamba
-  direction runs its own in_proj on the flipped input, ``F.conv1d``, and the reference
-  selective scan (precomputed exp, Python loop over time with einsum), as mamba_ssm's
-  ``selective_scan_ref``; forward and RC passes one after the other;
-- the adapter in float32 and in bfloat16 (in/out projections), equal-length batches,
-  the RC pass batched with the forward pass, compiled numba kernels on CPU;
-- ``embedcache embed`` end to end (``--end-to-end-seqs``, default 256, in the faster
-  dtype): a fresh interpreter on a fresh store, from launch to exit, start-up,
-  imports, tokenising, the store's commit and the .npy included, and the engine's own
-  time beside it (start-up shown apart); its vectors are
-  checked against the in-process adapter's. An untimed two-sequence run before it
-  fills the CLI's kernel cache (compiled once per machine, ~/.cache/embedcache).
-
-Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
-adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
-variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
-(benchmarks/common.py) measured in the same run. Other processes on the machine make the figures noisy.
-
-Rounds interleave the three variants so that load from other jobs hits them alike;
-rates are also given per CPU-second of this process, which load disturbs less.
-
-Usage: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3] [--length 500]``
+Run: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3]
+[--length 500] [--end-to-end-seqs 256]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from contextlib import contextmanager
@@ -54,13 +40,13 @@ from benchmarks.common import (
     wrapped,
 )
 from benchmarks.records import Figure, record
+from benchmarks.shapes import build_caduceus_ph
 from embedcache.hashing import reverse_complement
+from embedcache.models import load_adapter
 from embedcache.models.families.caduceus import kernels as caduceus_kernels
-from embedcache.models.families.caduceus.adapter import load_caduceus_adapter, tokenize
-from embedcache.models.families.caduceus.network import (
-    arch_from_config,
-    weights_from_state_dict,
-)
+from embedcache.models.families.caduceus.adapter import tokenize
+from embedcache.models.families.caduceus.init import random_weights
+from embedcache.models.families.caduceus.network import arch_from_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,68 +55,6 @@ if TYPE_CHECKING:
         CaduceusWeights,
         MambaWeights,
     )
-
-
-def make_checkpoint(
-    path: Path, *, d_model: int = 256, n_layer: int = 16, seed: int = 0
-) -> Path:
-    """An official-layout Caduceus-ph checkpoint with the official kinds of random init."""
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(seed)
-    di, n, r, k = 2 * d_model, 16, math.ceil(d_model / 16), 4
-
-    def uniform(shape: tuple[int, ...], bound: float) -> torch.Tensor:
-        return (torch.rand(shape, generator=g) * 2 - 1) * bound
-
-    pre = "caduceus.backbone."
-    state = {
-        pre + "embeddings.word_embeddings.weight": torch.randn(16, d_model, generator=g)
-        * 0.02
-    }
-    for i in range(n_layer):
-        for direction in ("fwd", "rev"):
-            p = f"{pre}layers.{i}.mixer.mamba_{direction}."
-            if direction == "fwd":  # rev's in/out projections are tied to these
-                state[p + "in_proj.weight"] = uniform((2 * di, d_model), d_model**-0.5)
-                state[p + "out_proj.weight"] = (
-                    uniform((d_model, di), di**-0.5) / n_layer**0.5
-                )
-            state[p + "conv1d.weight"] = uniform((di, 1, k), k**-0.5)
-            state[p + "conv1d.bias"] = uniform((di,), k**-0.5)
-            state[p + "x_proj.weight"] = uniform((r + 2 * n, di), di**-0.5)
-            state[p + "dt_proj.weight"] = uniform((di, r), r**-0.5)
-            log_dt = torch.rand(di, generator=g) * (
-                math.log(0.1) - math.log(1e-3)
-            ) + math.log(1e-3)
-            dt = torch.exp(log_dt).clamp(min=1e-4)
-            state[p + "dt_proj.bias"] = dt + torch.log(-torch.expm1(-dt))
-            state[p + "A_log"] = torch.log(
-                torch.arange(1, n + 1, dtype=torch.float32)
-            ).repeat(di, 1)
-            state[p + "D"] = torch.ones(di)
-        state[f"{pre}layers.{i}.norm.weight"] = torch.ones(d_model)
-    state[pre + "norm_f.weight"] = torch.ones(d_model)
-    config = {
-        "model_type": "caduceus",
-        "d_model": d_model,
-        "n_layer": n_layer,
-        "vocab_size": 12,
-        "pad_vocab_size_multiple": 8,
-        "ssm_cfg": {"d_state": n, "d_conv": k, "expand": 2, "dt_rank": "auto"},
-        "rms_norm": True,
-        "fused_add_norm": True,
-        "residual_in_fp32": False,
-        "norm_epsilon": 1e-5,
-        "bidirectional": True,
-        "bidirectional_strategy": "add",
-        "bidirectional_weight_tie": True,
-        "rcps": False,
-    }
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    save_file(state, path / "model.safetensors")
-    return path
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -255,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     seqs = [
         "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
     ]
-    path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
+    path = Path(tempfile.mkdtemp(prefix="caduceus-bench-"))
+    build_caduceus_ph(path)
     peaks = machine_peaks()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
@@ -266,17 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds of [naive 1 seq, adapter {args.dtypes} {args.n_seqs} seqs]"
     )
 
-    from safetensors.torch import load_file
-
     config = json.loads((path / "config.json").read_text())
-    weights = weights_from_state_dict(
-        arch_from_config(config, where="bench"),
-        load_file(path / "model.safetensors"),
-        config=config,
-        where="bench",
-    )
+    weights = random_weights(arch_from_config(config, where="bench"), config, seed=0)
     adapters = {
-        dtype: load_caduceus_adapter(path, dtype=dtype, rc_mode="average")
+        dtype: load_adapter(str(path), dtype=dtype, rc_mode="average", random_init=0)
         for dtype in args.dtypes.split(",")
     }
     for adapter in adapters.values():
@@ -331,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.end_to_end_seqs)
         ]
         work = Path(tempfile.mkdtemp(prefix="caduceus-e2e-"))
-        options = ("--rc", "average")
+        options = ("--rc", "average", "--random-init", "0")
         # untimed: fills the CLI's kernel cache
         embed_cli(path, many[:2], work / "warm", dtype=dtype, options=options)
         run = embed_cli(path, many, work / "run", dtype=dtype, options=options)

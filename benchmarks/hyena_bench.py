@@ -1,35 +1,17 @@
 """HyenaDNA throughput: a naive official-style loop vs the embedcache adapter and engine.
 
-Model: an official-shape, random-initialised HyenaDNA medium-160k (d_model 256,
-8 layers, d_inner 1024, implicit filter of width 64 over 5 positional features,
-max_seq_len 160002), built from a config.json in the published layout with
-``--random-init`` (the official initialisation).
+An official-shape, random-initialised HyenaDNA medium-160k (benchmarks/shapes.py) on
+real 500 bp (and 251 bp) test sequences from ../shared/data when present. In
+interleaved rounds (best of each kept): ``naive``, the official code one sequence at a
+time in fp32 (channels-first depthwise conv, the implicit filter recomputed every
+call, FFTs at 2L), and the engine (``embed_sequences``, sorted right-padded batches)
+in each dtype at several token budgets. Also: where the time goes (matmuls, FFTs, numba
+kernels, the rest; torch's profiler), the share of the best matmul rate, bf16 against
+fp32, atlas-full-v1's projected time, and ``embedcache embed`` end to end in a fresh
+interpreter (after an untimed run that fills the kernel cache).
 
-Sequences: real 500 bp test sequences of human_enhancers_cohn (and 251 bp of
-human_nontata_promoters for the projection) from ../shared/data when present, else
-random ones of the same lengths.
-
-Compared in one run, in interleaved rounds (the best round of each is kept):
-
-- ``naive``: what the official code does for one sequence at a time, in float32:
-  the operator channels-first with ``nn.Conv1d``'s depthwise convolution, the
-  implicit filter recomputed for every layer and call, the FFT of both the filter
-  and the input at size 2L, then the mean over the bases;
-- the engine (``embed_sequences``, right-padded batches sorted by length) in float32
-  and in bfloat16 (projections and GELU), at several token budgets.
-
-Also printed: where the adapter's time goes (matmuls, FFTs, the numba kernels, the
-rest; from torch's profiler), the fp32 and bf16 matmul rates of this machine measured
-in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, and
-the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
-each dataset; the 200 bp dataset at the 251 bp rate).
-
-Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences of
-500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
-(benchmarks/common.py), after an untimed two-sequence run that fills the kernel cache.
-
-Usage: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16] [--rounds 3]
-[--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
+Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
+[--rounds 3] [--threads N] [--end-to-end 256]``.
 """
 
 from __future__ import annotations
@@ -57,42 +39,13 @@ from benchmarks.common import (
     set_threads,
 )
 from benchmarks.records import Figure, record
-from benchmarks.shapes import dataset_sequences
+from benchmarks.shapes import build_hyena_medium, dataset_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
+from embedcache.store import EmbeddingStore
 
-CONFIG = {
-    "activation_freq": 10,
-    "architectures": ["HyenaDNAForCausalLM"],
-    "auto_map": {
-        "AutoConfig": "configuration_hyena.HyenaConfig",
-        "AutoModel": "modeling_hyena.HyenaDNAModel",
-        "AutoModelForCausalLM": "modeling_hyena.HyenaDNAForCausalLM",
-    },
-    "d_inner": 1024,
-    "d_model": 256,
-    "emb_dim": 5,
-    "embed_dropout": 0.1,
-    "filter_order": 64,
-    "hyena_dropout": 0.0,
-    "hyena_filter_dropout": 0.0,
-    "hyena_order": 2,
-    "initializer_range": 0.02,
-    "layer_norm_epsilon": 1e-05,
-    "max_seq_len": 160002,
-    "model_type": "hyenadna",
-    "n_layer": 8,
-    "num_inner_mlps": 2,
-    "pad_token_id": 4,
-    "pad_vocab_size_multiple": 8,
-    "short_filter_order": 3,
-    "tie_word_embeddings": False,
-    "train_freq": True,
-    "use_bias": True,
-    "vocab_size": 12,
-}
 # atlas-full-v1: per dataset, its whole test file and 500 train sequences
 ATLAS = {"human_enhancers_cohn": (500, 6948), "human_nontata_promoters": (251, 9034)}
 ATLAS_DEMO = (
@@ -100,30 +53,6 @@ ATLAS_DEMO = (
     25000,
 )  # demo_coding_vs_intergenomic_seqs, projected at the 251 bp rate
 N_TRAIN = 500
-
-
-class DictStore:
-    """In-memory store: the benchmark times the model, not the disk."""
-
-    def __init__(self) -> None:
-        self.data: dict = {}
-
-    def contains(self, key: object, hashes: list[str]) -> np.ndarray:
-        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
-
-    def get(self, key: object, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return np.stack([self.data[key, h] for h in hashes]), np.ones(len(hashes), bool)
-
-    def put(
-        self,
-        key: object,
-        hashes: list[str],
-        vectors: np.ndarray,
-        alias: str | None = None,
-    ) -> int:
-        for h, v in zip(hashes, vectors, strict=True):
-            self.data[key, h] = v
-        return len(hashes)
 
 
 def load_sequences(
@@ -180,7 +109,9 @@ def engine_run(
     adapter: object, seqs: list[str], *, budget: int
 ) -> tuple[np.ndarray, float]:
     start = time.perf_counter()
-    result = embed_sequences(adapter, seqs, DictStore(), token_budget=budget)
+    result = embed_sequences(
+        adapter, seqs, EmbeddingStore("memory://"), token_budget=budget
+    )
     return result.vectors, time.perf_counter() - start
 
 
@@ -287,12 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"sequences: {what}; {short_what}; tokens include the trailing [SEP]")
     budgets = [int(b) for b in args.budgets.split(",")]
-    flops = matmul_flops_per_token(CONFIG)
 
     work = Path(tempfile.mkdtemp(prefix="hyena-bench-"))
     folder = work / "hyenadna-medium-160k-random"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    build_hyena_medium(folder)
+    flops = matmul_flops_per_token(json.loads((folder / "config.json").read_text()))
     adapters = {
         dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
         for dtype in args.dtypes.split(",")

@@ -1,30 +1,14 @@
 """Where a batch's time goes, per family, at each family's benchmark shape.
 
-For each family (``--families``, default all four) and dtype (``--dtypes``, default
-float32, the fast dtype on a CPU without bf16 instructions; add bfloat16 to see its
-emulation cost there) this builds the shape its speed benchmark uses, random weights:
+For each family (``--families``: bert and ntv2 as embed_bench builds them, caduceus as
+caduceus_bench, hyena as hyena_bench) and dtype (``--dtypes``), two tables:
 
-``bert``      the 512-wide 8-layer BERT, one token per base (embed_bench.py)
-``ntv2``      NT-v2 50m's published config, its seeded init (embed_bench.py)
-``caduceus``  Caduceus-ph at its published shape, d 256, 16 layers, RC average
-              (caduceus_bench.py)
-``hyena``     HyenaDNA medium-160k's shape, d 256, 8 layers (hyena_bench.py)
-
-and prints two tables:
-
-* **the engine in process**: ``embed_sequences`` over ``--n`` real test sequences
-  (251 and 500 bp) into a fresh store on disk, its wall time split by phase, each
-  phase's own time (nested phases are subtracted from their parent): planning
-  (validation, sha256 hashing, token counts, store look-up), tokenisation (also
-  that inside planning), the network, the store's commits, the read-back, and the
-  rest (padding, pooling, batching, Python between them). Start-up (imports, model
-  load) is shown apart;
-* **the network by op**: one batch at the family's token budget (``--batch-tokens``) under
-  ``torch.profiler``, self CPU time per op (numba kernels labelled), the top
-  ``--top`` ops and the rest.
-
-Also printed: the CPU kind (from /proc/cpuinfo's flags), the fp32 and bf16 matmul
-rates measured beside the runs, the load average.
+* the engine in process: ``embed_sequences`` over ``--n`` real test sequences into a
+  fresh store, its wall time split by phase, each phase's own time (planning,
+  tokenising, the network, the store's commits, the read-back, the rest); start-up
+  (imports, model load) apart;
+* the network by op: one batch at the family's token budget under ``torch.profiler``,
+  self CPU time per op (numba kernels labelled), the top ``--top`` ops.
 
 Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2]
 [--dtypes float32,bfloat16] [--n 128] [--top 12]``.
@@ -33,7 +17,6 @@ Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -54,7 +37,13 @@ from benchmarks.common import (
     wrapped,
 )
 from benchmarks.records import Figure, record
-from benchmarks.shapes import build_bert_char, build_ntv2_50m, load_sequences
+from benchmarks.shapes import (
+    build_bert_char,
+    build_caduceus_ph,
+    build_hyena_medium,
+    build_ntv2_50m,
+    load_sequences,
+)
 from embedcache.engine import local as engine_local
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
@@ -113,14 +102,10 @@ def build(family: str, folder: Path) -> dict[str, Any]:
         build_ntv2_50m(folder)
         return {"random_init": 0}
     if family == "caduceus":
-        from benchmarks.caduceus_bench import make_checkpoint
-
-        make_checkpoint(folder)
-        return {"rc_mode": "average"}
+        build_caduceus_ph(folder)
+        return {"rc_mode": "average", "random_init": 0}
     if family == "hyena":
-        from benchmarks.hyena_bench import CONFIG
-
-        (folder / "config.json").write_text(json.dumps(CONFIG))
+        build_hyena_medium(folder)
         return {"random_init": 0}
     msg = f"unknown family {family!r}"
     raise SystemExit(msg)

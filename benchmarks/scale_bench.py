@@ -1,36 +1,21 @@
 """How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
 
-For each size (default 1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M):
+For each size (1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M): ``fill``, a
+fresh process fills a new store with random 32 bp sequences under ``kmer-1``'s key as
+``embed`` does minus the model (hash, look up in hash order, ``put`` in batches with
+auto-merge, read back in input order into the output), with its wall and CPU time per
+row and peak RSS; ``cold local``, a fresh ``embedcache embed`` of 100 stored sequences
+(median of 3); ``store ls``; ``cold s3``, the same against moto's S3 server holding a
+copy, with its HTTP requests counted. Then the ratios the issue targets, largest size
+over smallest (the smallest is filled again after the largest: the machine drifts).
 
-- ``fill``: a fresh process fills a new local store with ``n`` random 32 bp sequences
-  under ``kmer-1``'s key the way ``embed`` does, minus the model (whose cost is the
-  model's, not the store's): hash every sequence, look them up in hash order, commit
-  them in batches of :data:`BATCH` through ``put`` (the writer's auto-merge on), then
-  read every vector back in input order (``read_into``) into the output array.
-  Prints its wall time, time per row (and CPU time per row, every thread: where the
-  two part, the fill waited) and peak RSS, and the peak over the output array.
-- ``cold local``: a fresh ``embedcache embed --model kmer-1`` of 100 known sequences
-  against that folder (all cached): wall and peak RSS (median of 3 runs).
-- ``store ls``: a fresh ``embedcache store ls`` of that folder (which counts the key's
-  vectors): wall time (a forked child's ru_maxrss would start at this process's size).
-- ``cold s3``: the same against moto's S3 server on 127.0.0.1 holding a copy of the
-  store, with the number of HTTP requests the run made (counted by a WSGI wrapper
-  around moto).
+Last, the server figure: in one process, the p99 of ``get`` of one stored hash idle
+and while another thread commits a 100,000-sequence job (target: within 2x idle); and
+beside it, alternating, the floor: the same reader while another process commits into
+another store, sharing only the machine.
 
-Then the ratios the issue targets (largest size over smallest): cold look-up time
-and RSS, fill time per row, fill peak RSS over the output array. The smallest size is
-filled once more after the largest, and the fill ratio is printed against that fill
-too: the machine's speed drifts within a run, and one fill on a slow stretch flatters.
-
-Last, the server figure: in one process, the p99 of ``get`` of one stored hash while
-idle, and while another thread commits a 100,000-sequence job through ``put`` (batches
-of 2,000, auto-merge on), and their ratio. Beside it, alternating, the floor the
-machine sets: the same reader while another process commits the same job into another
-store (sharing nothing with the reader but the cores, the disk and the kernel).
-``--p99-only``: the server figure and its floor alone, three sittings.
-
-Usage: ``python -m benchmarks run scale_bench [--quick] [--p99-only] [--sizes N,N,...] [--no-s3]
-[--workdir DIR]``
+Run: ``python -m benchmarks run scale_bench [--quick] [--sizes N,N] [--no-s3]
+[--no-p99] [--p99-only] [--workdir DIR]``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """`embedcache serve` against `embedcache embed` in one process, side by side in one run.
 
-The four figures of issue 20's "Done when", on one model (``--shape``, default
-``esm-6mer-512x12``: a stock ESM shaped like NT-v2 50m, 6-mer tokens, random weights,
-from benchmarks/shapes.py) and the same sequences:
+Issue 20's four figures on one model (``--shape``, default ``esm-6mer-512x12``, a
+stock ESM shaped like NT-v2 50m with random weights) and the same sequences; fp32,
+CPU, the server a subprocess on 127.0.0.1:
 
-(a) no hits: ``--clients`` (16) concurrent clients sending 32-sequence requests of
-    new sequences to a server on a fresh store, vs the engine in this process
-    (``embed_sequences`` with the model already loaded, as the server has it) on
-    another fresh store: tokens/s and their ratio (target >= 0.9x);
-(b) all hits: the same sequences again, 4 clients asking 512 a request as NPY:
-    vectors/s (target >= 20,000); then one client asking one cached sequence a
-    request: p50/p99 latency (target p99 < 20 ms);
-(c) fairness: one client streaming 10,000-sequence requests of new sequences while
-    eight clients each send one new sequence a request: their p99 latency against
-    the time of one forward batch, the mean the server's own /metrics report while
-    the stream runs alone just before (``--solo-batches``; its batches fill the token
-    budget; target <= 2x). The mixed period lasts ``--fair-seconds`` or
-    ``--mixed-batches`` batches, whichever is longer. The mean batch of the mixed period is printed too: it includes the
-    one-sequence clients' own short batches.
-(d) memory: the server's resident memory sampled through a bounded mixed run of
-    hits and misses; growth from the second third to the last (target < 5%).
-
-Both sides run fp32 on the CPU with torch's default threads; the server is a
-subprocess on 127.0.0.1. The machine may be shared: the load average is printed with
-each part, and the ratios are what compare.
+(a) no hits: ``--clients`` clients sending 32-sequence requests of new sequences
+    against the engine in this process on another fresh store (target >= 0.9x);
+(b) all hits: 4 clients asking 512 a request as NPY (>= 20,000 vectors/s); one client
+    asking one cached sequence a request (p99 < 20 ms);
+(c) fairness: eight one-sequence clients beside a client streaming 10,000-sequence
+    requests: their p99 against one forward batch, the mean /metrics report for the
+    stream alone just before (<= 2x);
+(d) memory: the server's RSS through a mixed run, second third to last (< 5%).
 
 Run: ``python -m benchmarks run serve_bench [--quick] [--n 512] [--fair-seconds 20]
 [--memory-seconds 30]``.

@@ -215,26 +215,40 @@ def build_gena_base(path: Path) -> None:
 
 
 def build_generator(path: Path) -> None:
-    """GENERator-1.2b's published width (2048, FFN 5632, 32 heads, 4 KV heads) at 4
-    of its 26 blocks."""
-    config = {
-        "architectures": ["GENERatorForCausalLM"],
-        "auto_map": {"AutoModelForCausalLM": "modeling_generator.GENERatorForCausalLM"},
-        "model_type": "llama",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "hidden_act": "silu",
-        "hidden_size": 2048,
-        "intermediate_size": 5632,
-        "initializer_range": 0.02,
-        "max_position_embeddings": 16384,
-        "num_attention_heads": 32,
-        "num_hidden_layers": 4,
-        "num_key_value_heads": 4,
-        "rms_norm_eps": 1e-05,
-        "rope_theta": 500000.0,
-        "tie_word_embeddings": False,
-        "vocab_size": 4128,
+    """GENERator-1.2b's published config (width 2048, FFN 5632, 32 heads, 4 KV heads)
+    at 4 of its 26 blocks."""
+    config = json.loads(
+        (FIXTURES / "generator" / "published" / "config.json").read_text()
+    )
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+
+
+def build_caduceus_ph(path: Path) -> None:
+    """Caduceus-ph's shape (d_model 256, 16 layers), from the shipped tiny config; its
+    weights come from the family's own init (``--random-init``, the official kinds)."""
+    shipped = REPO / "embedcache" / "models" / "architectures" / "caduceus-tiny"
+    config = json.loads((shipped / "config.json").read_text())
+    config |= {"d_model": 256, "n_layer": 16, "residual_in_fp32": False}
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def build_hyena_medium(path: Path) -> None:
+    """HyenaDNA medium-160k's shape (d_model 256, 8 layers, d_inner 1024, max_seq_len
+    160002): the published small-32k config with medium's depth and length."""
+    fixture = FIXTURES / "hyena" / "published_small32k_finetune_config.json"
+    config = json.loads(fixture.read_text())
+    for name in (
+        "id2label",
+        "label2id",
+        "problem_type",
+        "dtype",
+        "transformers_version",
+    ):
+        config.pop(name)
+    config |= {
+        "architectures": ["HyenaDNAForCausalLM"],
+        "n_layer": 8,
+        "max_seq_len": 160002,
     }
     (path / "config.json").write_text(json.dumps(config))
 
@@ -258,6 +272,7 @@ SHAPES = {
     "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),
     "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
     "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
+    "hyena-medium-160k": Shape("HyenaDNA medium-160k shape", build_hyena_medium, RANDOM_INIT),
 }  # fmt: skip
 
 
