@@ -30,13 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
+    MATMULS,
+    by_category,
     clocks,
     cpu_kind_line,
     describe,
-    embed_cli,
+    end_to_end,
     faster_dtype,
     machine_peaks,
     min_cosine,
+    op_seconds,
     wrapped,
 )
 from benchmarks.records import Figure, record
@@ -137,16 +140,6 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
         yield
 
 
-def matmul_seconds(fn) -> float:  # noqa: ANN001
-    """Self time of the matmul ops in one call of ``fn``, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    ops = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
-    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ops) / 1e6
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
     parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
@@ -228,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             kernels[dtype].get("conv_silu", 0.0),
         )
         start = time.perf_counter()
-        mm = matmul_seconds(lambda a=adapter: a.embed_batch(seqs))
+        _, ops = op_seconds(lambda a=adapter: a.embed_batch(seqs))
+        mm = by_category(ops, {"matmuls": MATMULS})["matmuls"]
         profiled = time.perf_counter() - start
         per_round = spent["wall"] / args.rounds
         print(
@@ -248,23 +242,16 @@ def main(argv: list[str] | None = None) -> int:
             "".join(rng.choice(list("ACGT"), size=args.length))
             for _ in range(args.end_to_end_seqs)
         ]
-        work = Path(tempfile.mkdtemp(prefix="caduceus-e2e-"))
-        options = ("--rc", "average", "--random-init", "0")
-        # untimed: fills the CLI's kernel cache
-        embed_cli(path, many[:2], work / "warm", dtype=dtype, options=options)
-        run = embed_cli(path, many, work / "run", dtype=dtype, options=options)
-        tokens = len(many) * args.length
-        check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
-        print(
-            f"embedcache embed end to end ({dtype}, {len(many)} seqs): "
-            f"{run.describe(tokens)}; {tokens / run.wall / naive_rate:5.1f}x naive "
-            f"({tokens / run.engine / naive_rate:5.1f}x start-up excluded); its "
-            f"vectors vs the adapter's: min cosine {min_cosine(run.vectors[:8], check):.7f}"
+        figures |= end_to_end(
+            path,
+            many,
+            Path(tempfile.mkdtemp(prefix="caduceus-e2e-")),
+            dtype=dtype,
+            options=("--rc", "average", "--random-init", "0"),
+            tokens=len(many) * args.length,
+            naive_rate=naive_rate,
+            adapter=adapters.get(dtype, adapters["float32"]),
         )
-        figures[f"embed end to end {dtype} tokens/s"] = Figure(
-            round(tokens / run.wall), "tokens/s"
-        )
-        figures["embed end to end start-up"] = Figure(round(run.startup, 2), "s")
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
     print(

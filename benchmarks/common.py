@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.records import Figure
 from embedcache.models.shared.cpu_features import cpu_has_bf16, cpu_kind
 
 if TYPE_CHECKING:
@@ -152,6 +153,40 @@ def labelled_kernels(module: ModuleType, names: Sequence[str]) -> Iterator[None]
         yield
 
 
+MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear")
+
+
+def op_seconds(
+    fn: Callable[[], object],
+    kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
+) -> tuple[float, dict[str, float]]:
+    """Wall seconds of one call of ``fn`` under torch's profiler, and the self CPU
+    seconds of each op, largest first; ``kernels``: (module, names) of numba kernels
+    to label ``numba::<name>``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with contextlib.ExitStack() as stack:
+        for module, names in kernels:
+            stack.enter_context(labelled_kernels(module, names))
+        prof = stack.enter_context(profile(activities=[ProfilerActivity.CPU]))
+        start = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - start
+    ops = [(e.key, e.self_cpu_time_total / 1e6) for e in prof.key_averages()]
+    return wall, dict(sorted(((k, v) for k, v in ops if v > 0), key=lambda kv: -kv[1]))
+
+
+def by_category(
+    ops: dict[str, float], categories: dict[str, tuple[str, ...]]
+) -> dict[str, float]:
+    """``ops``' seconds summed by the categories' op-name prefixes, and the rest."""
+    out = dict.fromkeys([*categories, "the rest"], 0.0)
+    for key, seconds in ops.items():
+        hit = (c for c, prefixes in categories.items() if key.startswith(prefixes))
+        out[next(hit, "the rest")] += seconds
+    return out
+
+
 # --- the commands, as a user runs them ------------------------------------------------
 
 
@@ -169,13 +204,6 @@ class CliRun:
     def startup(self) -> float:
         """Everything but the engine's batches: imports, model load, planning, output."""
         return self.wall - self.engine
-
-    def describe(self, n_tokens: int) -> str:
-        return (
-            f"{self.wall:.1f} s end to end = {n_tokens / self.wall:,.0f} tokens/s; "
-            f"start-up excluded (engine {self.engine:.1f} s) "
-            f"{n_tokens / self.engine:,.0f} tokens/s; start-up {self.startup:.1f} s"
-        )
 
 
 def embed_cli(
@@ -212,6 +240,36 @@ def embed_cli(
     if computed != len(set(seqs)):
         sys.exit(f"embedcache embed printed {last!r}; expected every sequence computed")
     return CliRun(wall, float(engine.group(3)), computed, np.load(output))
+
+
+def end_to_end(
+    folder: Path,
+    seqs: Sequence[str],
+    work: Path,
+    *,
+    dtype: str,
+    options: Sequence[str],
+    tokens: int,
+    naive_rate: float,
+    adapter: Any,  # noqa: ANN401 (any family's)
+) -> dict[str, Figure]:
+    """``embedcache embed`` over ``seqs`` after an untimed two-sequence run that fills
+    the CLI's kernel cache; its vectors checked against ``adapter``'s; its figures."""
+    embed_cli(folder, seqs[:2], work / "warm", dtype=dtype, options=options)
+    run = embed_cli(folder, seqs, work / "run", dtype=dtype, options=options)
+    cosine = min_cosine(run.vectors[:8], adapter.embed_batch(list(seqs[:8])))
+    rate = tokens / run.wall
+    print(
+        f"embedcache embed end to end ({dtype}, {len(seqs)} seqs): {run.wall:.1f} s = "
+        f"{rate:,.0f} tokens/s, {rate / naive_rate:.1f}x the naive loop (start-up "
+        f"{run.startup:.1f} s apart: {tokens / run.engine / naive_rate:.1f}x); its "
+        f"vectors vs the adapter's: min cosine {cosine:.7f}"
+    )
+    return {
+        f"embed end to end {dtype}": Figure(round(rate), "tokens/s"),
+        f"embed end to end {dtype} vs naive": Figure(round(rate / naive_rate, 1), "x"),
+        "embed end to end start-up": Figure(round(run.startup, 2), "s"),
+    }
 
 
 def free_port() -> int:

@@ -28,14 +28,16 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
+    MATMULS,
+    by_category,
     cpu_kind_line,
     describe,
-    embed_cli,
+    end_to_end,
     faster_dtype,
-    labelled_kernels,
     load,
     machine_peaks,
     min_cosine,
+    op_seconds,
     set_threads,
 )
 from benchmarks.records import Figure, record
@@ -118,60 +120,12 @@ def engine_run(
 # -- where the time goes ---------------------------------------------------------------
 
 
-KERNELS = ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm")
+KERNELS = [(hyena_kernels, ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"))]
 CATEGORIES = {
-    "matmuls": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear"),
+    "matmuls": MATMULS,
     "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
     "numba kernels": ("numba::",),
 }
-
-
-def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
-    """Seconds of self CPU time per category for one ``embed_batch`` call."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with (
-        labelled_kernels(hyena_kernels, KERNELS),
-        profile(activities=[ProfilerActivity.CPU]) as prof,
-    ):
-        adapter.embed_batch(seqs)
-    shares = dict.fromkeys([*CATEGORIES, "the rest"], 0.0)
-    for event in prof.key_averages():
-        seconds = event.self_cpu_time_total / 1e6
-        for category, prefixes in CATEGORIES.items():
-            if event.key.startswith(prefixes):
-                shares[category] += seconds
-                break
-        else:
-            shares["the rest"] += seconds
-    return shares
-
-
-def end_to_end(
-    folder: Path, n: int, naive_tps: float, adapters: dict, work: Path
-) -> dict[str, Figure]:
-    """``embedcache embed`` in the faster dtype over ``n`` 500 bp sequences."""
-    dtype = faster_dtype()
-    many, _ = load_sequences("human_enhancers_cohn", 500, n, seed=2)
-    options = ("--random-init", "0")
-    # untimed: fills the CLI's kernel cache
-    embed_cli(folder, many[:2], work / "warm", dtype=dtype, options=options)
-    run = embed_cli(folder, many, work / "run", dtype=dtype, options=options)
-    tokens = sum(len(s) + 1 for s in many)
-    check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
-    cos = min_cosine(run.vectors[:8], check)
-    print(
-        f"  embedcache embed end to end ({dtype}, {len(many)} seqs): "
-        f"{run.describe(tokens)}; {tokens / run.wall / naive_tps:.1f}x the naive loop "
-        f"({tokens / run.engine / naive_tps:.1f}x start-up excluded); vectors vs the "
-        f"adapter's: min cosine {cos:.7f}"
-    )
-    return {
-        f"embed end to end {dtype} tokens/s": Figure(
-            round(tokens / run.wall), "tokens/s"
-        ),
-        "embed end to end start-up": Figure(round(run.startup, 2), "s"),
-    }
 
 
 def matmul_flops_per_token(config: dict) -> int:
@@ -291,7 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  bf16 vs fp32 vectors: cosine min {cos:.6f}")
         figures["bf16 vs fp32 min cosine"] = Figure(round(cos, 5), "", ">= 0.999")
     if args.end_to_end:
-        figures |= end_to_end(folder, args.end_to_end, naive_tps, adapters, work)
+        many, _ = load_sequences("human_enhancers_cohn", 500, args.end_to_end, seed=2)
+        dtype = faster_dtype()
+        figures |= end_to_end(
+            folder,
+            many,
+            work,
+            dtype=dtype,
+            options=("--random-init", "0"),
+            tokens=sum(len(s) + 1 for s in many),
+            naive_rate=naive_tps,
+            adapter=adapters.get(dtype, adapters["float32"]),
+        )
     shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops
     print(
@@ -300,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for dtype, adapter in adapters.items():
         budget = adapter.preferred_token_budget
-        shares = time_shares(adapter, seqs[: max(1, budget // 501)])
+        batch = seqs[: max(1, budget // 501)]
+        _, ops = op_seconds(lambda a=adapter, b=batch: a.embed_batch(b), KERNELS)
+        shares = by_category(ops, CATEGORIES)
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
         print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")

@@ -30,9 +30,9 @@ import torch
 from benchmarks.common import (
     cpu_kind_line,
     describe,
-    labelled_kernels,
     load,
     machine_peaks,
+    op_seconds,
     set_threads,
     wrapped,
 )
@@ -129,19 +129,6 @@ def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
     return [(tokenizer, n) for n in names]
 
 
-def all_kernels() -> ExitStack:
-    """Both families' numba kernels as labelled ranges in torch's profiler."""
-    from benchmarks.hyena_bench import KERNELS
-    from embedcache.models.families.caduceus import kernels as caduceus_kernels
-    from embedcache.models.families.hyena import kernels as hyena_kernels
-
-    stack = ExitStack()
-    names = ("scan_gated", "conv_silu", "add_rms_norm")
-    stack.enter_context(labelled_kernels(caduceus_kernels, names))
-    stack.enter_context(labelled_kernels(hyena_kernels, KERNELS))
-    return stack
-
-
 # --- measuring ------------------------------------------------------------------------
 
 
@@ -179,23 +166,18 @@ def op_profile(
 ) -> tuple[float, list[tuple[str, float]]]:
     """One batch at the adapter's token budget under torch.profiler: wall seconds,
     and (op, self CPU seconds) largest first."""
-    from torch.profiler import ProfilerActivity, profile
+    from benchmarks.hyena_bench import KERNELS
+    from embedcache.models.families.caduceus import kernels as caduceus_kernels
 
     longest = [s for s in seqs if len(s) == max(map(len, seqs))]
     counts = adapter.n_tokens_many(longest)
     rule = batch_rule(adapter, budget)
     batch = [longest[i] for i in plan_batches(counts, rule)[0]]
     adapter.embed_batch(batch)  # warm
-    with all_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        adapter.embed_batch(batch)
-        wall = time.perf_counter() - start
-    ops = [
-        (e.key, e.self_cpu_time_total / 1e6)
-        for e in prof.key_averages()
-        if e.self_cpu_time_total > 0
-    ]
-    return wall, sorted(ops, key=lambda kv: -kv[1])
+    names = ("scan_gated", "conv_silu", "add_rms_norm")
+    kernels = [(caduceus_kernels, names), *KERNELS]
+    wall, ops = op_seconds(lambda: adapter.embed_batch(batch), kernels)
+    return wall, list(ops.items())
 
 
 def report(

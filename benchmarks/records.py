@@ -18,9 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import REPO
-
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 COMPARE = {
     ">=": operator.ge,
     "<=": operator.le,
@@ -67,7 +65,11 @@ def git_commit() -> str:
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
+            ["git", *args],
+            cwd=RESULTS.parent,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
 
     sha = git("rev-parse", "--short=12", "HEAD") or "unknown"
@@ -116,23 +118,22 @@ def record(
     figures: dict[str, Figure],
     *,
     quick: bool,
-    peaks: dict[str, float] | None = None,
+    peaks: dict[str, float],
     argv: list[str] | None = None,
     results: Path = RESULTS,
 ) -> Path:
-    """Append this run's record to ``results/<benchmark>.jsonl``; the file's path.
-
-    ``peaks``: the matmul rates measured beside the run (measured here if not given).
-    """
-    if peaks is None:
-        from benchmarks.common import machine_peaks
-
-        peaks = machine_peaks()
+    """Append this run's record to ``results/<benchmark>.jsonl`` (``peaks``: the
+    matmul rates measured beside the run), print its figures; the file's path."""
     rec = make_record(benchmark, figures, quick=quick, peaks=peaks, argv=argv)
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{benchmark}.jsonl"
     with path.open("a") as fh:
         fh.write(json.dumps(rec, sort_keys=True) + "\n")
+    width = max(map(len, figures), default=0)
+    for name, fig in figures.items():
+        verdict = {True: "meets", False: "BELOW", None: ""}[fig.meets()]
+        target = f"({fig.target})" if fig.target else ""
+        print(f"  {name:<{width}}  {fig.value:>12,} {fig.unit:<9} {target} {verdict}")
     print(f"record appended to {path}")
     return path
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.common import load
+from benchmarks.common import load, machine_peaks
 from benchmarks.records import Figure, record
 
 if TYPE_CHECKING:
@@ -225,49 +225,36 @@ class S3:
         )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
+        self.options = {
+            **dict.fromkeys(("aws_access_key_id", "aws_secret_access_key"), "testing"),
+            "aws_region": "us-east-1",
+            "aws_endpoint_url": self.endpoint,
+            "aws_allow_http": "true",
         }
+        self.env = {**os.environ, **{k.upper(): v for k, v in self.options.items()}}
 
     def upload(self, folder: Path, bucket: str) -> str:
+        """A copy of ``folder`` in a new bucket; the store's URL."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import boto3
         import obstore
 
         from embedcache.store import open_object_store
 
-        boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket=bucket)
+        creds = {k: v for k, v in self.options.items() if k.endswith(("_id", "_key"))}
+        s3 = boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1", **creds
+        )
+        s3.create_bucket(Bucket=bucket)
         url = f"s3://{bucket}/store"
-        opts = {
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": "us-east-1",
-            "aws_endpoint_url": self.endpoint,
-            "aws_allow_http": "true",
-        }
-        raw = open_object_store(url, opts)
-        files = [p for p in folder.rglob("*") if p.is_file()]
-        from concurrent.futures import ThreadPoolExecutor
+        raw = open_object_store(url, self.options)
+
+        def put(path: Path) -> None:
+            obstore.put(raw, path.relative_to(folder).as_posix(), path.read_bytes())
 
         with ThreadPoolExecutor(16) as pool:
-            list(
-                pool.map(
-                    lambda p: obstore.put(
-                        raw, p.relative_to(folder).as_posix(), p.read_bytes()
-                    ),
-                    files,
-                )
-            )
+            list(pool.map(put, [p for p in folder.rglob("*") if p.is_file()]))
         return url
 
 
@@ -550,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio("get p99 busy / idle", busy / idle, "<= 2")
             ratio("get p99 busy / floor's busy", busy / floor)
     print(f"load average at end: {load()}", flush=True)
-    record("scale_bench", figures, quick=args.quick, argv=argv)
+    record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 
 
