@@ -2,7 +2,7 @@
 
 The board's rows come from a :class:`~embedcache.analysis.bootstrap.BootstrapResult`
 (:func:`results_frame`); the analyses add rows with new metrics and the same columns
-(:func:`analysis_results`). :func:`write_frame` writes any such frame atomically.
+(:func:`analysis_rows`). :func:`write_frame` writes any such frame atomically.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from embedcache.analysis.bootstrap import BootstrapResult
-    from embedcache.analysis.evaluation import Evaluation
     from embedcache.analysis.selection import ModelEntry
 
 logger = logging.getLogger(__name__)
@@ -78,18 +77,26 @@ def results_frame(
     )
 
 
-def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFrame:
-    """``results.csv`` rows for an analysis of ``evaluation`` (new metrics, same columns).
+def analysis_rows(
+    summary: pl.DataFrame,
+    entries: Sequence[ModelEntry],
+    *,
+    version: str,
+    subset_id: str,
+    datasets: Sequence[str],
+) -> pl.DataFrame:
+    """``results.csv`` rows for an analysis of an evaluation (new metrics, same
+    columns): :meth:`Evaluation.analysis_results` passes its own fields.
 
     ``summary`` has columns model, dataset, metric, value, ci_low, ci_high, n, with
-    models named as in the evaluation; rows follow the evaluation's model order.
+    models named as in ``entries``; rows follow the entries' order.
     """
-    dataset_order = {d: i for i, d in enumerate((*evaluation.datasets, MEAN))}
+    dataset_order = {d: i for i, d in enumerate((*datasets, MEAN))}
     return (
-        summary.join(_entry_meta(evaluation.entries), on="model", how="left")
+        summary.join(_entry_meta(entries), on="model", how="left")
         .with_columns(
-            pl.lit(evaluation.version).alias("version"),
-            pl.lit(evaluation.subset_id).alias("subset_id"),
+            pl.lit(version).alias("version"),
+            pl.lit(subset_id).alias("subset_id"),
             pl.col("dataset").replace_strict(dataset_order).alias("_d"),
             pl.col("n").cast(pl.Int64),
         )
