@@ -40,9 +40,10 @@ from benchmarks.common import (
     machine_peaks,
     min_cosine,
     op_seconds,
+    record_beside,
     wrapped,
 )
-from benchmarks.records import Figure, record
+from benchmarks.records import Figure
 from benchmarks.shapes import build_caduceus_ph
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter
@@ -270,10 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["bf16 vs fp32 min cosine"] = Figure(
             round(min_cosine(ref, bf16), 5), "", ">= 0.999"
         )
-    after = machine_peaks()
-    print(f"at the end: {describe(after)}")
-    peaks = max(peaks, after, key=lambda p: p["best"])
-    record("caduceus_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
+    record_beside("caduceus_bench", figures, peaks, quick=args.quick, argv=argv)
     return 0
 
 

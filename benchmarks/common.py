@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.records import Figure
+from benchmarks.records import Figure, record
 from embedcache.models.shared.cpu_features import cpu_has_bf16, cpu_kind
 
 if TYPE_CHECKING:
@@ -81,6 +81,22 @@ def describe(peaks: dict[str, float]) -> str:
         f"matmul fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 "
         f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s (best {peaks['best'] / 1e9:.1f})"
     )
+
+
+def record_beside(
+    benchmark: str,
+    figures: dict[str, Figure],
+    before: dict[str, float],
+    *,
+    quick: bool,
+    argv: list[str] | None,
+) -> None:
+    """Measure the matmul peaks again and record the run with the better of these
+    and ``before`` (the machine's load moves between the two)."""
+    after = machine_peaks()
+    print(f"at the end: {describe(after)}; load average {load()}")
+    peaks = max(before, after, key=lambda p: p["best"])
+    record(benchmark, figures, quick=quick, peaks=peaks, argv=argv)
 
 
 def load() -> str:

@@ -33,10 +33,11 @@ from benchmarks.common import (
     load,
     machine_peaks,
     op_seconds,
+    record_beside,
     set_threads,
     wrapped,
 )
-from benchmarks.records import Figure, record
+from benchmarks.records import Figure
 from benchmarks.shapes import (
     build_bert_char,
     build_caduceus_ph,
@@ -228,12 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=None,
-        help="padded tokens of the profiled batch (default: the family's budget)",
-    )
+    parser.add_argument("--batch-tokens", type=int, help="profiled batch's tokens")
     parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args(argv)
@@ -253,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             options = build(family, folder)
             for dtype in args.dtypes.split(","):
                 figures |= report(family, dtype, options, folder, args)
-    after = machine_peaks()
-    print(f"\nat the end: {describe(after)}; load average {load()}")
-    peaks = max(peaks, after, key=lambda p: p["best"])
-    record("profile_families", figures, quick=args.quick, peaks=peaks, argv=argv)
+    record_beside("profile_families", figures, peaks, quick=args.quick, argv=argv)
     return 0
 
 

@@ -78,15 +78,17 @@ def git_commit() -> str:
     )
 
 
-def make_record(
+def record(
     benchmark: str,
     figures: dict[str, Figure],
     *,
     quick: bool,
     peaks: dict[str, float],
     argv: list[str] | None = None,
-) -> dict:
-    """The record of one run (no I/O but the clock, git and the load average)."""
+    results: Path = RESULTS,
+) -> Path:
+    """Append this run's record to ``results/<benchmark>.jsonl`` (``peaks``: the
+    matmul rates measured beside the run), print its figures; the file's path."""
     from embedcache.models.shared.cpu_features import cpu_kind
 
     for name, fig in figures.items():
@@ -95,7 +97,7 @@ def make_record(
             raise RecordError(msg)
         if fig.target is not None:
             parse_target(fig.target)
-    return {
+    rec = {
         "benchmark": benchmark,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
@@ -111,20 +113,6 @@ def make_record(
             for name, fig in figures.items()
         },
     }
-
-
-def record(
-    benchmark: str,
-    figures: dict[str, Figure],
-    *,
-    quick: bool,
-    peaks: dict[str, float],
-    argv: list[str] | None = None,
-    results: Path = RESULTS,
-) -> Path:
-    """Append this run's record to ``results/<benchmark>.jsonl`` (``peaks``: the
-    matmul rates measured beside the run), print its figures; the file's path."""
-    rec = make_record(benchmark, figures, quick=quick, peaks=peaks, argv=argv)
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{benchmark}.jsonl"
     with path.open("a") as fh:

@@ -28,6 +28,17 @@ DATA = next(
     REPO.parent / "shared" / "data" / "genomic-benchmarks",
 )
 FIXTURES = REPO / "tests" / "fixtures"
+CLASSIFIER_FIELDS = (
+    "id2label",
+    "label2id",
+    "problem_type",
+    "dtype",
+    "transformers_version",
+)
+BERT_SPECIALS = {
+    f"{t}_token": f"[{t.upper()}]" for t in ("pad", "unk", "cls", "sep", "mask")
+}
+ESM_SPECIALS = {f"{t}_token": f"<{t}>" for t in ("unk", "pad", "mask", "cls", "eos")}
 
 
 # --- sequences ------------------------------------------------------------------------
@@ -94,8 +105,7 @@ def build_bert_char(path: Path, *, width: int = 512, layers: int = 8) -> None:
     """A BERT (512-wide, 8 layers by default), one token per base, random weights."""
     from transformers import BertConfig, BertModel
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate([*specials, *"ACGTN"])}
+    vocab = {t: i for i, t in enumerate([*BERT_SPECIALS.values(), *"ACGTN"])}
     config = BertConfig(
         vocab_size=len(vocab),
         hidden_size=width,
@@ -106,26 +116,16 @@ def build_bert_char(path: Path, *, width: int = 512, layers: int = 8) -> None:
     )
     torch.manual_seed(0)
     BertModel(config, add_pooling_layer=False).eval().save_pretrained(path)
-    _save_fast_tokenizer(
-        path,
-        vocab,
-        ".",
-        "[CLS] $A [SEP]",
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    _save_fast_tokenizer(path, vocab, ".", "[CLS] $A [SEP]", **BERT_SPECIALS)
 
 
 def build_model(path: Path) -> None:
     """A stock ``EsmModel`` shaped like NT-v2 50m (GELU feed-forward, not gated) with
-    NT's 6-mer rule; random weights. Also dask_bench.py's model."""
+    NT's 6-mer rule; random weights (serve_bench's default model)."""
     from transformers import EsmConfig, EsmModel
 
-    specials = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
     kmers = ["".join(k) for k in itertools.product("ACGT", repeat=6)]
+    specials = [*ESM_SPECIALS.values(), "<bos>"]
     vocab = {t: i for i, t in enumerate([*specials, *kmers, *"ACGTN"])}
     config = EsmConfig(
         vocab_size=len(vocab),
@@ -143,17 +143,7 @@ def build_model(path: Path) -> None:
     )
     torch.manual_seed(0)
     EsmModel(config, add_pooling_layer=False).eval().save_pretrained(path)
-    _save_fast_tokenizer(
-        path,
-        vocab,
-        "[ACGT]{6}|.",
-        "<cls> $A",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        cls_token="<cls>",
-        eos_token="<eos>",
-    )
+    _save_fast_tokenizer(path, vocab, "[ACGT]{6}|.", "<cls> $A", **ESM_SPECIALS)
 
 
 def build_ntv2_50m(path: Path) -> None:
@@ -237,13 +227,7 @@ def build_hyena_medium(path: Path) -> None:
     160002): the published small-32k config with medium's depth and length."""
     fixture = FIXTURES / "hyena" / "published_small32k_finetune_config.json"
     config = json.loads(fixture.read_text())
-    for name in (
-        "id2label",
-        "label2id",
-        "problem_type",
-        "dtype",
-        "transformers_version",
-    ):
+    for name in CLASSIFIER_FIELDS:
         config.pop(name)
     config |= {
         "architectures": ["HyenaDNAForCausalLM"],
