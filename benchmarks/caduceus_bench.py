@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import (
     MATMULS,
+    both_dtypes,
     by_category,
     clocks,
     cpu_kind_line,
@@ -44,7 +45,7 @@ from benchmarks.common import (
     wrapped,
 )
 from benchmarks.records import Figure
-from benchmarks.shapes import build_caduceus_ph
+from benchmarks.shapes import SHAPES, build_caduceus_ph
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter
 from embedcache.models.families.caduceus import kernels as caduceus_kernels
@@ -144,27 +145,11 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
     parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
-    parser.add_argument(
-        "--n-seqs", type=int, default=32, help="adapter sequences per round"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="rounds; each runs the naive loop on one sequence",
-    )
+    parser.add_argument("--n-seqs", type=int, default=32, help="adapter's, a round")
+    parser.add_argument("--rounds", type=int, default=3, help="naive: 1 seq a round")
     parser.add_argument("--length", type=int, default=500)
-    parser.add_argument(
-        "--end-to-end-seqs",
-        type=int,
-        default=256,
-        help="sequences for the `embedcache embed` run (0: skip it)",
-    )
-    parser.add_argument(
-        "--dtypes",
-        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
-        help="adapter dtypes (default: both where the CPU has bf16, else float32)",
-    )
+    parser.add_argument("--end-to-end-seqs", type=int, default=256, help="0: skip it")
+    parser.add_argument("--dtypes", default=both_dtypes(), help="the adapter's")
     args = parser.parse_args(argv)
     if args.quick:
         args.n_seqs, args.rounds, args.end_to_end_seqs = 8, 1, 32
@@ -248,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             many,
             Path(tempfile.mkdtemp(prefix="caduceus-e2e-")),
             dtype=dtype,
-            options=("--rc", "average", "--random-init", "0"),
+            options=SHAPES["caduceus-ph"].options,
             tokens=len(many) * args.length,
             naive_rate=naive_rate,
             adapter=adapters.get(dtype, adapters["float32"]),

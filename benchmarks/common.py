@@ -72,6 +72,11 @@ def faster_dtype() -> str:
     return "float32" if cpu_has_bf16() is False else "bfloat16"
 
 
+def both_dtypes() -> str:
+    """Both dtypes where bf16 matmuls are native, else float32 alone."""
+    return "float32,bfloat16" if faster_dtype() == "bfloat16" else "float32"
+
+
 def cpu_kind_line() -> str:
     return f"CPU kind {cpu_kind()} (/proc/cpuinfo flags)"
 

@@ -7,7 +7,7 @@ time in fp32 (channels-first depthwise conv, the implicit filter recomputed ever
 call, FFTs at 2L), and the engine (``embed_sequences``, sorted right-padded batches)
 in each dtype at several token budgets. Also: where the time goes (matmuls, FFTs, numba
 kernels, the rest; torch's profiler), the share of the best matmul rate, bf16 against
-fp32, atlas-full-v1's projected time, and ``embedcache embed`` end to end in a fresh
+fp32, and ``embedcache embed`` end to end in a fresh
 interpreter (after an untimed run that fills the kernel cache).
 
 Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import (
     MATMULS,
+    both_dtypes,
     by_category,
     cpu_kind_line,
     describe,
@@ -47,14 +48,6 @@ from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
 from embedcache.store import EmbeddingStore
-
-# atlas-full-v1: per dataset, its whole test file and 500 train sequences
-ATLAS = {"human_enhancers_cohn": (500, 6948), "human_nontata_promoters": (251, 9034)}
-ATLAS_DEMO = (
-    200,
-    25000,
-)  # demo_coding_vs_intergenomic_seqs, projected at the 251 bp rate
-N_TRAIN = 500
 
 
 def load_sequences(
@@ -140,20 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--dtypes",
-        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
-        help="engine dtypes (default: both where the CPU has bf16, else float32)",
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch and numba threads"
-    )
-    parser.add_argument(
-        "--end-to-end",
-        type=int,
-        default=256,
-        help="500 bp sequences for the `embedcache embed` run (0: skip it)",
-    )
+    parser.add_argument("--dtypes", default=both_dtypes(), help="the engine's")
+    parser.add_argument("--threads", type=int, help="torch and numba threads")
+    parser.add_argument("--end-to-end", type=int, default=256, help="0: skip it")
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.n_naive, args.rounds, args.end_to_end = 32, 4, 1, 32
@@ -271,21 +253,6 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
         print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")
-    for dtype, adapter in adapters.items():
-        budget = adapter.preferred_token_budget
-        rate = {length: best[(dtype, length, budget)][0] for length in ("500", "251")}
-        seconds = sum(
-            (n + N_TRAIN) * (length + 1) / rate["500" if length == 500 else "251"]
-            for length, n in ATLAS.values()
-        )
-        seconds += (ATLAS_DEMO[1] + N_TRAIN) * (ATLAS_DEMO[0] + 1) / rate["251"]
-        print(
-            f"  atlas-full-v1 projected ({dtype}, budget {budget}, this machine and load): "
-            f"{seconds / 60:.1f} min with --rc none, {2 * seconds / 60:.1f} min with --rc average"
-        )
-        figures[f"atlas-full-v1 projected {dtype}"] = Figure(
-            round(seconds / 60, 1), "min"
-        )
     record("hyena_bench", figures, quick=args.quick, peaks=peak, argv=argv)
     return 0
 

@@ -38,13 +38,7 @@ from benchmarks.common import (
     wrapped,
 )
 from benchmarks.records import Figure
-from benchmarks.shapes import (
-    build_bert_char,
-    build_caduceus_ph,
-    build_hyena_medium,
-    build_ntv2_50m,
-    load_sequences,
-)
+from benchmarks.shapes import SHAPES, adapter_options, load_sequences
 from embedcache.engine import local as engine_local
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
@@ -56,13 +50,8 @@ if TYPE_CHECKING:
     from embedcache.models.base import Adapter
 
 IMPORTS = time.perf_counter() - START
-PHASES = (
-    "plan (validate, hash, look up)",
-    "tokenise",
-    "network",
-    "store commit",
-    "read back",
-)
+PHASES = ("plan (validate, hash, look up)", "tokenise", "network", "store commit",
+          "read back")  # fmt: skip
 
 
 # --- phase clocks ---------------------------------------------------------------------
@@ -94,22 +83,9 @@ class Phases:
 # --- the families ---------------------------------------------------------------------
 
 
-def build(family: str, folder: Path) -> dict[str, Any]:
-    """Write ``family``'s benchmark shape into ``folder``; the load_adapter options."""
-    if family == "bert":
-        build_bert_char(folder)
-        return {}
-    if family == "ntv2":
-        build_ntv2_50m(folder)
-        return {"random_init": 0}
-    if family == "caduceus":
-        build_caduceus_ph(folder)
-        return {"rc_mode": "average", "random_init": 0}
-    if family == "hyena":
-        build_hyena_medium(folder)
-        return {"random_init": 0}
-    msg = f"unknown family {family!r}"
-    raise SystemExit(msg)
+# each family at its speed benchmark's shape (benchmarks/shapes.py)
+FAMILY_SHAPES = {"bert": "bert-char-512x8", "ntv2": "ntv2-50m",
+                 "caduceus": "caduceus-ph", "hyena": "hyena-medium-160k"}  # fmt: skip
 
 
 def network_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
@@ -246,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         for family in args.families.split(","):
             folder = Path(root) / family
             folder.mkdir()
-            options = build(family, folder)
+            shape = SHAPES[FAMILY_SHAPES[family]]
+            shape.build(folder)
+            options = adapter_options(shape)
             for dtype in args.dtypes.split(","):
                 figures |= report(family, dtype, options, folder, args)
     record_beside("profile_families", figures, peaks, quick=args.quick, argv=argv)

@@ -19,12 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-COMPARE = {
-    ">=": operator.ge,
-    "<=": operator.le,
-    ">": operator.gt,
-    "<": operator.lt,
-}
+COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
 class RecordError(ValueError):
@@ -64,17 +59,15 @@ def git_commit() -> str:
     """The checkout's commit (``+dirty`` when it has uncommitted changes)."""
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args],
-            cwd=RESULTS.parent,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
+        cmd, here = ["git", *args], RESULTS.parent
+        done = subprocess.run(
+            cmd, cwd=here, capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip()
 
-    sha = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return sha + (
-        "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short=12", "HEAD") or "unknown") + (
+        "+dirty" * bool(dirty)
     )
 
 

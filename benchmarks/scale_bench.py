@@ -277,16 +277,9 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
     out_mib = n * 4 * 4 / 2**20
-    row = {
-        "n": n,
-        "fill_s": fill["seconds"],
-        "fill_us_row": fill["seconds"] / n * 1e6,
-        "fill_cpu_us_row": fill["cpu"] / n * 1e6,
-        "fill_rss": fill_rss,
-        "fill_extra": fill_rss - fill["base_mib"],
-        "out_mib": out_mib,
-        "shards": fill["shards"],
-    }
+    row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
+           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
+           "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
     row["local_s"], row["local_rss"] = cold_embed(str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
     row["ls_s"], _, _ = run_measured(ls)
@@ -306,15 +299,14 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         f"{fill['shards']} shards",
         flush=True,
     )
+    s3_text = (
+        f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
+        f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
+    )
     print(
         f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
         f"{row['local_rss']:.0f} MiB; store ls {row['ls_s']:.2f} s"
-        + (
-            f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
-            f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
-            if s3 is not None
-            else ""
-        ),
+        + (s3_text if s3 is not None else ""),
         flush=True,
     )
     return row
@@ -470,9 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {load()}", flush=True)
     figures: dict[str, Figure] = {}
 
-    def ratio(
-        name: str, value: float, target: str | None = None, note: str = ""
-    ) -> None:
+    def ratio(name: str, value: float, target: str | None = None, note: str = "") -> None:  # fmt: skip
         print(f"  {name:<24} {value:.2f}x {f'({target})' if target else ''} {note}")
         figures[name] = Figure(round(value, 2), "x", target)
 
@@ -482,54 +472,45 @@ def main(argv: list[str] | None = None) -> int:
         if rows:
             first, last = rows[0], rows[-1]
             print(f"\nratios, {last['n']:,} vs {first['n']:,} rows (target):")
-            ratio(
-                "cold local look-up time", last["local_s"] / first["local_s"], "<= 1.5"
-            )
-            ratio(
-                "cold local look-up RSS",
-                last["local_rss"] / first["local_rss"],
-                "<= 1.2",
-            )
+
+            def grew(name: str, key: str, target: str | None = None) -> None:
+                ratio(name, last[key] / first[key], target)
+
+            grew("cold local look-up time", "local_s", "<= 1.5")
+            grew("cold local look-up RSS", "local_rss", "<= 1.2")
             if s3 is not None:
-                ratio("cold s3 look-up time", last["s3_s"] / first["s3_s"], "<= 1.5")
-                ratio("cold s3 look-up RSS", last["s3_rss"] / first["s3_rss"], "<= 1.2")
+                grew("cold s3 look-up time", "s3_s", "<= 1.5")
+                grew("cold s3 look-up RSS", "s3_rss", "<= 1.2")
                 print(
                     f"  cold s3 requests {last['s3_requests']:.0f} vs {first['s3_requests']:.0f}"
                 )
-            per_row = last["fill_us_row"] / first["fill_us_row"]
-            ratio("fill time per row", per_row, "<= 1.2")
+            grew("fill time per row", "fill_us_row", "<= 1.2")
             if len(rows) > 1:
                 # the machine's speed drifts over a run: the smallest fill again, after
                 # the largest, brackets it (a ratio on one slow stretch flatters)
                 again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
                 us_again = again["seconds"] / first["n"] * 1e6
+                note = f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)"
                 ratio(
                     "fill per row vs again",
                     last["fill_us_row"] / us_again,
                     "<= 1.2",
-                    f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)",
+                    note,
                 )
             # beside it, the CPU time (every thread): where the two part, the fill
             # waited (on the disk: its fsyncs, and writeback of a store no longer in memory)
-            ratio(
-                "fill CPU time per row",
-                last["fill_cpu_us_row"] / first["fill_cpu_us_row"],
-            )
+            grew("fill CPU time per row", "fill_cpu_us_row")
             for r in rows:
+                whole = f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)"
                 ratio(
                     f"fill peak / output at {r['n']:,}",
                     r["fill_extra"] / r["out_mib"],
                     "<= 2",
-                    f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)",
+                    whole,
                 )
             # the output streams to a file: the other form of the target is a peak
-            # bounded by the chunk, not growing with n
-            ratio(
-                "fill peak over imports",
-                last["fill_extra"] / first["fill_extra"],
-                None,
-                "(bounded by the chunk: ~1x)",
-            )
+            # bounded by the chunk, not growing with n (~1x)
+            grew("fill peak over imports", "fill_extra")
         if not args.no_p99:
             print()
             sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)

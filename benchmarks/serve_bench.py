@@ -213,12 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--hit-rounds", type=int, default=12)
     parser.add_argument("--fair-seconds", type=float, default=20.0)
-    parser.add_argument(
-        "--solo-batches", type=int, default=3, help="(c): the stream alone, batches"
-    )
-    parser.add_argument(
-        "--mixed-batches", type=int, default=12, help="(c): at least this many batches"
-    )
+    parser.add_argument("--solo-batches", type=int, default=3, help="(c) stream alone")
+    parser.add_argument("--mixed-batches", type=int, default=12, help="(c) at least")
     parser.add_argument("--memory-seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -263,36 +259,21 @@ def main(argv: list[str] | None = None) -> int:
         local, served = a["tokens"] / a["local_s"], a["tokens"] / a["served_s"]
         growth = 100 * (d["last_mb"] / d["second_mb"] - 1)
         print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
+        small, batch = f"({c['n_small']} req)", f"({c['batches']:.0f})"
         figures = {
             "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
-            f"(a) no hits, {args.clients} clients x 32-seq requests": Figure(
-                round(served), "tokens/s"
-            ),
+            f"(a) no hits, {args.clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
             "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
-            "(b) all hits, NPY, 4 clients": Figure(
-                round(b["vectors_per_s"]), "vectors/s", ">= 20000"
-            ),
+            "(b) all hits, NPY, 4 clients": Figure(round(b["vectors_per_s"]), "vectors/s", ">= 20000"),
             "(b) cached 1-seq request p50": Figure(round(b["p50_ms"], 1), "ms"),
             "(b) cached 1-seq request p99": Figure(round(b["p99_ms"], 1), "ms", "< 20"),
-            f"(c) 8 one-seq clients beside a stream, p99 ({c['n_small']} req)": Figure(
-                round(c["p99_s"], 2), "s"
-            ),
-            f"(c) one forward batch, stream alone ({c['batches']:.0f})": Figure(
-                round(c["forward_s"], 3), "s"
-            ),
-            "(c) one-seq p99 / forward batch": Figure(
-                round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"
-            ),
-            f"(c) mean batch while mixed ({c['mixed_batches']:.0f})": Figure(
-                round(c["mixed_forward_s"], 3), "s"
-            ),
-            f"(d) server RSS, last third ({d['n_samples']} samples)": Figure(
-                round(d["last_mb"]), "MB"
-            ),
-            "(d) server RSS, 2nd third -> last third": Figure(
-                round(growth, 1), "%", "< 5"
-            ),
-        }
+            f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(c["p99_s"], 2), "s"),
+            f"(c) one forward batch, stream alone {batch}": Figure(round(c["forward_s"], 3), "s"),
+            "(c) one-seq p99 / forward batch": Figure(round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"),
+            f"(c) mean batch while mixed ({c['mixed_batches']:.0f})": Figure(round(c["mixed_forward_s"], 3), "s"),
+            f"(d) server RSS, last third ({d['n_samples']} samples)": Figure(round(d["last_mb"]), "MB"),
+            "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
+        }  # fmt: skip
         record(
             "serve_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv
         )

@@ -256,6 +256,8 @@ SHAPES = {
     "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),
     "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
     "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
+    "caduceus-ph": Shape("Caduceus-ph shape, RC average", build_caduceus_ph,
+                         (*RANDOM_INIT, "--rc", "average")),
     "hyena-medium-160k": Shape("HyenaDNA medium-160k shape", build_hyena_medium, RANDOM_INIT),
 }  # fmt: skip
 
@@ -263,4 +265,5 @@ SHAPES = {
 def adapter_options(shape: Shape) -> dict[str, object]:
     """The shape's CLI options as :func:`load_adapter` keywords."""
     pairs = dict(zip(shape.options[::2], shape.options[1::2], strict=True))
-    return {"random_init": int(pairs["--random-init"])} if pairs else {}
+    rc = {"rc_mode": pairs["--rc"]} if "--rc" in pairs else {}
+    return {"random_init": int(pairs["--random-init"])} | rc if pairs else {}
