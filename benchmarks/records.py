@@ -109,7 +109,7 @@ def record(
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{benchmark}.jsonl"
     with path.open("a") as fh:
-        fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        fh.write(json.dumps(rec) + "\n")
     width = max(map(len, figures), default=0)
     for name, fig in figures.items():
         verdict = {True: "meets", False: "BELOW", None: ""}[fig.meets()]
