@@ -130,13 +130,20 @@ def clocks(into: dict[str, float]) -> Iterator[None]:
     into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
 
 
+def against_naive(
+    what: str, rate: float, naive: float, target: str | None = None
+) -> dict[str, Figure]:
+    """``what``'s tokens/s and its multiple of the naive loop's (``target``: the
+    multiple's)."""
+    return {
+        f"{what} tokens/s": Figure(round(rate), "tokens/s"),
+        f"{what} vs naive": Figure(round(rate / naive, 1), "x", target),
+    }
+
+
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     dots = (a * b).sum(axis=1)
     return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
 
 
 @contextmanager
@@ -222,8 +229,7 @@ class CliRun:
     vectors: np.ndarray
 
     @property
-    def startup(self) -> float:
-        """Everything but the engine's batches: imports, model load, planning, output."""
+    def startup(self) -> float:  # imports, model load, planning, output
         return self.wall - self.engine
 
 

@@ -167,29 +167,18 @@ def build_dnabert2(path: Path) -> None:
 def build_gena_base(path: Path) -> None:
     """GENA-LM base-t2t's published config and a 32k BPE trained on 4,000 real
     sequences, dressed as the published one (which the repository does not hold)."""
-    from tokenizers import (
-        Regex,
-        Tokenizer,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    import tokenizers as tk
 
-    printout = (
-        FIXTURES / "gena" / "published" / "gena-lm-bert-base-t2t.config-printout.json"
-    )
-    config = json.loads(printout.read_text())
+    printout = "gena-lm-bert-base-t2t.config-printout.json"
+    config = json.loads((FIXTURES / "gena" / "published" / printout).read_text())
     config.pop("_name_or_path")
     config["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.normalizer = normalizers.Sequence(
-        [normalizers.Strip(), normalizers.Replace(Regex("N{10,}"), "-")]
-    )
-    tok.pre_tokenizer = pre_tokenizers.Split("-", behavior="isolated")
-    trainer = trainers.BpeTrainer(
+    tok = tk.Tokenizer(tk.models.BPE(unk_token="[UNK]"))
+    runs_of_n = tk.normalizers.Replace(tk.Regex("N{10,}"), "-")
+    tok.normalizer = tk.normalizers.Sequence([tk.normalizers.Strip(), runs_of_n])
+    tok.pre_tokenizer = tk.pre_tokenizers.Split("-", behavior="isolated")
+    trainer = tk.trainers.BpeTrainer(
         vocab_size=config["vocab_size"],
         special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"],
         initial_alphabet=list("ACGTN"),
@@ -197,7 +186,7 @@ def build_gena_base(path: Path) -> None:
     )
     corpus, _ = load_sequences(4000, seed=1)
     tok.train_from_iterator(corpus, trainer)
-    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    tok.post_processor = tk.processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
