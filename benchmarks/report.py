@@ -4,6 +4,7 @@ plot, and the one command that reproduces each."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -34,9 +35,8 @@ def latest(records: list[dict]) -> dict[tuple[str, str], dict]:
 
 
 def _number(value: float) -> str:
-    if isinstance(value, int) or float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:,.5g}"
+    """As recorded (each benchmark rounds its own), with thousands separators."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _section(rec: dict) -> list[str]:
@@ -68,7 +68,7 @@ def _section(rec: dict) -> list[str]:
 def render_benchmarks_page(records: list[dict], *, plot: str | None = PLOT) -> str:
     """The benchmarks page (markdown) for ``records``; ``plot``: the history plot's
     path relative to the page (None: no plot)."""
-    lines = ["# Benchmarks", "", *INTRO.splitlines()]
+    lines = ["# Benchmarks", "", *INTRO.splitlines(), ""]
     if not records:
         return "\n".join([*lines, "No records yet.", ""])
     if plot:
@@ -106,7 +106,8 @@ def write_history_plot(records: list[dict], path: Path) -> Path:
                 continue
             _, bound = parse_target(fig["target"])
             if bound:
-                point = (rec["date"][:16], fig["value"] / bound)
+                when = dt.datetime.fromisoformat(rec["date"])
+                point = (when, fig["value"] / bound)
                 series[rec["benchmark"]][name, rec["cpu_kind"]].append(point)
     names = sorted(series) or ["(no targeted figures)"]
     fig, axes = plt.subplots(
