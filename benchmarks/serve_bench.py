@@ -13,6 +13,8 @@ CPU, the server a subprocess on 127.0.0.1:
     stream alone just before (<= 2x);
 (d) memory: the server's RSS through a mixed run, second third to last (< 5%).
 
+``--quick``: a 256-wide 4-layer BERT and shorter parts.
+
 Run: ``python -m benchmarks run serve_bench [--quick] [--n 512] [--fair-seconds 20]
 [--memory-seconds 30]``.
 """
@@ -42,6 +44,7 @@ from embedcache.models.base import Adapter
 from embedcache.service import wire
 from embedcache.store import EmbeddingStore
 
+SERVE_SHAPE = "esm-6mer-512x12"
 SERVE_OPTIONS = (
     *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
     # throughput, not deadlines: on a loaded machine part (a)'s clients wait longer
@@ -98,17 +101,21 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
     }
 
 
-def part_c(
-    server: Server, seconds: float, solo_batches: int, mixed_batches: int, seed: int
-) -> dict:
+def part_c(server: Server, args: argparse.Namespace) -> dict:
+    seconds, solo_batches, mixed_batches = (
+        args.fair_seconds,
+        args.solo_batches,
+        args.mixed_batches,
+    )
+    seed, n_stream = args.seed, args.stream_seqs
     stop = threading.Event()
     stream_rng = np.random.default_rng(seed + 1)
 
     def stream() -> None:
-        # short new sequences, so one 10,000-sequence request ends within seconds
-        with EmbedClient(server.url, max_sequences=10_000, concurrency=1) as client:
+        # short new sequences: a request ends soon after the mixed period does
+        with EmbedClient(server.url, max_sequences=n_stream, concurrency=1) as client:
             while not stop.is_set():
-                sizes = stream_rng.integers(60, 120, size=10_000)
+                sizes = stream_rng.integers(60, 120, size=n_stream)
                 big = ["".join(stream_rng.choice(list("ACGT"), size=m)) for m in sizes]
                 client.embed(big, model="bench")
 
@@ -208,19 +215,25 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter parts")
-    parser.add_argument("--shape", default="esm-6mer-512x12", choices=sorted(SHAPES))
+    parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
     parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--hit-rounds", type=int, default=12)
     parser.add_argument("--fair-seconds", type=float, default=20.0)
     parser.add_argument("--solo-batches", type=int, default=3, help="(c) stream alone")
     parser.add_argument("--mixed-batches", type=int, default=12, help="(c) at least")
+    parser.add_argument("--stream-seqs", type=int, default=10_000, help="(c) a request")
     parser.add_argument("--memory-seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.clients, args.hit_rounds = 128, 4, 3
         args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
+        args.solo_batches, args.stream_seqs = 2, 1_000
+        if (
+            args.shape == SERVE_SHAPE
+        ):  # a small model: a batch takes seconds, not minutes
+            args.shape = "bert-char-256x4"
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
@@ -245,10 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(b) load {load()}", flush=True)
             b = part_b(server, seqs, args.hit_rounds)
             print(f"(c) load {load()}", flush=True)
-            c = part_c(
-                server, args.fair_seconds, args.solo_batches, args.mixed_batches,
-                args.seed,
-            )  # fmt: skip
+            c = part_c(server, args)
             print(f"(d) load {load()}", flush=True)
             d = part_d(server, seqs, args.memory_seconds, args.seed)
         finally:
