@@ -4,9 +4,9 @@
 ``python -m benchmarks run NAME [--quick] …``  run one (other options go to it)
 ``python -m benchmarks page OUT_DIR``         docs' benchmarks page from the records
 
-A benchmark is a module of this folder with a module docstring (its first line says
-what it measures) and a top-level ``def main(argv)`` that accepts ``--quick`` and
-ends with :func:`benchmarks.records.record`. Listing reads the files, it imports none.
+A benchmark: a module here with a docstring (its first line: what it measures) and a
+top-level ``def main(argv)`` that takes ``--quick`` and ends with
+:func:`benchmarks.records.record`. ``list`` reads the files, it imports none.
 """
 
 from __future__ import annotations

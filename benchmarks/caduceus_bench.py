@@ -46,7 +46,7 @@ from benchmarks.common import (
     wrapped,
 )
 from benchmarks.records import Figure
-from benchmarks.shapes import SHAPES, build_caduceus_ph
+from benchmarks.shapes import SHAPES, build_caduceus_ph, random_sequences
 from embedcache.hashing import reverse_complement
 from embedcache.models import load_adapter
 from embedcache.models.families.caduceus import kernels as caduceus_kernels
@@ -156,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n_seqs, args.rounds, args.end_to_end_seqs = 8, 1, 32
 
     rng = np.random.default_rng(0)
-    seqs = [
-        "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
-    ]
+    seqs = random_sequences(rng, [args.length] * args.n_seqs)
     path = Path(tempfile.mkdtemp(prefix="caduceus-bench-"))
     build_caduceus_ph(path)
     peaks = machine_peaks()
@@ -226,10 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = results["float32"]
     if args.end_to_end_seqs:
         dtype = faster_dtype()
-        many = [
-            "".join(rng.choice(list("ACGT"), size=args.length))
-            for _ in range(args.end_to_end_seqs)
-        ]
+        many = random_sequences(rng, [args.length] * args.end_to_end_seqs)
         figures |= end_to_end(
             path,
             many,

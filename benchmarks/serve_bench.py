@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks.common import Server, load, machine_peaks
 from benchmarks.records import Figure, record
-from benchmarks.shapes import SHAPES, load_sequences
+from benchmarks.shapes import SHAPES, load_sequences, random_sequences
 from embedcache.client import EmbedClient
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
@@ -116,7 +116,7 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
         with EmbedClient(server.url, max_sequences=n_stream, concurrency=1) as client:
             while not stop.is_set():
                 sizes = stream_rng.integers(60, 120, size=n_stream)
-                big = ["".join(stream_rng.choice(list("ACGT"), size=m)) for m in sizes]
+                big = random_sequences(stream_rng, sizes)
                 client.embed(big, model="bench")
 
     def small(worker: int) -> list[float]:
@@ -124,9 +124,7 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
         out = []
         with httpx.Client(base_url=server.url, timeout=120) as http:
             while not stop.is_set():
-                seq = "".join(
-                    rng.choice(list("ACGT"), size=int(rng.integers(200, 500)))
-                )
+                [seq] = random_sequences(rng, [rng.integers(200, 500)])
                 t0 = time.perf_counter()
                 r = http.post(
                     wire.ROUTE_EMBED,
@@ -198,7 +196,7 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     deadline = time.monotonic() + seconds
     with EmbedClient(server.url) as client:
         while time.monotonic() < deadline:
-            new = ["".join(rng.choice(list("ACGT"), size=300)) for _ in range(16)]
+            new = random_sequences(rng, [300] * 16)
             client.embed(new, model="bench")
             client.embed(seqs, model="bench")
     stop.set()

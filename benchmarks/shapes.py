@@ -71,9 +71,14 @@ def dataset_sequences(
         seqs = seqs[:n]
         return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
     sizes = rng.choice(list(lengths), size=n)
-    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in sizes]
+    seqs = random_sequences(rng, sizes)
     about = "/".join(map(str, lengths))
     return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+
+
+def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
+    """Random ACGT sequences of ``lengths``."""
+    return ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
 
 
 def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
