@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.screenshot_report import FLAGS, find_chromium
 from embedcache.cli import main
+from scripts.screenshot_report import FLAGS, find_chromium
 from tests.service.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

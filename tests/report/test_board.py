@@ -10,7 +10,6 @@ import re
 import polars as pl
 import pytest
 
-from scripts.screenshot_report import chromium, find_chromium
 from embedcache.analysis.selection import ModelEntry
 from embedcache.models.catalogue import load_catalogue
 from embedcache.report.home import rendered_versions, write_home
@@ -24,6 +23,7 @@ from embedcache.report.overlap import (
 )
 from embedcache.report.published import load_published
 from embedcache.report.tables import BY_DATASET, leaderboard_table, published_table
+from scripts.screenshot_report import chromium, find_chromium
 from tests.evaluations import model_key, tiny_board
 
 CADUCEUS_PH = "kuleshov-group/caduceus-ph_seqlen-131k_d_model-256_n_layer-16"

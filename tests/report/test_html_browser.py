@@ -10,15 +10,15 @@ import nbformat
 import numpy as np
 import pytest
 
+from embedcache.analysis.leakage import audit_items
+from embedcache.report import sections
+from embedcache.report.render import notebook_to_html
 from scripts.screenshot_report import (
     chromium,
     find_chromium,
     order_problems,
     section_order,
 )
-from embedcache.analysis.leakage import audit_items
-from embedcache.report import sections
-from embedcache.report.render import notebook_to_html
 from tests.evaluations import tiny_board
 from tests.report.test_sections import ORDER
 
