@@ -22,7 +22,8 @@ run NAME [--quick]` runs one) appends a record to `benchmarks/results/NAME.jsonl
 commit, date, CPU kind, both matmul peaks, load average and every figure it printed.
 This page shows the newest record per benchmark and CPU kind. A load average above the
 core count slows absolute figures; ratios measured side by side move less; `--quick`
-runs are smaller and noisier.
+runs are smaller and noisier. A new benchmark is a module of `benchmarks/` with a
+docstring and a `main(argv)` that takes `--quick` and ends with `records.record(...)`.
 """
 
 
