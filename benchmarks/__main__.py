@@ -26,15 +26,12 @@ def discover(folder: Path = HERE) -> dict[str, str]:
     found = {}
     for path in sorted(folder.glob("[!_]*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        has_main = any(
-            isinstance(node, ast.FunctionDef)
-            and node.name == "main"
-            and node.args.args
-            and node.args.args[0].arg == "argv"
-            for node in tree.body
-        )
+        mains = [
+            f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "main"
+        ]
+        takes_argv = any(f.args.args and f.args.args[0].arg == "argv" for f in mains)
         doc = ast.get_docstring(tree)
-        if has_main and doc:
+        if takes_argv and doc:
             found[path.stem] = doc.splitlines()[0]
     return found
 
