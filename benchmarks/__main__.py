@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the benchmarks")
-    run = sub.add_parser("run", help="run one benchmark; it appends its record")
+    run = sub.add_parser("run", add_help=False, help="run one (-h: its options)")
     run.add_argument("name")
     page = sub.add_parser("page", help="write benchmarks.md and its plot")
     page.add_argument("out_dir", type=Path)
