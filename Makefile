@@ -47,8 +47,9 @@ demo: install
 lab: install
 	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter .venv/bin/jupyter lab notebooks/
 
+# every benchmark in turn, each appending its record (BENCH_ARGS=--quick: smaller runs)
 bench: install
-	for b in benchmarks/*_bench.py; do $(PY) $$b || exit 1; done
+	$(PY) -m benchmarks list | cut -d' ' -f1 | xargs -I{} $(PY) -m benchmarks run {} $(BENCH_ARGS)
 
 check: lint test
 

@@ -1,38 +1,24 @@
 """Caduceus-ph throughput: a naive official-style loop vs the embedcache adapter.
 
-Builds an official-shape Caduceus-ph checkpoint (d_model 256, 16 layers, official-style
-random init) in a temporary directory and embeds random 500 bp sequences in rc mode
-``average`` (forward + reverse-complement pass) with:
+An official-shape Caduceus-ph checkpoint (d_model 256, 16 layers, the official kinds
+of random init) embeds random 500 bp sequences with rc ``average`` three ways, in
+interleaved rounds: ``naive``, the official code's structure one sequence at a time in
+fp32 (each Mamba direction its own in_proj, ``F.conv1d``, mamba_ssm's
+``selective_scan_ref``; forward and RC passes one after the other); the adapter in each
+dtype (batched, the RC pass batched with the forward one, numba kernels); and
+``embedcache embed`` end to end in a fresh interpreter (after an untimed run that fills
+the kernel cache), its vectors checked against the adapter's. Rates are also per
+CPU-second of this process, which load disturbs less; where the adapter's time goes
+(scan, conv, matmuls, the rest) and each variant's error against fp32 are printed.
 
-- ``naive``: the official code's structure, one sequence at a time, fp32: each Mamba
-  direction runs its own in_proj on the flipped input, ``F.conv1d``, and the reference
-  selective scan (precomputed exp, Python loop over time with einsum), as mamba_ssm's
-  ``selective_scan_ref``; forward and RC passes one after the other;
-- the adapter in float32 and in bfloat16 (in/out projections), equal-length batches,
-  the RC pass batched with the forward pass, compiled numba kernels on CPU;
-- ``embedcache embed`` end to end (``--end-to-end-seqs``, default 256, in the faster
-  dtype): a fresh interpreter on a fresh store, from launch to exit, start-up,
-  imports, tokenising, the store's commit and the .npy included, and the engine's own
-  time beside it (start-up shown apart); its vectors are
-  checked against the in-process adapter's. An untimed two-sequence run before it
-  fills the CLI's kernel cache (compiled once per machine, ~/.cache/embedcache).
-
-Prints tokens/s (sequence bases per second), the ratio to the naive loop, where the
-adapter's time goes (numba scan, numba conv, matmuls, the rest) and the error of each
-variant against the float32 adapter, plus this machine's fp32/bf16 matmul rates
-(benchmarks/peaks.py) measured in the same run. Other processes on the machine make the figures noisy.
-
-Rounds interleave the three variants so that load from other jobs hits them alike;
-rates are also given per CPU-second of this process, which load disturbs less.
-
-Usage: ``python -m benchmarks.caduceus_bench [--n-seqs 32] [--rounds 3] [--length 500]``
+Run: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3]
+[--length 500] [--end-to-end-seqs 256]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from contextlib import contextmanager
@@ -43,16 +29,30 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli_embed import embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
-from benchmarks.wrapping import wrapped
-from embedcache.hashing import reverse_complement
-from embedcache.models.families.caduceus import kernels as caduceus_kernels
-from embedcache.models.families.caduceus.adapter import load_caduceus_adapter, tokenize
-from embedcache.models.families.caduceus.network import (
-    arch_from_config,
-    weights_from_state_dict,
+from benchmarks.common import (
+    MATMULS,
+    against_naive,
+    both_dtypes,
+    by_category,
+    clocks,
+    cpu_kind_line,
+    describe,
+    end_to_end,
+    faster_dtype,
+    machine_peaks,
+    min_cosine,
+    op_seconds,
+    record_beside,
+    wrapped,
 )
+from benchmarks.records import Figure
+from benchmarks.shapes import SHAPES, build_caduceus_ph, random_sequences
+from embedcache.hashing import reverse_complement
+from embedcache.models import load_adapter
+from embedcache.models.families.caduceus import kernels as caduceus_kernels
+from embedcache.models.families.caduceus.adapter import tokenize
+from embedcache.models.families.caduceus.init import random_weights
+from embedcache.models.families.caduceus.network import arch_from_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,68 +61,6 @@ if TYPE_CHECKING:
         CaduceusWeights,
         MambaWeights,
     )
-
-
-def make_checkpoint(
-    path: Path, *, d_model: int = 256, n_layer: int = 16, seed: int = 0
-) -> Path:
-    """An official-layout Caduceus-ph checkpoint with the official kinds of random init."""
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(seed)
-    di, n, r, k = 2 * d_model, 16, math.ceil(d_model / 16), 4
-
-    def uniform(shape: tuple[int, ...], bound: float) -> torch.Tensor:
-        return (torch.rand(shape, generator=g) * 2 - 1) * bound
-
-    pre = "caduceus.backbone."
-    state = {
-        pre + "embeddings.word_embeddings.weight": torch.randn(16, d_model, generator=g)
-        * 0.02
-    }
-    for i in range(n_layer):
-        for direction in ("fwd", "rev"):
-            p = f"{pre}layers.{i}.mixer.mamba_{direction}."
-            if direction == "fwd":  # rev's in/out projections are tied to these
-                state[p + "in_proj.weight"] = uniform((2 * di, d_model), d_model**-0.5)
-                state[p + "out_proj.weight"] = (
-                    uniform((d_model, di), di**-0.5) / n_layer**0.5
-                )
-            state[p + "conv1d.weight"] = uniform((di, 1, k), k**-0.5)
-            state[p + "conv1d.bias"] = uniform((di,), k**-0.5)
-            state[p + "x_proj.weight"] = uniform((r + 2 * n, di), di**-0.5)
-            state[p + "dt_proj.weight"] = uniform((di, r), r**-0.5)
-            log_dt = torch.rand(di, generator=g) * (
-                math.log(0.1) - math.log(1e-3)
-            ) + math.log(1e-3)
-            dt = torch.exp(log_dt).clamp(min=1e-4)
-            state[p + "dt_proj.bias"] = dt + torch.log(-torch.expm1(-dt))
-            state[p + "A_log"] = torch.log(
-                torch.arange(1, n + 1, dtype=torch.float32)
-            ).repeat(di, 1)
-            state[p + "D"] = torch.ones(di)
-        state[f"{pre}layers.{i}.norm.weight"] = torch.ones(d_model)
-    state[pre + "norm_f.weight"] = torch.ones(d_model)
-    config = {
-        "model_type": "caduceus",
-        "d_model": d_model,
-        "n_layer": n_layer,
-        "vocab_size": 12,
-        "pad_vocab_size_multiple": 8,
-        "ssm_cfg": {"d_state": n, "d_conv": k, "expand": 2, "dt_rank": "auto"},
-        "rms_norm": True,
-        "fused_add_norm": True,
-        "residual_in_fp32": False,
-        "norm_epsilon": 1e-5,
-        "bidirectional": True,
-        "bidirectional_strategy": "add",
-        "bidirectional_weight_tie": True,
-        "rcps": False,
-    }
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    save_file(state, path / "model.safetensors")
-    return path
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -205,81 +143,36 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
         yield
 
 
-def matmul_seconds(fn) -> float:  # noqa: ANN001
-    """Self time of the matmul ops in one call of ``fn``, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    ops = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
-    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ops) / 1e6
-
-
-def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
-    return float(
-        ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()
-    )
-
-
-@contextmanager
-def clocks(into: dict[str, float]) -> Iterator[None]:
-    """Add wall and process CPU seconds of the block to ``into``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    yield
-    into["wall"] = into.get("wall", 0.0) + time.perf_counter() - wall
-    into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
-    parser.add_argument(
-        "--n-seqs", type=int, default=32, help="adapter sequences per round"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="rounds; each runs the naive loop on one sequence",
-    )
+    parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
+    parser.add_argument("--n-seqs", type=int, default=32, help="adapter's, a round")
+    parser.add_argument("--rounds", type=int, default=3, help="naive: 1 seq a round")
     parser.add_argument("--length", type=int, default=500)
-    parser.add_argument(
-        "--end-to-end-seqs",
-        type=int,
-        default=256,
-        help="sequences for the `embedcache embed` run (0: skip it)",
-    )
-    parser.add_argument(
-        "--dtypes",
-        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
-        help="adapter dtypes (default: both where the CPU has bf16, else float32)",
-    )
-    args = parser.parse_args()
+    parser.add_argument("--end-to-end-seqs", type=int, default=256, help="0: skip it")
+    parser.add_argument("--dtypes", default=both_dtypes(), help="the adapter's")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n_seqs, args.rounds, args.end_to_end_seqs = 8, 1, 32
 
     rng = np.random.default_rng(0)
-    seqs = [
-        "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
-    ]
-    path = make_checkpoint(Path(tempfile.mkdtemp(prefix="caduceus-bench-")) / "ph")
+    seqs = random_sequences(rng, [args.length] * args.n_seqs)
+    path = Path(tempfile.mkdtemp(prefix="caduceus-bench-"))
+    build_caduceus_ph(path)
+    peaks = machine_peaks()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{cpu_kind_line()}; {describe(machine_peaks())}; adapter dtypes {args.dtypes}"
+        f"{cpu_kind_line()}; {describe(peaks)}; adapter dtypes {args.dtypes}"
     )
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
         f"{args.rounds} rounds of [naive 1 seq, adapter {args.dtypes} {args.n_seqs} seqs]"
     )
 
-    from safetensors.torch import load_file
-
     config = json.loads((path / "config.json").read_text())
-    weights = weights_from_state_dict(
-        arch_from_config(config, where="bench"),
-        load_file(path / "model.safetensors"),
-        config=config,
-        where="bench",
-    )
+    weights = random_weights(arch_from_config(config, where="bench"), config, seed=0)
     adapters = {
-        dtype: load_caduceus_adapter(path, dtype=dtype, rc_mode="average")
+        dtype: load_adapter(str(path), dtype=dtype, rc_mode="average", random_init=0)
         for dtype in args.dtypes.split(",")
     }
     for adapter in adapters.values():
@@ -304,6 +197,7 @@ def main() -> int:
         f"naive official-style loop (batch 1, torch scan, fp32): {naive_rate:7.0f} tokens/s "
         f"({naive_cpu_rate:5.0f} per CPU-second)"
     )
+    figures = {"naive loop tokens/s": Figure(round(naive_rate), "tokens/s")}
     for dtype, adapter in adapters.items():
         spent = time_adapter[dtype]
         rate, cpu_rate = adapter_tokens / spent["wall"], adapter_tokens / spent["cpu"]
@@ -312,7 +206,8 @@ def main() -> int:
             kernels[dtype].get("conv_silu", 0.0),
         )
         start = time.perf_counter()
-        mm = matmul_seconds(lambda a=adapter: a.embed_batch(seqs))
+        _, ops = op_seconds(lambda a=adapter: a.embed_batch(seqs))
+        mm = by_category(ops, {"matmuls": MATMULS})["matmuls"]
         profiled = time.perf_counter() - start
         per_round = spent["wall"] / args.rounds
         print(
@@ -323,39 +218,42 @@ def main() -> int:
             f"{max(0.0, 1 - (scan + conv) / spent['wall'] - mm / profiled):4.0%}; "
             f"{per_round:.2f} s per round"
         )
+        # issue 22's target (docs/models.md): fp32 >= 20x the naive loop
+        target = ">= 20" if dtype == "float32" else None
+        figures |= against_naive(f"adapter {dtype}", rate, naive_rate, target)
     ref = results["float32"]
     if args.end_to_end_seqs:
         dtype = faster_dtype()
-        many = [
-            "".join(rng.choice(list("ACGT"), size=args.length))
-            for _ in range(args.end_to_end_seqs)
-        ]
-        work = Path(tempfile.mkdtemp(prefix="caduceus-e2e-"))
-        options = ("--rc", "average")
-        # untimed: fills the CLI's kernel cache
-        embed_cli(path, many[:2], work / "warm", dtype=dtype, options=options)
-        run = embed_cli(path, many, work / "run", dtype=dtype, options=options)
-        tokens = len(many) * args.length
-        check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
-        print(
-            f"embedcache embed end to end ({dtype}, {len(many)} seqs): "
-            f"{run.describe(tokens)}; {tokens / run.wall / naive_rate:5.1f}x naive "
-            f"({tokens / run.engine / naive_rate:5.1f}x start-up excluded); its "
-            f"vectors vs the adapter's: min cosine {cosine_min(run.vectors[:8], check):.7f}"
+        many = random_sequences(rng, [args.length] * args.end_to_end_seqs)
+        figures |= end_to_end(
+            path,
+            many,
+            Path(tempfile.mkdtemp(prefix="caduceus-e2e-")),
+            dtype=dtype,
+            options=SHAPES["caduceus-ph"].options,
+            tokens=len(many) * args.length,
+            naive_rate=naive_rate,
+            adapter=adapters.get(dtype, adapters["float32"]),
         )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
     print(
         f"naive vs adapter fp32: max abs {np.abs(picked - naive).max():.2e}, "
-        f"min cosine {cosine_min(picked, naive):.7f}"
+        f"min cosine {min_cosine(picked, naive):.7f}"
+    )
+    figures["naive vs adapter fp32 min cosine"] = Figure(
+        round(min_cosine(picked, naive), 7)
     )
     if "bfloat16" in results:
         bf16 = results["bfloat16"]
         print(
             f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, min cosine "
-            f"{cosine_min(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
+            f"{min_cosine(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
         )
-    print(f"at the end: {describe(machine_peaks())}")
+        figures["bf16 vs fp32 min cosine"] = Figure(
+            round(min_cosine(ref, bf16), 5), "", ">= 0.999"
+        )
+    record_beside("caduceus_bench", figures, peaks, quick=args.quick, argv=argv)
     return 0
 
 

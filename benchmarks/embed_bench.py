@@ -1,61 +1,27 @@
 """The engine end to end, as a share of this machine's best matmul rate, per model shape.
 
-One harness for every encoder shape. A shape is a model folder this script writes
-(published configs and tokenizers where the repository has them, random weights) and
-the options ``embedcache embed`` needs for it. Default shapes, the two the engine must
-keep busy:
+Shapes (benchmarks/shapes.py; ``--shapes``, default ``bert-char-512x8,ntv2-50m``: a
+512-wide 8-layer BERT with one token per base, and NT-v2 50m's published config with
+its seeded init) are model folders with random weights. Each round runs, per shape,
+interleaved: both matmul rates before and after; ``embedcache embed`` in a fresh
+interpreter on a fresh store (``--dtype``, default the faster one here), start-up shown
+apart from the engine's own time; the model's linear layers alone at a full batch's
+rows (the ceiling of the share); and a naive fp32 loop, one sequence a forward pass,
+whose vectors are compared with the engine's. ``--sweep`` adds in-process forward
+passes at several token budgets: the measurement behind each family's batch size.
 
-``bert-char-512x8``
-    A 512-wide, 8-layer BERT (8 heads, FFN 2048) with one token per base (a
-    character-level tokenizer), saved with ``save_pretrained`` and loaded through the
-    generic Hugging Face family: long token sequences, attention a real share of the
-    time.
-``ntv2-50m``
-    Nucleotide Transformer v2 50m: its published config and vocabulary, the NT-v2
-    family's own seeded init (``--random-init 0``): 6-mer tokens, short sequences.
+FLOPs of t tokens: 2 x (parameters outside embedding tables) x t, plus the attention
+matmuls (4 x layers x hidden x t², counted in full for causal models too). The summary
+takes each shape's best round against the 65% target (issue 22).
 
-More with ``--shapes``: ``dnabert2-117m``, ``gena-base`` (a 32k BPE trained here, the
-published one is not in the repository), ``generator-1.2b-4l`` (the published 1.2b
-width at 4 of its 26 blocks), ``esm-6mer-512x12`` (a stock ESM shaped like NT-v2 50m,
-also the model of dask_bench.py).
-
-Each round runs, per shape and interleaved:
-
-* the fp32 and bf16 matmul rates (benchmarks/peaks.py), before and after the shape's
-  runs; shares are against the best of them;
-* ``embedcache embed --dtype D`` (D: ``--dtype``, default the faster dtype here) as a subprocess on a fresh store, timed from
-  launch to exit: imports, model load, tokenising, batching, store commits included.
-  The engine's own log line gives its compute time, so start-up is shown apart;
-* the model's own linear layers alone (``F.linear`` at its weight shapes, rows = a
-  full batch's padded tokens): the rate its matmuls reach at its shapes, the ceiling
-  of the end-to-end share (they carry ~98% of NT-v2's FLOPs);
-* a naive loop over the first ``--n-naive`` sequences: the same adapter in fp32,
-  one sequence a forward pass; its vectors are compared with the engine's;
-* with ``--sweep``, forward passes of real 500 and 251 bp batches at several token
-  budgets, in process: the measurement behind each family's batch size.
-
-With ``--long``, first: six 20 kb random sequences at a 65,536-token budget, with and
-without the attention score cap (``embedcache.engine.batching.BatchRule``), each in its own
-process: batch sizes, time and peak memory.
-
-FLOPs of a sequence of t tokens: 2 x (parameters outside embedding tables) x t, plus
-the attention matmuls (QK^T and AV: 4 x layers x hidden x t^2, counted in full for
-causal models too). Shares are printed both with attention and without it (a lower
-bound). Sequences: real test sequences from ../shared/data/genomic-benchmarks (500 and
-251 bp) when present, else random ones of those lengths; ``--tokens`` sets how much work
-each run gets (about 200k model tokens: a minute or two a run).
-
-Run: ``.venv/bin/python benchmarks/embed_bench.py [--shapes a,b] [--rounds 2]
-[--tokens 200000] [--n-naive 32] [--sweep] [--long]``. The machine is shared: the load average
-is printed, every figure is kept per round, and the summary takes each shape's best
-round (its share against the larger of the peaks measured beside it).
+Run: ``python -m benchmarks run embed_bench [--quick] [--shapes a,b] [--rounds 2]
+[--tokens 200000] [--n-naive 32] [--sweep]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import sys
 import tempfile
@@ -67,10 +33,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.cli_embed import CliRun, embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
+from benchmarks.common import (
+    CliRun,
+    cpu_kind_line,
+    describe,
+    embed_cli,
+    faster_dtype,
+    load,
+    machine_peaks,
+    min_cosine,
+    set_threads,
+)
+from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, adapter_options, load_sequences
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
@@ -150,11 +124,6 @@ def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]
     return vectors, time.perf_counter() - start
 
 
-def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    dots = (a * b).sum(axis=1)
-    return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
-
-
 def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
     """Tokens/s of one bf16 forward at each budget, per sequence length."""
     rule = batch_rule(adapter)
@@ -182,51 +151,6 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
         )
 
 
-def long_child(folder: str, options: dict, capped: bool, queue: object) -> None:
-    """In a fresh process: six 20 kb sequences at a 65,536-token budget, with or
-    without the attention score cap; (batch sizes, seconds, peak RSS MiB) to ``queue``."""
-    import resource
-
-    from embedcache.engine.batching import BatchRule
-
-    adapter = load_adapter(folder, device="cpu", dtype="bfloat16", **options)
-    rng = np.random.default_rng(0)
-    seqs = ["".join(rng.choice(list("ACGT"), size=20_000)) for _ in range(6)]
-    rule = batch_rule(adapter, 65_536)
-    if not capped:
-        rule = BatchRule(
-            65_536, attention_maps=rule.attention_maps, score_budget=10**18
-        )
-    batches = plan_batches(adapter.n_tokens_many(seqs), rule)
-    start = time.perf_counter()
-    for batch in batches:
-        adapter.embed_batch([seqs[i] for i in batch])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    queue.put(([len(b) for b in batches], time.perf_counter() - start, peak))
-
-
-def long_sequences(name: str, folder: Path) -> None:
-    """What the attention score cap buys on long inputs: memory and time, each run in
-    its own process so peak RSS is its own."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    for capped in (True, False):
-        queue = context.Queue()
-        options = adapter_options(SHAPES[name])
-        child = context.Process(
-            target=long_child, args=(str(folder), options, capped, queue)
-        )
-        child.start()
-        sizes, seconds, peak = queue.get()
-        child.join()
-        label = "score cap" if capped else "no cap   "
-        print(
-            f"  {name} long inputs, {label}: batches of {sizes}, {seconds:.1f} s, "
-            f"peak RSS {peak:,} MiB"
-        )
-
-
 # --- the harness ----------------------------------------------------------------------
 
 
@@ -236,7 +160,7 @@ class Result:
     round: int
     run: CliRun
     peak: float  # the machine's best matmul rate (max over fp32 and bf16)
-    peaks: str
+    peaks: dict[str, float]
     work: Work
     naive_rate: float
     cosine: float
@@ -272,7 +196,7 @@ def measure(
         round=rnd,
         run=run,
         peak=max(before["best"], after["best"]),
-        peaks=describe(after),
+        peaks=after,
         work=work,
         naive_rate=naive_tokens / naive_seconds,
         cosine=min_cosine(engine_vectors, naive_vectors),
@@ -290,7 +214,7 @@ def print_result(r: Result) -> None:
         f"engine, {run.startup:.1f} s start-up), {rate:,.0f} tokens/s "
         f"({work.tokens / run.engine:,.0f} start-up excluded), "
         f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
-        f"without attention; engine alone {100 * engine_attn:.1f}%); {r.peaks}; "
+        f"without attention; engine alone {100 * engine_attn:.1f}%); {describe(r.peaks)}; "
         f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
         f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}; "
         f"its linear layers alone at a full batch's rows {r.linears / 1e9:.1f} GFLOP/s "
@@ -298,37 +222,28 @@ def print_result(r: Result) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 20k tokens")
     parser.add_argument("--shapes", default="bert-char-512x8,ntv2-50m")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument(
-        "--tokens", type=int, default=200_000, help="model tokens a run"
-    )
+    parser.add_argument("--tokens", type=int, default=200_000, help="a run's")
     parser.add_argument("--n-naive", type=int, default=32)
     parser.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default=faster_dtype(),
-        help="the engine's dtype (default: the faster one on this CPU)",
+        "--dtype", choices=("float32", "bfloat16"), default=faster_dtype()
     )
     parser.add_argument("--sweep", action="store_true", help="token budgets in process")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument(
-        "--long",
-        action="store_true",
-        help="20 kb inputs with and without the score cap",
-    )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.tokens, args.n_naive = 1, 20_000, 8
     names = args.shapes.split(",")
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    set_threads(args.threads)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load()}; "
         f"{cpu_kind_line()}; engine dtype {args.dtype}"
     )
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
@@ -351,30 +266,34 @@ def main() -> None:
                 f"{probe.attention_maps} score maps a sequence"
             )
             del probe
-        if args.long:
-            for name in names:
-                long_sequences(name, root / name)
         results = []
         for rnd in range(1, args.rounds + 1):
             for name in names:
                 result = measure(name, root / name, inputs[name], args, rnd)
                 print_result(result)
                 results.append(result)
-        if results:
-            print("\nbest round per shape (end to end, attention counted):")
-        for name in names if results else ():
+        print("\nbest round per shape (end to end, attention counted):")
+        figures = {}
+        for name in names:
             best = max(
                 (r for r in results if r.shape == name),
                 key=lambda r: r.work.shares(r.run.wall, r.peak)[0],
             )
             share = best.work.shares(best.run.wall, best.peak)[0]
-            verdict = "meets" if share >= TARGET_SHARE else "below"
-            print(f"  {name:<20} {100 * share:5.1f}%  ({verdict} the 65% target)")
-        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"load average at the end: {load}")
+            rate = best.work.tokens / best.run.wall
+            figures |= {
+                f"{name} share of best matmul rate": Figure(round(100 * share, 1), "%", f">= {100 * TARGET_SHARE:.0f}"),
+                f"{name} tokens/s end to end": Figure(round(rate), "tokens/s"),
+                f"{name} vs naive fp32 batch-1": Figure(round(rate / best.naive_rate, 2), "x"),
+                f"{name} engine vs naive min cosine": Figure(round(best.cosine, 5)),
+            }  # fmt: skip
+        print(f"load average at the end: {load()}")
+        peaks = max((r.peaks for r in results), key=lambda p: p["best"])
+        record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

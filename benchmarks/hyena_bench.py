@@ -1,150 +1,61 @@
 """HyenaDNA throughput: a naive official-style loop vs the embedcache adapter and engine.
 
-Model: an official-shape, random-initialised HyenaDNA medium-160k (d_model 256,
-8 layers, d_inner 1024, implicit filter of width 64 over 5 positional features,
-max_seq_len 160002), built from a config.json in the published layout with
-``--random-init`` (the official initialisation).
+An official-shape, random-initialised HyenaDNA medium-160k (benchmarks/shapes.py) on
+real 500 bp test sequences from ../shared/data when present. In
+interleaved rounds (best of each kept): ``naive``, the official code one sequence at a
+time in fp32 (channels-first depthwise conv, the implicit filter recomputed every
+call, FFTs at 2L), and the engine (``embed_sequences``, sorted right-padded batches)
+in each dtype at several token budgets. Also: where the time goes (matmuls, FFTs, numba
+kernels, the rest; torch's profiler), the share of the best matmul rate, bf16 against
+fp32, and ``embedcache embed`` end to end in a fresh
+interpreter (after an untimed run that fills the kernel cache).
 
-Sequences: real 500 bp test sequences of human_enhancers_cohn (and 251 bp of
-human_nontata_promoters for the projection) from ../shared/data when present, else
-random ones of the same lengths.
-
-Compared in one run, in interleaved rounds (the best round of each is kept):
-
-- ``naive``: what the official code does for one sequence at a time, in float32:
-  the operator channels-first with ``nn.Conv1d``'s depthwise convolution, the
-  implicit filter recomputed for every layer and call, the FFT of both the filter
-  and the input at size 2L, then the mean over the bases;
-- the engine (``embed_sequences``, right-padded batches sorted by length) in float32
-  and in bfloat16 (projections and GELU), at several token budgets.
-
-Also printed: where the adapter's time goes (matmuls, FFTs, the numba kernels, the
-rest; from torch's profiler), the fp32 and bf16 matmul rates of this machine measured
-in the same run, the share of it the engine reaches, the bf16-vs-fp32 cosine, and
-the projected time for atlas-full-v1 (every test sequence and 500 train sequences of
-each dataset; the 200 bp dataset at the 251 bp rate).
-
-Last, ``embedcache embed`` end to end (``--end-to-end``, default 256 sequences of
-500 bp, the faster dtype) in a fresh interpreter on a fresh store, start-up shown apart
-(benchmarks/cli_embed.py), after an untimed two-sequence run that fills the kernel cache.
-
-Usage: ``python -m benchmarks.hyena_bench [--n 96] [--n-naive 16] [--rounds 3]
-[--threads N] [--end-to-end 256]``. The machine is shared: the load average is printed with each round.
+Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
+[--rounds 3] [--threads N] [--end-to-end 256]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.cli_embed import embed_cli
-from benchmarks.peaks import cpu_kind_line, describe, faster_dtype, machine_peaks
-from benchmarks.wrapping import wrapped
+from benchmarks.common import (
+    MATMULS,
+    against_naive,
+    both_dtypes,
+    by_category,
+    cpu_kind_line,
+    describe,
+    end_to_end,
+    faster_dtype,
+    load,
+    machine_peaks,
+    min_cosine,
+    op_seconds,
+    set_threads,
+)
+from benchmarks.records import Figure, record
+from benchmarks.shapes import build_hyena_medium, dataset_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-# ../shared/data beside the checkout (a worktree looks further up)
-DATA = next(
-    (
-        p / "shared" / "data" / "genomic-benchmarks"
-        for p in Path(__file__).resolve().parents
-        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
-    ),
-    Path("shared/data/genomic-benchmarks"),
-)
-CONFIG = {
-    "activation_freq": 10,
-    "architectures": ["HyenaDNAForCausalLM"],
-    "auto_map": {
-        "AutoConfig": "configuration_hyena.HyenaConfig",
-        "AutoModel": "modeling_hyena.HyenaDNAModel",
-        "AutoModelForCausalLM": "modeling_hyena.HyenaDNAForCausalLM",
-    },
-    "d_inner": 1024,
-    "d_model": 256,
-    "emb_dim": 5,
-    "embed_dropout": 0.1,
-    "filter_order": 64,
-    "hyena_dropout": 0.0,
-    "hyena_filter_dropout": 0.0,
-    "hyena_order": 2,
-    "initializer_range": 0.02,
-    "layer_norm_epsilon": 1e-05,
-    "max_seq_len": 160002,
-    "model_type": "hyenadna",
-    "n_layer": 8,
-    "num_inner_mlps": 2,
-    "pad_token_id": 4,
-    "pad_vocab_size_multiple": 8,
-    "short_filter_order": 3,
-    "tie_word_embeddings": False,
-    "train_freq": True,
-    "use_bias": True,
-    "vocab_size": 12,
-}
-# atlas-full-v1: per dataset, its whole test file and 500 train sequences
-ATLAS = {"human_enhancers_cohn": (500, 6948), "human_nontata_promoters": (251, 9034)}
-ATLAS_DEMO = (
-    200,
-    25000,
-)  # demo_coding_vs_intergenomic_seqs, projected at the 251 bp rate
-N_TRAIN = 500
-
-
-class DictStore:
-    """In-memory store: the benchmark times the model, not the disk."""
-
-    def __init__(self) -> None:
-        self.data: dict = {}
-
-    def contains(self, key: object, hashes: list[str]) -> np.ndarray:
-        return np.array([(key, h) in self.data for h in hashes], dtype=bool)
-
-    def get(self, key: object, hashes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return np.stack([self.data[key, h] for h in hashes]), np.ones(len(hashes), bool)
-
-    def put(
-        self,
-        key: object,
-        hashes: list[str],
-        vectors: np.ndarray,
-        alias: str | None = None,
-    ) -> int:
-        for h, v in zip(hashes, vectors, strict=True):
-            self.data[key, h] = v
-        return len(hashes)
+from embedcache.store import EmbeddingStore
 
 
 def load_sequences(
     dataset: str, length: int, n: int, *, seed: int = 0
 ) -> tuple[list[str], str]:
-    rng = np.random.default_rng(seed)
-    path = DATA / dataset / "test.tsv"
-    if path.exists():
-        import polars as pl
-
-        frame = pl.read_csv(path, separator="\t")
-        rows = rng.choice(frame.height, size=min(n, frame.height), replace=False)
-        seqs = frame["seq"].gather(rows).str.to_uppercase().to_list()
-        return seqs, f"{len(seqs)} real {dataset} test sequences"
-    seqs = ["".join(rng.choice(list("ACGT"), size=length)) for _ in range(n)]
-    return seqs, f"{n} random {length} bp sequences (shared data absent)"
+    """``n`` test sequences of ``dataset``, or random ones of ``length`` without it."""
+    return dataset_sequences(n, seed, datasets=(dataset,), lengths=(length,))
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -194,75 +105,21 @@ def engine_run(
     adapter: object, seqs: list[str], *, budget: int
 ) -> tuple[np.ndarray, float]:
     start = time.perf_counter()
-    result = embed_sequences(adapter, seqs, DictStore(), token_budget=budget)
+    result = embed_sequences(
+        adapter, seqs, EmbeddingStore("memory://"), token_budget=budget
+    )
     return result.vectors, time.perf_counter() - start
 
 
 # -- where the time goes ---------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def labelled_kernels() -> Iterator[None]:
-    """Make the numba kernels visible to torch's profiler as labelled ranges."""
-
-    def wrap(name: str, fn):  # noqa: ANN001, ANN202
-        def labelled(*args):  # noqa: ANN002, ANN202
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    names = ("short_conv_gate", "gate_out", "gelu_tanh")
-    with wrapped(hyena_kernels, names, wrap):
-        yield
-
-
+KERNELS = [(hyena_kernels, ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"))]
 CATEGORIES = {
-    "matmuls": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear"),
+    "matmuls": MATMULS,
     "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
     "numba kernels": ("numba::",),
 }
-
-
-def time_shares(adapter: object, seqs: list[str]) -> dict[str, float]:
-    """Seconds of self CPU time per category for one ``embed_batch`` call."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        adapter.embed_batch(seqs)
-    shares = dict.fromkeys([*CATEGORIES, "the rest"], 0.0)
-    for event in prof.key_averages():
-        seconds = event.self_cpu_time_total / 1e6
-        for category, prefixes in CATEGORIES.items():
-            if event.key.startswith(prefixes):
-                shares[category] += seconds
-                break
-        else:
-            shares["the rest"] += seconds
-    return shares
-
-
-def end_to_end(
-    folder: Path, n: int, naive_tps: float, adapters: dict, work: Path
-) -> None:
-    """``embedcache embed`` in the faster dtype over ``n`` 500 bp sequences."""
-    dtype = faster_dtype()
-    many, _ = load_sequences("human_enhancers_cohn", 500, n, seed=2)
-    options = ("--random-init", "0")
-    # untimed: fills the CLI's kernel cache
-    embed_cli(folder, many[:2], work / "warm", dtype=dtype, options=options)
-    run = embed_cli(folder, many, work / "run", dtype=dtype, options=options)
-    tokens = sum(len(s) + 1 for s in many)
-    check = adapters.get(dtype, adapters["float32"]).embed_batch(many[:8])
-    cos = (run.vectors[:8] * check).sum(1) / (
-        np.linalg.norm(run.vectors[:8], axis=1) * np.linalg.norm(check, axis=1)
-    )
-    print(
-        f"  embedcache embed end to end ({dtype}, {len(many)} seqs): "
-        f"{run.describe(tokens)}; {tokens / run.wall / naive_tps:.1f}x the naive loop "
-        f"({tokens / run.engine / naive_tps:.1f}x start-up excluded); vectors vs the "
-        f"adapter's: min cosine {cos.min():.7f}"
-    )
 
 
 def matmul_flops_per_token(config: dict) -> int:
@@ -270,51 +127,35 @@ def matmul_flops_per_token(config: dict) -> int:
     return 2 * n * (d * 3 * d + d * d + 2 * d * inner)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, fewer sequences")
     parser.add_argument("--n", type=int, default=96, help="sequences for the engine")
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--dtypes",
-        default="float32,bfloat16" if faster_dtype() == "bfloat16" else "float32",
-        help="engine dtypes (default: both where the CPU has bf16, else float32)",
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch and numba threads"
-    )
-    parser.add_argument(
-        "--end-to-end",
-        type=int,
-        default=256,
-        help="500 bp sequences for the `embedcache embed` run (0: skip it)",
-    )
-    args = parser.parse_args()
-    if args.threads:
-        import numba
-
-        torch.set_num_threads(args.threads)
-        numba.set_num_threads(args.threads)
+    parser.add_argument("--dtypes", default=both_dtypes(), help="the engine's")
+    parser.add_argument("--threads", type=int, help="torch and numba threads")
+    parser.add_argument("--end-to-end", type=int, default=256, help="0: skip it")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.n_naive, args.rounds, args.end_to_end = 32, 4, 1, 32
+        args.budgets = "4096,8192"
+    set_threads(args.threads)
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"{cpu_kind_line()}, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+        f"{cpu_kind_line()}, load average {load()}"
     )
     seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
-    short, short_what = load_sequences("human_nontata_promoters", 251, args.n, seed=1)
-    naive_seqs = seqs[: args.n_naive]
-    tokens = {
-        "500": sum(len(s) + 1 for s in seqs),
-        "251": sum(len(s) + 1 for s in short),
-    }
-    print(f"sequences: {what}; {short_what}; tokens include the trailing [SEP]")
+    tokens, naive_seqs = sum(len(s) + 1 for s in seqs), seqs[: args.n_naive]
+    print(f"sequences: {what}; tokens include the trailing [SEP]")
     budgets = [int(b) for b in args.budgets.split(",")]
-    flops = matmul_flops_per_token(CONFIG)
 
     work = Path(tempfile.mkdtemp(prefix="hyena-bench-"))
     folder = work / "hyenadna-medium-160k-random"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    build_hyena_medium(folder)
+    flops = matmul_flops_per_token(json.loads((folder / "config.json").read_text()))
     adapters = {
         dtype: load_adapter(str(folder), random_init=0, device="cpu", dtype=dtype)
         for dtype in args.dtypes.split(",")
@@ -329,64 +170,67 @@ def main() -> None:
     )
 
     naive_tps, naive_vectors = 0.0, None
-    best: dict[tuple[str, str, int], tuple[float, np.ndarray]] = {}
+    best: dict[tuple[str, int], tuple[float, np.ndarray]] = {}  # (dtype, budget)
     peak = {"bfloat16": 0.0, "float32": 0.0, "best": 0.0}
     for round_ in range(1, args.rounds + 1):
         now = machine_peaks()
         peak = {k: max(v, now[k]) for k, v in peak.items()}
-        print(
-            f"round {round_} (load {os.getloadavg()[0]:.1f}); so far {describe(peak)}"
-        )
+        print(f"round {round_} (load {load()}); so far {describe(peak)}")
         vectors, elapsed = naive_loop(net, naive_seqs)
         tps = sum(len(s) + 1 for s in naive_seqs) / elapsed
         print(f"  naive loop (batch 1, fp32, n={len(naive_seqs)}) {tps:8.0f} tok/s")
         if tps > naive_tps:
             naive_tps, naive_vectors = tps, vectors
         for dtype, adapter in adapters.items():
-            for length, batch in (("500", seqs), ("251", short)):
-                for budget in (
-                    budgets if length == "500" else [adapter.preferred_token_budget]
-                ):
-                    vectors, elapsed = engine_run(adapter, batch, budget=budget)
-                    tps = tokens[length] / elapsed
-                    print(
-                        f"  engine {dtype:<8} {length} bp budget {budget:>5} {tps:8.0f} tok/s"
-                        f"  {100 * tps * flops / peak['best']:5.1f}% of the best matmul rate"
-                    )
-                    key = (dtype, length, budget)
-                    if tps > best.get(key, (0.0, None))[0]:
-                        best[key] = (tps, vectors)
+            for budget in budgets:
+                vectors, elapsed = engine_run(adapter, seqs, budget=budget)
+                tps = tokens / elapsed
+                print(
+                    f"  engine {dtype:<8} budget {budget:>5} {tps:8.0f} tok/s"
+                    f"  {100 * tps * flops / peak['best']:5.1f}% of the best matmul rate"
+                )
+                if tps > best.get((dtype, budget), (0.0, None))[0]:
+                    best[dtype, budget] = (tps, vectors)
 
-    print(f"summary (best of {args.rounds} rounds; load now {os.getloadavg()[0]:.1f})")
-    print(f"  naive loop: {naive_tps:.0f} tok/s")
-    for dtype in adapters:
-        key = max(
-            (k for k in best if k[0] == dtype and k[1] == "500"),
-            key=lambda k: best[k][0],
+    def best_budget(dtype: str) -> tuple[int, float, np.ndarray]:
+        """The budget of ``dtype``'s best run, its rate and vectors."""
+        budget = max(
+            (b for d, b in best if d == dtype), key=lambda b: best[dtype, b][0]
         )
-        tps, vectors = best[key]
+        return budget, *best[dtype, budget]
+
+    print(f"summary (best of {args.rounds} rounds; load now {load()})")
+    print(f"  naive loop: {naive_tps:.0f} tok/s")
+    figures = {"naive loop tokens/s": Figure(round(naive_tps), "tokens/s")}
+    for dtype in adapters:
+        budget, tps, vectors = best_budget(dtype)
         print(
             f"  engine {dtype} at 500 bp: {tps:.0f} tok/s = {tps / naive_tps:.1f}x the naive "
-            f"loop (best budget {key[2]}); max |diff| vs naive on its sequences "
+            f"loop (best budget {budget}); max |diff| vs naive on its sequences "
             f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
         )
+        # issue 22's targets (docs/models.md): fp32 >= 6x the naive loop, >= 40%
+        target = ">= 6" if dtype == "float32" else None
+        figures |= against_naive(f"engine {dtype} 500 bp", tps, naive_tps, target)
+        share = round(100 * tps * flops / peak["best"], 1)
+        figures[f"engine {dtype} share of best rate"] = Figure(share, "%", ">= 40")
     if len(adapters) == 2:
-        fp32, bf16 = (
-            best[
-                max((k for k in best if k[:2] == (d, "500")), key=lambda k: best[k][0])
-            ][1]
-            for d in ("float32", "bfloat16")
-        )
-        cos = (
-            (fp32 * bf16).sum(1)
-            / np.linalg.norm(fp32, axis=1)
-            / np.linalg.norm(bf16, axis=1)
-        )
-        print(
-            f"  bf16 vs fp32 vectors: cosine min {cos.min():.6f}, mean {cos.mean():.6f}"
-        )
+        cos = min_cosine(best_budget("float32")[2], best_budget("bfloat16")[2])
+        print(f"  bf16 vs fp32 vectors: cosine min {cos:.6f}")
+        figures["bf16 vs fp32 min cosine"] = Figure(round(cos, 5), "", ">= 0.999")
     if args.end_to_end:
-        end_to_end(folder, args.end_to_end, naive_tps, adapters, work)
+        many, _ = load_sequences("human_enhancers_cohn", 500, args.end_to_end, seed=2)
+        dtype = faster_dtype()
+        figures |= end_to_end(
+            folder,
+            many,
+            work,
+            dtype=dtype,
+            options=("--random-init", "0"),
+            tokens=sum(len(s) + 1 for s in many),
+            naive_rate=naive_tps,
+            adapter=adapters.get(dtype, adapters["float32"]),
+        )
     shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops
     print(
@@ -395,23 +239,15 @@ def main() -> None:
     )
     for dtype, adapter in adapters.items():
         budget = adapter.preferred_token_budget
-        shares = time_shares(adapter, seqs[: max(1, budget // 501)])
+        batch = seqs[: max(1, budget // 501)]
+        _, ops = op_seconds(lambda a=adapter, b=batch: a.embed_batch(b), KERNELS)
+        shares = by_category(ops, CATEGORIES)
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
         print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")
-    for dtype, adapter in adapters.items():
-        budget = adapter.preferred_token_budget
-        rate = {length: best[(dtype, length, budget)][0] for length in ("500", "251")}
-        seconds = sum(
-            (n + N_TRAIN) * (length + 1) / rate["500" if length == 500 else "251"]
-            for length, n in ATLAS.values()
-        )
-        seconds += (ATLAS_DEMO[1] + N_TRAIN) * (ATLAS_DEMO[0] + 1) / rate["251"]
-        print(
-            f"  atlas-full-v1 projected ({dtype}, budget {budget}, this machine and load): "
-            f"{seconds / 60:.1f} min with --rc none, {2 * seconds / 60:.1f} min with --rc average"
-        )
+    record("hyena_bench", figures, quick=args.quick, peaks=peak, argv=argv)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

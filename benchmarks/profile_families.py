@@ -1,76 +1,57 @@
 """Where a batch's time goes, per family, at each family's benchmark shape.
 
-For each family (``--families``, default all four) and dtype (``--dtypes``, default
-float32, the fast dtype on a CPU without bf16 instructions; add bfloat16 to see its
-emulation cost there) this builds the shape its speed benchmark uses, random weights:
+For each family (``--families``: bert and ntv2 as embed_bench builds them, caduceus as
+caduceus_bench, hyena as hyena_bench) and dtype (``--dtypes``), two tables:
 
-``bert``      the 512-wide 8-layer BERT, one token per base (embed_bench.py)
-``ntv2``      NT-v2 50m's published config, its seeded init (embed_bench.py)
-``caduceus``  Caduceus-ph at its published shape, d 256, 16 layers, RC average
-              (caduceus_bench.py)
-``hyena``     HyenaDNA medium-160k's shape, d 256, 8 layers (hyena_bench.py)
+* the engine in process: ``embed_sequences`` over ``--n`` real test sequences into a
+  fresh store, its wall time split by phase, each phase's own time (planning,
+  tokenising, the network, the store's commits, the read-back, the rest); start-up
+  (imports, model load) apart;
+* the network by op: one batch at the family's token budget under ``torch.profiler``,
+  self CPU time per op (numba kernels labelled), the top ``--top`` ops.
 
-and prints two tables:
-
-* **the engine in process**: ``embed_sequences`` over ``--n`` real test sequences
-  (251 and 500 bp) into a fresh store on disk, its wall time split by phase, each
-  phase's own time (nested phases are subtracted from their parent): planning
-  (validation, sha256 hashing, token counts, store look-up), tokenisation (also
-  that inside planning), the network, the store's commits, the read-back, and the
-  rest (padding, pooling, batching, Python between them). Start-up (imports, model
-  load) is shown apart;
-* **the network by op**: one batch at the family's token budget (``--batch-tokens``) under
-  ``torch.profiler``, self CPU time per op (numba kernels labelled), the top
-  ``--top`` ops and the rest.
-
-Also printed: the CPU kind (from /proc/cpuinfo's flags), the fp32 and bf16 matmul
-rates measured beside the runs, the load average.
-
-Run: ``.venv/bin/python benchmarks/profile_families.py [--families bert,ntv2]
+Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2]
 [--dtypes float32,bfloat16] [--n 128] [--top 12]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 START = time.perf_counter()
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.peaks import cpu_kind_line, describe, machine_peaks
-from benchmarks.shapes import (
-    build_bert_char,
-    build_ntv2_50m,
-    load_sequences,
+from benchmarks.common import (
+    cpu_kind_line,
+    describe,
+    load,
+    machine_peaks,
+    op_seconds,
+    record_beside,
+    set_threads,
+    wrapped,
 )
+from benchmarks.records import Figure
+from benchmarks.shapes import SHAPES, adapter_options, load_sequences
 from embedcache.engine import local as engine_local
 from embedcache.engine.batching import batch_rule, plan_batches
 from embedcache.models import load_adapter
 from embedcache.store import EmbeddingStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from embedcache.models.base import Adapter
 
 IMPORTS = time.perf_counter() - START
-PHASES = (
-    "plan (validate, hash, look up)",
-    "tokenise",
-    "network",
-    "store commit",
-    "read back",
-)
+PHASES = ("plan (validate, hash, look up)", "tokenise", "network", "store commit",
+          "read back")  # fmt: skip
 
 
 # --- phase clocks ---------------------------------------------------------------------
@@ -99,40 +80,12 @@ class Phases:
         return run
 
 
-@contextmanager
-def patched(obj: object, name: str, phases: Phases, phase: str) -> Iterator[None]:
-    """``obj.name`` timed as ``phase`` inside the block."""
-    original = getattr(obj, name)
-    setattr(obj, name, phases.timed(phase, original))
-    try:
-        yield
-    finally:
-        setattr(obj, name, original)
-
-
 # --- the families ---------------------------------------------------------------------
 
 
-def build(family: str, folder: Path) -> dict[str, Any]:
-    """Write ``family``'s benchmark shape into ``folder``; the load_adapter options."""
-    if family == "bert":
-        build_bert_char(folder)
-        return {}
-    if family == "ntv2":
-        build_ntv2_50m(folder)
-        return {"random_init": 0}
-    if family == "caduceus":
-        from benchmarks.caduceus_bench import make_checkpoint
-
-        make_checkpoint(folder)
-        return {"rc_mode": "average"}
-    if family == "hyena":
-        from benchmarks.hyena_bench import CONFIG
-
-        (folder / "config.json").write_text(json.dumps(CONFIG))
-        return {"random_init": 0}
-    msg = f"unknown family {family!r}"
-    raise SystemExit(msg)
+# each family at its speed benchmark's shape (benchmarks/shapes.py)
+FAMILY_SHAPES = {"bert": "bert-char-512x8", "ntv2": "ntv2-50m",
+                 "caduceus": "caduceus-ph", "hyena": "hyena-medium-160k"}  # fmt: skip
 
 
 def network_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
@@ -151,34 +104,6 @@ def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
     tokenizer = adapter.tokenizer
     names = [n for n in ("encode_many", "encode") if hasattr(tokenizer, n)]
     return [(tokenizer, n) for n in names]
-
-
-@contextmanager
-def labelled_kernels() -> Iterator[None]:
-    """The numba kernels as labelled ranges in torch's profiler."""
-    from benchmarks.wrapping import wrapped
-    from embedcache.models.families.caduceus import kernels as caduceus_kernels
-    from embedcache.models.families.hyena import kernels as hyena_kernels
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def labelled(*args: Any) -> Any:  # noqa: ANN401
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    with ExitStack() as stack:
-        stack.enter_context(
-            wrapped(caduceus_kernels, ("scan_gated", "conv_silu", "add_rms_norm"), wrap)
-        )
-        stack.enter_context(
-            wrapped(
-                hyena_kernels,
-                ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"),
-                wrap,
-            )
-        )
-        yield
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -202,7 +127,8 @@ def engine_phases(
     ]
     with ExitStack() as stack:
         for obj, name, phase in points:
-            stack.enter_context(patched(obj, name, phases, phase))
+            wrap = lambda _, fn, p=phase: phases.timed(p, fn)
+            stack.enter_context(wrapped(obj, [name], wrap))
         start = time.perf_counter()
         result = engine_local.embed_sequences(adapter, seqs, store)
         wall = time.perf_counter() - start
@@ -217,23 +143,18 @@ def op_profile(
 ) -> tuple[float, list[tuple[str, float]]]:
     """One batch at the adapter's token budget under torch.profiler: wall seconds,
     and (op, self CPU seconds) largest first."""
-    from torch.profiler import ProfilerActivity, profile
+    from benchmarks.hyena_bench import KERNELS
+    from embedcache.models.families.caduceus import kernels as caduceus_kernels
 
     longest = [s for s in seqs if len(s) == max(map(len, seqs))]
     counts = adapter.n_tokens_many(longest)
     rule = batch_rule(adapter, budget)
     batch = [longest[i] for i in plan_batches(counts, rule)[0]]
     adapter.embed_batch(batch)  # warm
-    with labelled_kernels(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        adapter.embed_batch(batch)
-        wall = time.perf_counter() - start
-    ops = [
-        (e.key, e.self_cpu_time_total / 1e6)
-        for e in prof.key_averages()
-        if e.self_cpu_time_total > 0
-    ]
-    return wall, sorted(ops, key=lambda kv: -kv[1])
+    names = ("scan_gated", "conv_silu", "add_rms_norm")
+    kernels = [(caduceus_kernels, names), *KERNELS]
+    wall, ops = op_seconds(lambda: adapter.embed_batch(batch), kernels)
+    return wall, list(ops.items())
 
 
 def report(
@@ -242,21 +163,20 @@ def report(
     options: dict[str, Any],
     folder: Path,
     args: argparse.Namespace,
-) -> None:
+) -> dict[str, Figure]:
     start = time.perf_counter()
     adapter = load_adapter(str(folder), device="cpu", dtype=dtype, **options)
     adapter.embed_batch(["ACGT" * 16])  # numba kernels: compiled or loaded once
-    load = time.perf_counter() - start
+    loaded = time.perf_counter() - start
     seqs, what = load_sequences(args.n, seed=2)
     tokens = sum(adapter.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
         wall, own = engine_phases(family, adapter, seqs, Path(tmp))
     rest = wall - sum(own.values())
-    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"\n{family} {dtype}: {what}, {tokens:,} tokens; start-up apart: imports "
         f"{IMPORTS:.2f} s (torch and the package, once), model load + kernels "
-        f"{load:.2f} s; load average {loadavg}"
+        f"{loaded:.2f} s; load average {load()}"
     )
     print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
     for name, seconds in [*own.items(), ("the rest (padding, pooling, Python)", rest)]:
@@ -271,38 +191,45 @@ def report(
         print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
     others = sum(s for _, s in ops[args.top :])
     print(f"    {'other ops':<38} {others:7.3f} s  {100 * others / total:5.1f}%")
+    return {
+        f"{family} {dtype} engine tokens/s": Figure(round(tokens / wall), "tokens/s"),
+        f"{family} {dtype} network share": Figure(
+            round(100 * own[PHASES[2]] / wall, 1), "%"
+        ),
+    }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="32 sequences a family")
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=None,
-        help="padded tokens of the profiled batch (default: the family's budget)",
-    )
+    parser.add_argument("--batch-tokens", type=int, help="profiled batch's tokens")
     parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n = 32
+    set_threads(args.threads)
+    peaks = machine_peaks()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; {cpu_kind_line()}; "
-        f"{describe(machine_peaks())}"
+        f"{describe(peaks)}"
     )
+    figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory() as root:
         for family in args.families.split(","):
             folder = Path(root) / family
             folder.mkdir()
-            options = build(family, folder)
+            shape = SHAPES[FAMILY_SHAPES[family]]
+            shape.build(folder)
+            options = adapter_options(shape)
             for dtype in args.dtypes.split(","):
-                report(family, dtype, options, folder, args)
-    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nat the end: {describe(machine_peaks())}; load average {loadavg}")
+                figures |= report(family, dtype, options, folder, args)
+    record_beside("profile_families", figures, peaks, quick=args.quick, argv=argv)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,36 +1,21 @@
 """How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
 
-For each size (default 1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M):
+For each size (1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M): ``fill``, a
+fresh process fills a new store with random 32 bp sequences under ``kmer-1``'s key as
+``embed`` does minus the model (hash, look up in hash order, ``put`` in batches with
+auto-merge, read back in input order into the output), with its wall and CPU time per
+row and peak RSS; ``cold local``, a fresh ``embedcache embed`` of 100 stored sequences
+(median of 3); ``store ls``; ``cold s3``, the same against moto's S3 server holding a
+copy, with its HTTP requests counted. Then the ratios the issue targets, largest size
+over smallest (the smallest is filled again after the largest: the machine drifts).
 
-- ``fill``: a fresh process fills a new local store with ``n`` random 32 bp sequences
-  under ``kmer-1``'s key the way ``embed`` does, minus the model (whose cost is the
-  model's, not the store's): hash every sequence, look them up in hash order, commit
-  them in batches of :data:`BATCH` through ``put`` (the writer's auto-merge on), then
-  read every vector back in input order (``read_into``) into the output array.
-  Prints its wall time, time per row (and CPU time per row, every thread: where the
-  two part, the fill waited) and peak RSS, and the peak over the output array.
-- ``cold local``: a fresh ``embedcache embed --model kmer-1`` of 100 known sequences
-  against that folder (all cached): wall and peak RSS (median of 3 runs).
-- ``store ls``: a fresh ``embedcache store ls`` of that folder (which counts the key's
-  vectors): wall time (a forked child's ru_maxrss would start at this process's size).
-- ``cold s3``: the same against moto's S3 server on 127.0.0.1 holding a copy of the
-  store, with the number of HTTP requests the run made (counted by a WSGI wrapper
-  around moto).
+Last, the server figure: in one process, the p99 of ``get`` of one stored hash idle
+and while another thread commits a 100,000-sequence job (target: within 2x idle); and
+beside it, alternating, the floor: the same reader while another process commits into
+another store, sharing only the machine.
 
-Then the ratios the issue targets (largest size over smallest): cold look-up time
-and RSS, fill time per row, fill peak RSS over the output array. The smallest size is
-filled once more after the largest, and the fill ratio is printed against that fill
-too: the machine's speed drifts within a run, and one fill on a slow stretch flatters.
-
-Last, the server figure: in one process, the p99 of ``get`` of one stored hash while
-idle, and while another thread commits a 100,000-sequence job through ``put`` (batches
-of 2,000, auto-merge on), and their ratio. Beside it, alternating, the floor the
-machine sets: the same reader while another process commits the same job into another
-store (sharing nothing with the reader but the cores, the disk and the kernel).
-``--p99-only``: the server figure and its floor alone, three sittings.
-
-Usage: ``python benchmarks/scale_bench.py [--quick] [--sizes N,N,...] [--no-s3]
-[--workdir DIR]``
+Run: ``python -m benchmarks run scale_bench [--quick] [--sizes N,N] [--no-s3]
+[--no-p99] [--p99-only] [--workdir DIR]``.
 """
 
 from __future__ import annotations
@@ -50,9 +35,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchmarks.common import load, machine_peaks
+from benchmarks.records import Figure, record
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+REPO = Path(__file__).resolve().parents[1]
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
 CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
@@ -63,7 +52,7 @@ FILL = r"""
 import json, os, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[4])
-from scale_bench import CHUNK, chunk_digests
+from benchmarks.scale_bench import CHUNK, chunk_digests
 from embedcache.data.seqfile import STREAM_ROWS
 from embedcache.engine.output import npy_rows
 from embedcache.models import load_adapter
@@ -75,7 +64,7 @@ key = load_adapter("kmer-1").key
 # as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
 from embedcache.engine.memory import return_freed_memory
 return_freed_memory()
-from scale_bench import hwm_mib
+from benchmarks.scale_bench import hwm_mib
 base = hwm_mib()  # imports only
 phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
 t0 = time.perf_counter()
@@ -118,7 +107,7 @@ EMBED = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 from embedcache.cli import main
-from scale_bench import hwm_mib
+from benchmarks.scale_bench import hwm_mib
 code = main(sys.argv[2:])
 print(f"hwm_mib={hwm_mib()}")
 sys.exit(code)
@@ -197,7 +186,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
 
 def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
     """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
-    here = str(Path(__file__).parent)
+    here = str(REPO)
     cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
     cmd += ["--store", store, "--input", str(known), "--output"]
     runs = []
@@ -236,55 +225,42 @@ class S3:
         )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
+        self.options = {
+            **dict.fromkeys(("aws_access_key_id", "aws_secret_access_key"), "testing"),
+            "aws_region": "us-east-1",
+            "aws_endpoint_url": self.endpoint,
+            "aws_allow_http": "true",
         }
+        self.env = {**os.environ, **{k.upper(): v for k, v in self.options.items()}}
 
     def upload(self, folder: Path, bucket: str) -> str:
+        """A copy of ``folder`` in a new bucket; the store's URL."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import boto3
         import obstore
 
         from embedcache.store import open_object_store
 
-        boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        ).create_bucket(Bucket=bucket)
+        creds = {k: v for k, v in self.options.items() if k.endswith(("_id", "_key"))}
+        s3 = boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1", **creds
+        )
+        s3.create_bucket(Bucket=bucket)
         url = f"s3://{bucket}/store"
-        opts = {
-            "aws_access_key_id": "testing",
-            "aws_secret_access_key": "testing",
-            "aws_region": "us-east-1",
-            "aws_endpoint_url": self.endpoint,
-            "aws_allow_http": "true",
-        }
-        raw = open_object_store(url, opts)
-        files = [p for p in folder.rglob("*") if p.is_file()]
-        from concurrent.futures import ThreadPoolExecutor
+        raw = open_object_store(url, self.options)
+
+        def put(path: Path) -> None:
+            obstore.put(raw, path.relative_to(folder).as_posix(), path.read_bytes())
 
         with ThreadPoolExecutor(16) as pool:
-            list(
-                pool.map(
-                    lambda p: obstore.put(
-                        raw, p.relative_to(folder).as_posix(), p.read_bytes()
-                    ),
-                    files,
-                )
-            )
+            list(pool.map(put, [p for p in folder.rglob("*") if p.is_file()]))
         return url
 
 
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
-    here = str(Path(__file__).parent)
+    here = str(REPO)
     output = workdir / f"out-{n}.npy"
     _, _, out = run_measured(
         [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here, str(output)]
@@ -301,16 +277,9 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
     out_mib = n * 4 * 4 / 2**20
-    row = {
-        "n": n,
-        "fill_s": fill["seconds"],
-        "fill_us_row": fill["seconds"] / n * 1e6,
-        "fill_cpu_us_row": fill["cpu"] / n * 1e6,
-        "fill_rss": fill_rss,
-        "fill_extra": fill_rss - fill["base_mib"],
-        "out_mib": out_mib,
-        "shards": fill["shards"],
-    }
+    row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
+           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
+           "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
     row["local_s"], row["local_rss"] = cold_embed(str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
     row["ls_s"], _, _ = run_measured(ls)
@@ -330,15 +299,14 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         f"{fill['shards']} shards",
         flush=True,
     )
+    s3_text = (
+        f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
+        f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
+    )
     print(
         f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
         f"{row['local_rss']:.0f} MiB; store ls {row['ls_s']:.2f} s"
-        + (
-            f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
-            f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
-            if s3 is not None
-            else ""
-        ),
+        + (s3_text if s3 is not None else ""),
         flush=True,
     )
     return row
@@ -366,7 +334,7 @@ def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
 FLOOR_WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from scale_bench import MODEL, p99_job
+from benchmarks.scale_bench import MODEL, p99_job
 from embedcache.models import load_adapter
 from embedcache.store import EmbeddingStore
 key = load_adapter(MODEL).key
@@ -385,9 +353,7 @@ def started_child(cmd: list[str]) -> subprocess.Popen:
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    assert proc.stdout is not None
-    assert proc.stdin is not None
-    assert proc.stdout.readline().strip() == "ready"
+    assert proc.stdout.readline().strip() == "ready"  # both pipes: PIPE above
     proc.stdin.write("go\n")
     proc.stdin.flush()
     return proc
@@ -438,7 +404,7 @@ def p99_under_commits(
         busy = sample(lambda: not done.is_set(), 10**9)
         thread.join()
     else:
-        cmd = [sys.executable, "-c", FLOOR_WRITER, str(Path(__file__).parent)]
+        cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
         proc = started_child(cmd)
         t0 = time.perf_counter()
@@ -462,98 +428,98 @@ def p99_under_commits(
     return p_idle, p_busy
 
 
-def server_figure(workdir: Path, sittings: int) -> None:
+def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, float]]:
     """The server figure, and beside it (alternating, one sitting each at a time)
     the floor: the same reader while a writer shares nothing with it but the
-    machine. The store's own share is the first busy p99 over the second."""
+    machine. The store's own share is the first busy p99 over the second.
+    (idle, busy, floor's busy) p99 ms per sitting."""
+    out = []
     for i in range(sittings):
-        _, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
+        idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
         print(
             f"  busy p99, this store's writer thread over the floor's: "
             f"{busy:.2f} / {floor:.2f} ms = {busy / floor:.2f}x",
             flush=True,
         )
+        out.append((idle, busy, floor))
+    return out
 
 
-def main() -> int:
-    if "--p99-only" in sys.argv:  # the server figure alone, three sittings
-        with tempfile.TemporaryDirectory() as tmp:
-            print(f"load average: {os.getloadavg()}")
-            server_figure(Path(tmp), 3)
-            print(f"load average: {os.getloadavg()}")
-        return 0
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
+    parser.add_argument("--p99-only", action="store_true", help="three sittings")
     parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
-    print(f"load average at start: {os.getloadavg()}", flush=True)
-    s3 = None if args.no_s3 else S3()
+    print(f"load average at start: {load()}", flush=True)
+    figures: dict[str, Figure] = {}
+
+    def ratio(name: str, value: float, target: str | None = None, note: str = "") -> None:  # fmt: skip
+        print(f"  {name:<24} {value:.2f}x {f'({target})' if target else ''} {note}")
+        figures[name] = Figure(round(value, 2), "x", target)
+
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        rows = [measure(n, Path(tmp), s3) for n in sizes]
-        first, last = rows[0], rows[-1]
-        x = f"{last['n']:,} vs {first['n']:,}"
-        print(f"\nratios, {x} rows (target):")
-        print(
-            f"  cold local look-up time  {last['local_s'] / first['local_s']:.2f}x (<= 1.5)"
-        )
-        print(
-            f"  cold local look-up RSS   {last['local_rss'] / first['local_rss']:.2f}x (<= 1.2)"
-        )
-        if s3 is not None:
-            print(
-                f"  cold s3 look-up time     {last['s3_s'] / first['s3_s']:.2f}x (<= 1.5)"
-            )
-            print(
-                f"  cold s3 look-up RSS      {last['s3_rss'] / first['s3_rss']:.2f}x (<= 1.2)"
-            )
-            print(
-                f"  cold s3 requests         {last['s3_requests']:.0f} vs "
-                f"{first['s3_requests']:.0f}"
-            )
-        print(
-            f"  fill time per row        {last['fill_us_row'] / first['fill_us_row']:.2f}x (<= 1.2)"
-        )
-        if len(rows) > 1:
-            # the machine's speed drifts over a run: the smallest fill again, after
-            # the largest, brackets it (a ratio on one slow stretch flatters)
-            again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
-            us_again = again["seconds"] / first["n"] * 1e6
-            mean = (first["fill_us_row"] + us_again) / 2
-            print(
-                f"  fill time per row        {last['fill_us_row'] / us_again:.2f}x against "
-                f"{first['n']:,} filled again after {last['n']:,} ({us_again:.2f} us/row, "
-                f"hash {again['hash'] / first['n'] * 1e6:.2f} us/row); "
-                f"{last['fill_us_row'] / mean:.2f}x against the mean of both"
-            )
-        # beside it, the CPU time (every thread): where the two part, the fill waited
-        # (on the disk: its fsyncs, and writeback of a store no longer in memory)
-        print(
-            f"  fill CPU time per row    "
-            f"{last['fill_cpu_us_row'] / first['fill_cpu_us_row']:.2f}x"
-        )
-        for r in rows:
-            print(
-                f"  fill peak over imports / output array at {r['n']:,}: "
-                f"{r['fill_extra'] / r['out_mib']:.2f}x (<= 2; whole peak "
-                f"{r['fill_rss'] / r['out_mib']:.2f}x)"
-            )
-        # the output streams to a file: the other form of the target is a peak
-        # bounded by the chunk, not growing with n
-        print(
-            f"  fill peak over imports   {last['fill_extra']:.0f} vs "
-            f"{first['fill_extra']:.0f} MiB: {last['fill_extra'] / first['fill_extra']:.2f}x "
-            "(bounded by the chunk: ~1x)"
-        )
+        s3 = None if args.no_s3 or args.p99_only else S3()
+        rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
+        if rows:
+            first, last = rows[0], rows[-1]
+            print(f"\nratios, {last['n']:,} vs {first['n']:,} rows (target):")
+
+            def grew(name: str, key: str, target: str | None = None) -> None:
+                ratio(name, last[key] / first[key], target)
+
+            grew("cold local look-up time", "local_s", "<= 1.5")
+            grew("cold local look-up RSS", "local_rss", "<= 1.2")
+            if s3 is not None:
+                grew("cold s3 look-up time", "s3_s", "<= 1.5")
+                grew("cold s3 look-up RSS", "s3_rss", "<= 1.2")
+                print(
+                    f"  cold s3 requests {last['s3_requests']:.0f} vs {first['s3_requests']:.0f}"
+                )
+            grew("fill time per row", "fill_us_row", "<= 1.2")
+            if len(rows) > 1:
+                # the machine's speed drifts over a run: the smallest fill again, after
+                # the largest, brackets it (a ratio on one slow stretch flatters)
+                again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
+                us_again = again["seconds"] / first["n"] * 1e6
+                note = f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)"
+                ratio(
+                    "fill per row vs again",
+                    last["fill_us_row"] / us_again,
+                    "<= 1.2",
+                    note,
+                )
+            # beside it, the CPU time (every thread): where the two part, the fill
+            # waited (on the disk: its fsyncs, and writeback of a store no longer in memory)
+            grew("fill CPU time per row", "fill_cpu_us_row")
+            for r in rows:
+                whole = f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)"
+                ratio(
+                    f"fill peak / output at {r['n']:,}",
+                    r["fill_extra"] / r["out_mib"],
+                    "<= 2",
+                    whole,
+                )
+            # the output streams to a file: the other form of the target is a peak
+            # bounded by the chunk, not growing with n (~1x)
+            grew("fill peak over imports", "fill_extra")
         if not args.no_p99:
             print()
-            server_figure(Path(tmp) / "p99", 2)
-    print(f"load average at end: {os.getloadavg()}", flush=True)
+            sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
+            # the median sitting: a p99 under load moves between sittings
+            busy_idle, busy_floor = np.median(
+                [(b / i, b / f) for i, b, f in sittings], 0
+            )
+            ratio("get p99 busy / idle", busy_idle, "<= 2")
+            ratio("get p99 busy / floor's busy", busy_floor)
+    print(f"load average at end: {load()}", flush=True)
+    record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 
 

@@ -1,43 +1,29 @@
 """`embedcache serve` against `embedcache embed` in one process, side by side in one run.
 
-The four figures of issue 20's "Done when", on one model (``--shape``, default
-``esm-6mer-512x12``: a stock ESM shaped like NT-v2 50m, 6-mer tokens, random weights,
-from benchmarks/shapes.py) and the same sequences:
+Issue 20's four figures on one model (``--shape``, default ``esm-6mer-512x12``, a
+stock ESM shaped like NT-v2 50m with random weights) and the same sequences; fp32,
+CPU, the server a subprocess on 127.0.0.1:
 
-(a) no hits: ``--clients`` (16) concurrent clients sending 32-sequence requests of
-    new sequences to a server on a fresh store, vs the engine in this process
-    (``embed_sequences`` with the model already loaded, as the server has it) on
-    another fresh store: tokens/s and their ratio (target >= 0.9x);
-(b) all hits: the same sequences again, 4 clients asking 512 a request as NPY:
-    vectors/s (target >= 20,000); then one client asking one cached sequence a
-    request: p50/p99 latency (target p99 < 20 ms);
-(c) fairness: one client streaming 10,000-sequence requests of new sequences while
-    eight clients each send one new sequence a request: their p99 latency against
-    the time of one forward batch, the mean the server's own /metrics report while
-    the stream runs alone just before (``--solo-batches``; its batches fill the token
-    budget; target <= 2x). The mixed period lasts ``--fair-seconds`` or
-    ``--mixed-batches`` batches, whichever is longer. The mean batch of the mixed period is printed too: it includes the
-    one-sequence clients' own short batches.
-(d) memory: the server's resident memory sampled through a bounded mixed run of
-    hits and misses; growth from the second third to the last (target < 5%).
+(a) no hits: ``--clients`` clients sending 32-sequence requests of new sequences
+    against the engine in this process on another fresh store (target >= 0.9x);
+(b) all hits: 4 clients asking 512 a request as NPY (>= 20,000 vectors/s); one client
+    asking one cached sequence a request (p99 < 20 ms);
+(c) fairness: eight one-sequence clients beside a client streaming 10,000-sequence
+    requests: their p99 against one forward batch, the mean /metrics report for the
+    stream alone just before (<= 2x);
+(d) memory: the server's RSS through a mixed run, second third to last (< 5%).
 
-Both sides run fp32 on the CPU with torch's default threads; the server is a
-subprocess on 127.0.0.1. The machine may be shared: the load average is printed with
-each part, and the ratios are what compare.
+``--quick``: a 256-wide 4-layer BERT and shorter parts.
 
-Run: ``.venv/bin/python benchmarks/serve_bench.py [--n 512] [--fair-seconds 20]
+Run: ``python -m benchmarks run serve_bench [--quick] [--n 512] [--fair-seconds 20]
 [--memory-seconds 30]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,9 +34,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.shapes import SHAPES, load_sequences
+from benchmarks.common import Server, load, machine_peaks
+from benchmarks.records import Figure, record
+from benchmarks.shapes import SHAPES, load_sequences, random_sequences
 from embedcache.client import EmbedClient
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
@@ -58,72 +44,13 @@ from embedcache.models.base import Adapter
 from embedcache.service import wire
 from embedcache.store import EmbeddingStore
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load() -> str:
-    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
-class Server:
-    """`embedcache serve --model MODEL` in a subprocess; stopped with SIGTERM."""
-
-    def __init__(self, store: Path, model: str, log: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", model),
-                *("--device", "cpu", "--port", self.url.rsplit(":", 1)[1]),
-                *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
-                # throughput, not deadlines: on a loaded machine part (a)'s clients
-                # wait longer than the default 300 s
-                *("--request-timeout", "3600"),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"server exited:\n{log.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + wire.ROUTE_READY, timeout=1).status_code == 200:
-                    return
-            time.sleep(0.2)
-        sys.exit("server not ready after 300 s")
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(self.url + wire.ROUTE_METRICS).text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.split("{")[0].split(" ")[0] == name
-        )
-
-    def rss(self) -> int:
-        import psutil
-
-        return psutil.Process(self.proc.pid).memory_info().rss
-
-    def stop(self) -> int:
-        self.proc.terminate()
-        code = self.proc.wait(120)
-        self._log.close()
-        return code
+SERVE_SHAPE = "esm-6mer-512x12"
+SERVE_OPTIONS = (
+    *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
+    # throughput, not deadlines: on a loaded machine part (a)'s clients wait longer
+    # than the default 300 s
+    *("--request-timeout", "3600"),
+)
 
 
 def part_a(
@@ -169,23 +96,27 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
     latencies = latencies[20:]  # connection set-up and first reads
     return {
         "vectors_per_s": rate,
-        "p50_ms": 1e3 * percentile(latencies, 50),
-        "p99_ms": 1e3 * percentile(latencies, 99),
+        "p50_ms": 1e3 * np.percentile(latencies, 50),
+        "p99_ms": 1e3 * np.percentile(latencies, 99),
     }
 
 
-def part_c(
-    server: Server, seconds: float, solo_batches: int, mixed_batches: int, seed: int
-) -> dict:
+def part_c(server: Server, args: argparse.Namespace) -> dict:
+    seconds, solo_batches, mixed_batches = (
+        args.fair_seconds,
+        args.solo_batches,
+        args.mixed_batches,
+    )
+    seed, n_stream = args.seed, args.stream_seqs
     stop = threading.Event()
     stream_rng = np.random.default_rng(seed + 1)
 
     def stream() -> None:
-        # short new sequences, so one 10,000-sequence request ends within seconds
-        with EmbedClient(server.url, max_sequences=10_000, concurrency=1) as client:
+        # short new sequences: a request ends soon after the mixed period does
+        with EmbedClient(server.url, max_sequences=n_stream, concurrency=1) as client:
             while not stop.is_set():
-                sizes = stream_rng.integers(60, 120, size=10_000)
-                big = ["".join(stream_rng.choice(list("ACGT"), size=m)) for m in sizes]
+                sizes = stream_rng.integers(60, 120, size=n_stream)
+                big = random_sequences(stream_rng, sizes)
                 client.embed(big, model="bench")
 
     def small(worker: int) -> list[float]:
@@ -193,9 +124,7 @@ def part_c(
         out = []
         with httpx.Client(base_url=server.url, timeout=120) as http:
             while not stop.is_set():
-                seq = "".join(
-                    rng.choice(list("ACGT"), size=int(rng.integers(200, 500)))
-                )
+                [seq] = random_sequences(rng, [rng.integers(200, 500)])
                 t0 = time.perf_counter()
                 r = http.post(
                     wire.ROUTE_EMBED,
@@ -243,8 +172,8 @@ def part_c(
 
     return {
         "n_small": len(latencies),
-        "p50_s": percentile(latencies, 50),
-        "p99_s": percentile(latencies, 99),
+        "p50_s": np.percentile(latencies, 50),
+        "p99_s": np.percentile(latencies, 99),
         "forward_s": mean(solo_start, mixed_start),
         "batches": mixed_start[1] - solo_start[1],
         "mixed_forward_s": mean(mixed_start, mixed_end),
@@ -267,7 +196,7 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     deadline = time.monotonic() + seconds
     with EmbedClient(server.url) as client:
         while time.monotonic() < deadline:
-            new = ["".join(rng.choice(list("ACGT"), size=300)) for _ in range(16)]
+            new = random_sequences(rng, [300] * 16)
             client.embed(new, model="bench")
             client.embed(seqs, model="bench")
     stop.set()
@@ -281,22 +210,28 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", default="esm-6mer-512x12", choices=sorted(SHAPES))
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter parts")
+    parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
     parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--hit-rounds", type=int, default=12)
     parser.add_argument("--fair-seconds", type=float, default=20.0)
-    parser.add_argument(
-        "--solo-batches", type=int, default=3, help="(c): the stream alone, batches"
-    )
-    parser.add_argument(
-        "--mixed-batches", type=int, default=12, help="(c): at least this many batches"
-    )
+    parser.add_argument("--solo-batches", type=int, default=3, help="(c) stream alone")
+    parser.add_argument("--mixed-batches", type=int, default=12, help="(c) at least")
+    parser.add_argument("--stream-seqs", type=int, default=10_000, help="(c) a request")
     parser.add_argument("--memory-seconds", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.clients, args.hit_rounds = 128, 4, 3
+        args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
+        args.solo_batches, args.stream_seqs = 2, 1_000
+        if (
+            args.shape == SERVE_SHAPE
+        ):  # a small model: a batch takes seconds, not minutes
+            args.shape = "bert-char-256x4"
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
@@ -312,17 +247,16 @@ def main() -> None:
         embed_sequences(
             adapter, seqs[:8], EmbeddingStore(work / "warm")
         )  # first allocations
-        server = Server(work / "store", f"bench={model_dir}", work / "server.log")
+        server = Server(
+            work / "store", f"bench={model_dir}", work / "server.log", SERVE_OPTIONS
+        )
         try:
             print(f"(a) load {load()}", flush=True)
             a = part_a(server, adapter, seqs, work, args.clients)
             print(f"(b) load {load()}", flush=True)
             b = part_b(server, seqs, args.hit_rounds)
             print(f"(c) load {load()}", flush=True)
-            c = part_c(
-                server, args.fair_seconds, args.solo_batches, args.mixed_batches,
-                args.seed,
-            )  # fmt: skip
+            c = part_c(server, args)
             print(f"(d) load {load()}", flush=True)
             d = part_d(server, seqs, args.memory_seconds, args.seed)
         finally:
@@ -330,38 +264,31 @@ def main() -> None:
                 log = (work / "server.log").read_text().splitlines()
                 print("server log, last lines:", *log[-40:], sep="\n")
             code = server.stop()
-        local_rate, served_rate = (
-            a["tokens"] / a["local_s"],
-            a["tokens"] / a["served_s"],
-        )
-        growth = d["last_mb"] / d["second_mb"] - 1
-        rows = [
-            ("(a) no hits: tokens/s, embed in process", f"{local_rate:,.0f}", ""),
-            (f"(a) no hits: tokens/s, {args.clients} clients x 32-seq requests",
-             f"{served_rate:,.0f}", f"{served_rate / local_rate:.2f}x (>= 0.9x)"),
-            ("(b) all hits: vectors/s served as NPY, 4 clients",
-             f"{b['vectors_per_s']:,.0f}", "(>= 20,000)"),
-            ("(b) cached 1-seq request latency p50 / p99",
-             f"{b['p50_ms']:.1f} / {b['p99_ms']:.1f} ms", "(p99 < 20 ms)"),
-            (f"(c) 8 one-seq clients beside a 10k stream: p50 / p99 ({c['n_small']} req)",
-             f"{c['p50_s']:.2f} / {c['p99_s']:.2f} s",
-             f"p99 = {c['p99_s'] / c['forward_s']:.2f}x a batch (<= 2x)"),
-            (f"(c) one forward batch: mean of the stream alone ({c['batches']:.0f})",
-             f"{c['forward_s']:.3f} s", ""),
-            (f"(c) mean forward batch while mixed ({c['mixed_batches']:.0f})",
-             f"{c['mixed_forward_s']:.3f} s", ""),
-            (f"(d) server RSS, 2nd third -> last third ({d['n_samples']} samples)",
-             f"{d['second_mb']:.0f} -> {d['last_mb']:.0f} MB",
-             f"{100 * growth:+.1f}% (< 5%)"),
-        ]  # fmt: skip
-        width = max(len(r[0]) for r in rows)
-        print(f"\n{'figure':<{width}}  {'value':>22}  ratio / target")
-        for name, value, note in rows:
-            print(f"{name:<{width}}  {value:>22}  {note}")
+        local, served = a["tokens"] / a["local_s"], a["tokens"] / a["served_s"]
+        growth = 100 * (d["last_mb"] / d["second_mb"] - 1)
         print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
+        small, batch = f"({c['n_small']} req)", f"({c['batches']:.0f})"
+        figures = {
+            "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
+            f"(a) no hits, {args.clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
+            "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
+            "(b) all hits, NPY, 4 clients": Figure(round(b["vectors_per_s"]), "vectors/s", ">= 20000"),
+            "(b) cached 1-seq request p50": Figure(round(b["p50_ms"], 1), "ms"),
+            "(b) cached 1-seq request p99": Figure(round(b["p99_ms"], 1), "ms", "< 20"),
+            f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(c["p99_s"], 2), "s"),
+            f"(c) one forward batch, stream alone {batch}": Figure(round(c["forward_s"], 3), "s"),
+            "(c) one-seq p99 / forward batch": Figure(round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"),
+            f"(c) mean batch while mixed ({c['mixed_batches']:.0f})": Figure(round(c["mixed_forward_s"], 3), "s"),
+            f"(d) server RSS, last third ({d['n_samples']} samples)": Figure(round(d["last_mb"]), "MB"),
+            "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
+        }  # fmt: skip
+        record(
+            "serve_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

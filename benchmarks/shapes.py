@@ -15,23 +15,48 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "genomic-benchmarks"
+# ../shared/data beside the checkout (a worktree looks further up)
+DATA = next(
+    (
+        p / "shared" / "data" / "genomic-benchmarks"
+        for p in REPO.parents
+        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
+    ),
+    REPO.parent / "shared" / "data" / "genomic-benchmarks",
+)
 FIXTURES = REPO / "tests" / "fixtures"
+CLASSIFIER_FIELDS = (
+    "id2label",
+    "label2id",
+    "problem_type",
+    "dtype",
+    "transformers_version",
+)
+BERT_SPECIALS = {
+    f"{t}_token": f"[{t.upper()}]" for t in ("pad", "unk", "cls", "sep", "mask")
+}
+ESM_SPECIALS = {f"{t}_token": f"<{t}>" for t in ("unk", "pad", "mask", "cls", "eos")}
 
 
 # --- sequences ------------------------------------------------------------------------
 
 
-def load_sequences(
-    n: int, seed: int = 0, *, data: Path = DATA
+def dataset_sequences(
+    n: int,
+    seed: int = 0,
+    *,
+    datasets: Sequence[str] | None = None,
+    lengths: Sequence[int] = (251, 500),
 ) -> tuple[list[str], str]:
-    """``n`` test sequences, half from each published test set here, shuffled."""
+    """``n`` test sequences, an equal part from each of ``datasets`` (default: every
+    published test set here), shuffled; random ones of ``lengths`` without the data."""
     rng = np.random.default_rng(seed)
-    files = sorted(data.glob("*/test.tsv")) if data.exists() else []
-    if files:
+    names = datasets or sorted(p.parent.name for p in DATA.glob("*/test.tsv"))
+    files = [DATA / name / "test.tsv" for name in names]
+    if files and all(f.exists() for f in files):
         import polars as pl
 
         per_file = -(-n // len(files))
@@ -44,11 +69,21 @@ def load_sequences(
             seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
         rng.shuffle(seqs)  # the naive loop must not profit from sorted input
         seqs = seqs[:n]
-        names = ", ".join(p.parent.name for p in files)
-        return seqs, f"{len(seqs)} real test sequences from {names}"
-    lengths = rng.choice([251, 500], size=n)
-    seqs = ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
-    return seqs, f"{n} random sequences (251/500 bp; shared data absent)"
+        return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
+    sizes = rng.choice(list(lengths), size=n)
+    seqs = random_sequences(rng, sizes)
+    about = "/".join(map(str, lengths))
+    return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+
+
+def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
+    """Random ACGT sequences of ``lengths``."""
+    return ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
+
+
+def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
+    """``n`` test sequences from every published test set here."""
+    return dataset_sequences(n, seed)
 
 
 # --- shapes ---------------------------------------------------------------------------
@@ -75,8 +110,7 @@ def build_bert_char(path: Path, *, width: int = 512, layers: int = 8) -> None:
     """A BERT (512-wide, 8 layers by default), one token per base, random weights."""
     from transformers import BertConfig, BertModel
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {t: i for i, t in enumerate([*specials, *"ACGTN"])}
+    vocab = {t: i for i, t in enumerate([*BERT_SPECIALS.values(), *"ACGTN"])}
     config = BertConfig(
         vocab_size=len(vocab),
         hidden_size=width,
@@ -87,26 +121,16 @@ def build_bert_char(path: Path, *, width: int = 512, layers: int = 8) -> None:
     )
     torch.manual_seed(0)
     BertModel(config, add_pooling_layer=False).eval().save_pretrained(path)
-    _save_fast_tokenizer(
-        path,
-        vocab,
-        ".",
-        "[CLS] $A [SEP]",
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    _save_fast_tokenizer(path, vocab, ".", "[CLS] $A [SEP]", **BERT_SPECIALS)
 
 
 def build_model(path: Path) -> None:
     """A stock ``EsmModel`` shaped like NT-v2 50m (GELU feed-forward, not gated) with
-    NT's 6-mer rule; random weights. Also dask_bench.py's model."""
+    NT's 6-mer rule; random weights (serve_bench's default model)."""
     from transformers import EsmConfig, EsmModel
 
-    specials = ["<unk>", "<pad>", "<mask>", "<cls>", "<eos>", "<bos>"]
     kmers = ["".join(k) for k in itertools.product("ACGT", repeat=6)]
+    specials = [*ESM_SPECIALS.values(), "<bos>"]
     vocab = {t: i for i, t in enumerate([*specials, *kmers, *"ACGTN"])}
     config = EsmConfig(
         vocab_size=len(vocab),
@@ -124,17 +148,7 @@ def build_model(path: Path) -> None:
     )
     torch.manual_seed(0)
     EsmModel(config, add_pooling_layer=False).eval().save_pretrained(path)
-    _save_fast_tokenizer(
-        path,
-        vocab,
-        "[ACGT]{6}|.",
-        "<cls> $A",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        cls_token="<cls>",
-        eos_token="<eos>",
-    )
+    _save_fast_tokenizer(path, vocab, "[ACGT]{6}|.", "<cls> $A", **ESM_SPECIALS)
 
 
 def build_ntv2_50m(path: Path) -> None:
@@ -158,29 +172,18 @@ def build_dnabert2(path: Path) -> None:
 def build_gena_base(path: Path) -> None:
     """GENA-LM base-t2t's published config and a 32k BPE trained on 4,000 real
     sequences, dressed as the published one (which the repository does not hold)."""
-    from tokenizers import (
-        Regex,
-        Tokenizer,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    import tokenizers as tk
 
-    printout = (
-        FIXTURES / "gena" / "published" / "gena-lm-bert-base-t2t.config-printout.json"
-    )
-    config = json.loads(printout.read_text())
+    printout = "gena-lm-bert-base-t2t.config-printout.json"
+    config = json.loads((FIXTURES / "gena" / "published" / printout).read_text())
     config.pop("_name_or_path")
     config["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.normalizer = normalizers.Sequence(
-        [normalizers.Strip(), normalizers.Replace(Regex("N{10,}"), "-")]
-    )
-    tok.pre_tokenizer = pre_tokenizers.Split("-", behavior="isolated")
-    trainer = trainers.BpeTrainer(
+    tok = tk.Tokenizer(tk.models.BPE(unk_token="[UNK]"))
+    runs_of_n = tk.normalizers.Replace(tk.Regex("N{10,}"), "-")
+    tok.normalizer = tk.normalizers.Sequence([tk.normalizers.Strip(), runs_of_n])
+    tok.pre_tokenizer = tk.pre_tokenizers.Split("-", behavior="isolated")
+    trainer = tk.trainers.BpeTrainer(
         vocab_size=config["vocab_size"],
         special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"],
         initial_alphabet=list("ACGTN"),
@@ -188,7 +191,7 @@ def build_gena_base(path: Path) -> None:
     )
     corpus, _ = load_sequences(4000, seed=1)
     tok.train_from_iterator(corpus, trainer)
-    tok.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    tok.post_processor = tk.processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
@@ -196,26 +199,34 @@ def build_gena_base(path: Path) -> None:
 
 
 def build_generator(path: Path) -> None:
-    """GENERator-1.2b's published width (2048, FFN 5632, 32 heads, 4 KV heads) at 4
-    of its 26 blocks."""
-    config = {
-        "architectures": ["GENERatorForCausalLM"],
-        "auto_map": {"AutoModelForCausalLM": "modeling_generator.GENERatorForCausalLM"},
-        "model_type": "llama",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "hidden_act": "silu",
-        "hidden_size": 2048,
-        "intermediate_size": 5632,
-        "initializer_range": 0.02,
-        "max_position_embeddings": 16384,
-        "num_attention_heads": 32,
-        "num_hidden_layers": 4,
-        "num_key_value_heads": 4,
-        "rms_norm_eps": 1e-05,
-        "rope_theta": 500000.0,
-        "tie_word_embeddings": False,
-        "vocab_size": 4128,
+    """GENERator-1.2b's published config (width 2048, FFN 5632, 32 heads, 4 KV heads)
+    at 4 of its 26 blocks."""
+    config = json.loads(
+        (FIXTURES / "generator" / "published" / "config.json").read_text()
+    )
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+
+
+def build_caduceus_ph(path: Path) -> None:
+    """Caduceus-ph's shape (d_model 256, 16 layers), from the shipped tiny config; its
+    weights come from the family's own init (``--random-init``, the official kinds)."""
+    shipped = REPO / "embedcache" / "models" / "architectures" / "caduceus-tiny"
+    config = json.loads((shipped / "config.json").read_text())
+    config |= {"d_model": 256, "n_layer": 16, "residual_in_fp32": False}
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def build_hyena_medium(path: Path) -> None:
+    """HyenaDNA medium-160k's shape (d_model 256, 8 layers, d_inner 1024, max_seq_len
+    160002): the published small-32k config with medium's depth and length."""
+    fixture = FIXTURES / "hyena" / "published_small32k_finetune_config.json"
+    config = json.loads(fixture.read_text())
+    for name in CLASSIFIER_FIELDS:
+        config.pop(name)
+    config |= {
+        "architectures": ["HyenaDNAForCausalLM"],
+        "n_layer": 8,
+        "max_seq_len": 160002,
     }
     (path / "config.json").write_text(json.dumps(config))
 
@@ -239,10 +250,14 @@ SHAPES = {
     "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),
     "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
     "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
+    "caduceus-ph": Shape("Caduceus-ph shape, RC average", build_caduceus_ph,
+                         (*RANDOM_INIT, "--rc", "average")),
+    "hyena-medium-160k": Shape("HyenaDNA medium-160k shape", build_hyena_medium, RANDOM_INIT),
 }  # fmt: skip
 
 
 def adapter_options(shape: Shape) -> dict[str, object]:
     """The shape's CLI options as :func:`load_adapter` keywords."""
     pairs = dict(zip(shape.options[::2], shape.options[1::2], strict=True))
-    return {"random_init": int(pairs["--random-init"])} if pairs else {}
+    rc = {"rc_mode": pairs["--rc"]} if "--rc" in pairs else {}
+    return {"random_init": int(pairs["--random-init"])} | rc if pairs else {}

@@ -296,10 +296,7 @@ def main() -> int:
             tokens=tokens,
         )
         print(
-            name,
-            "->",
-            out_dir,
-            f"hidden {config.hidden_size}, vocab {config.vocab_size}",
+            f"{name} -> {out_dir}: hidden {config.hidden_size}, vocab {config.vocab_size}"
         )
 
     meta = {

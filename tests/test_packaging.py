@@ -66,13 +66,8 @@ def venv_env(python: Path, home: Path) -> dict[str, str]:
 
 
 def test_the_wheel_holds_every_file_of_the_package(wheel):
-    tracked = subprocess.run(
-        ["git", "ls-files", "embedcache"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    git = ["git", "ls-files", "embedcache"]
+    tracked = subprocess.check_output(git, cwd=ROOT, text=True).split()
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [
         path for path in tracked if Path(ROOT, path).exists() and path not in names

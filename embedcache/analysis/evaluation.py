@@ -32,7 +32,7 @@ from embedcache.analysis.probe import (
     fit_probe,
     majority_label,
 )
-from embedcache.analysis.results import results_frame
+from embedcache.analysis.results import analysis_rows, results_frame
 from embedcache.analysis.selection import (
     FLOOR_ADAPTER,
     ModelEntry,
@@ -92,6 +92,17 @@ class Evaluation:
             msg = f"no model {name!r} in this evaluation; it holds {[e.name for e in self.entries]}"
             raise KeyError(msg)
         return found
+
+    def analysis_results(self, summary: pl.DataFrame) -> pl.DataFrame:
+        """``results.csv`` rows for an analysis of this evaluation (new metrics, same
+        columns); ``summary``: model, dataset, metric, value, ci_low, ci_high, n."""
+        return analysis_rows(
+            summary,
+            self.entries,
+            version=self.version,
+            subset_id=self.subset_id,
+            datasets=self.datasets,
+        )
 
     def ranking(self, *, metric: str = "accuracy") -> pl.DataFrame:
         """Ranked models only: rank (ties share), value, CI, n and the paired Δ to the best."""

@@ -2,7 +2,7 @@
 
 The board's rows come from a :class:`~embedcache.analysis.bootstrap.BootstrapResult`
 (:func:`results_frame`); the analyses add rows with new metrics and the same columns
-(:func:`analysis_results`). :func:`write_frame` writes any such frame atomically.
+(:func:`analysis_rows`). :func:`write_frame` writes any such frame atomically.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from embedcache.analysis.bootstrap import BootstrapResult
-    from embedcache.analysis.evaluation import Evaluation
     from embedcache.analysis.selection import ModelEntry
 
 logger = logging.getLogger(__name__)
@@ -61,41 +60,46 @@ def results_frame(
     subset_id: str,
 ) -> pl.DataFrame:
     """The ``results.csv`` frame: one row per (model, dataset or mean, metric)."""
-    summary = boot.summary()
-    dataset_order = {d: i for i, d in enumerate((*boot.dataset_names, MEAN))}
-    metric_order = {m: i for i, m in enumerate(METRICS)}
-    return (
-        summary.join(_entry_meta(entries), on="model", how="left")
-        .with_columns(
-            pl.lit(version).alias("version"),
-            pl.lit(subset_id).alias("subset_id"),
-            pl.col("dataset").replace_strict(dataset_order).alias("_d"),
-            pl.col("metric").replace_strict(metric_order).alias("_m"),
-            pl.col("n").cast(pl.Int64),
-        )
-        .sort(["_order", "_d", "_m"])
-        .select(RESULT_COLUMNS)
+    return analysis_rows(
+        boot.summary(),
+        entries,
+        version=version,
+        subset_id=subset_id,
+        datasets=boot.dataset_names,
+        metrics=METRICS,
     )
 
 
-def analysis_results(evaluation: Evaluation, summary: pl.DataFrame) -> pl.DataFrame:
-    """``results.csv`` rows for an analysis of ``evaluation`` (new metrics, same columns).
+def analysis_rows(
+    summary: pl.DataFrame,
+    entries: Sequence[ModelEntry],
+    *,
+    version: str,
+    subset_id: str,
+    datasets: Sequence[str],
+    metrics: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """``results.csv`` rows of ``summary`` (columns model, dataset, metric, value,
+    ci_low, ci_high, n; models named as in ``entries``), in the entries' order.
 
-    ``summary`` has columns model, dataset, metric, value, ci_low, ci_high, n, with
-    models named as in the evaluation; rows follow the evaluation's model order.
+    With ``metrics``, then by dataset and by that metric order (the protocol's own
+    rows); without, by metric name and then dataset (an analysis of an evaluation:
+    :meth:`Evaluation.analysis_results` passes its own fields).
     """
-    dataset_order = {d: i for i, d in enumerate((*evaluation.datasets, MEAN))}
-    return (
-        summary.join(_entry_meta(evaluation.entries), on="model", how="left")
-        .with_columns(
-            pl.lit(evaluation.version).alias("version"),
-            pl.lit(evaluation.subset_id).alias("subset_id"),
-            pl.col("dataset").replace_strict(dataset_order).alias("_d"),
-            pl.col("n").cast(pl.Int64),
-        )
-        .sort(["_order", "metric", "_d"], maintain_order=True)
-        .select(RESULT_COLUMNS)
+    dataset_order = {d: i for i, d in enumerate((*datasets, MEAN))}
+    frame = summary.join(_entry_meta(entries), on="model", how="left").with_columns(
+        pl.lit(version).alias("version"),
+        pl.lit(subset_id).alias("subset_id"),
+        pl.col("dataset").replace_strict(dataset_order).alias("_d"),
+        pl.col("n").cast(pl.Int64),
     )
+    if metrics is None:
+        frame = frame.sort(["_order", "metric", "_d"], maintain_order=True)
+    else:
+        order = {m: i for i, m in enumerate(metrics)}
+        frame = frame.with_columns(pl.col("metric").replace_strict(order).alias("_m"))
+        frame = frame.sort(["_order", "_d", "_m"])
+    return frame.select(RESULT_COLUMNS)
 
 
 def write_frame(

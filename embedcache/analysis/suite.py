@@ -31,7 +31,6 @@ from embedcache.analysis.layers import LayerSweeps, layer_sweeps
 from embedcache.analysis.leakage import DatasetAudit, audit_datasets, full_train_audit
 from embedcache.analysis.pretraining import pretraining_gain
 from embedcache.analysis.rc import RcScores, rc_scores
-from embedcache.analysis.results import analysis_results
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,11 +64,11 @@ class Analyses:
         (last, where reverse complements are stored) accuracy_rc rows."""
         frames = [
             evaluation.results,
-            analysis_results(evaluation, self.clean.summary()),
-            analysis_results(evaluation, self.clustered.results_summary()),
+            evaluation.analysis_results(self.clean.summary()),
+            evaluation.analysis_results(self.clustered.results_summary()),
         ]
         if self.rc is not None and self.rc.bootstrap is not None:
-            frames.append(analysis_results(evaluation, self.rc.summary()))
+            frames.append(evaluation.analysis_results(self.rc.summary()))
         return pl.concat(frames)
 
 

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(sub)
     add_models_command(sub)
     add_report_commands(sub)
-    add_demo_command(sub)
+    add_demo_command(sub, parser)
     add_serve_command(sub)
     return parser
 

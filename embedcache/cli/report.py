@@ -47,7 +47,10 @@ def add_report_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_report)
 
 
-def add_demo_command(sub: argparse._SubParsersAction) -> None:
+def add_demo_command(
+    sub: argparse._SubParsersAction, parser: argparse.ArgumentParser
+) -> None:
+    """``demo``, whose steps run through ``parser`` (the whole command line's)."""
     p = sub.add_parser(
         "demo",
         help="offline: draw demo-v1, embed it with the built-in floors and a "
@@ -57,7 +60,7 @@ def add_demo_command(sub: argparse._SubParsersAction) -> None:
         "--store", default=default_store(), help="a folder or s3://, gs://, az:// URL"
     )
     p.add_argument("--output-dir", type=Path, default=Path("reports"))
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=_cmd_demo, command_line=parser)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -110,10 +113,8 @@ def _demo_steps(store: str, output_dir: Path, version: str) -> list[list[str]]:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from embedcache.cli import build_parser
-
     version = "demo-v1"
-    parser = build_parser()
+    parser = args.command_line
     for step in _demo_steps(str(args.store), args.output_dir, version):
         print(f"$ embedcache {' '.join(step)}", flush=True)
         step_args = parser.parse_args(step)

@@ -20,7 +20,8 @@ import numpy as np
 
 from embedcache.engine.output import npy_rows, write_npy
 from embedcache.errors import AdapterOptionError, ClusterError, InputFileError
-from embedcache.models.options import LAST_LAYER, EmbedOptions, parse_layers
+from embedcache.models.options import LAST_LAYER, EmbedOptions
+from embedcache.models.registry import parse_layers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -57,7 +58,7 @@ def embed_options(
 
     Among the fields, ``layers`` may be a spec (``"all"``, ``"2,6,12"``) and
     ``layer`` one layer, as ``--layers`` and ``--layer`` give them; ``all`` reads
-    ``model``'s layer count (:func:`~embedcache.models.options.parse_layers`).
+    ``model``'s layer count (:func:`~embedcache.models.registry.parse_layers`).
 
     Raises
     ------

@@ -46,7 +46,7 @@ def return_freed_memory(threshold: int = RETURN_BYTES) -> bool:
     later blocks of that size then come from the heap, and a heap whose top is still
     in use keeps them after they are freed. Over a million-sequence run of a k-mer
     floor those kept temporaries (look-up chunks, merges, read-back) grew the peak
-    (benchmarks/memory_bench.py). Returns False, changing nothing, without
+    (docs/design/engine-memory.md). Returns False, changing nothing, without
     ``mallopt``.
     """
     done = _mallopt(_M_MMAP_THRESHOLD, threshold)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from embedcache.engine.plan import EmbedPlan, WorkUnit
 
 # Unit size. A unit costs ~10-110 ms beyond its compute (the Dask round trip and one
-# store commit per key; benchmarks/dask_bench.py, the high end on a saturated
+# store commit per key; docs/design/dask-units.md, the high end on a saturated
 # machine), so units are sized to about TARGET_UNIT_SECONDS of a worker's measured
 # rate, and near the end of a job, to keep the tail short, down to half a worker's
 # share of what is left but never below FLOOR_UNIT_SECONDS: overhead stays under 5%

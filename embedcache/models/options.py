@@ -140,44 +140,6 @@ def _check(what: str, value: str, allowed: tuple[str, ...]) -> None:
         raise AdapterOptionError(msg)
 
 
-def parse_layers(
-    spec: str | None,
-    *,
-    layer: int = LAST_LAYER,
-    model: str,
-    revision: str | None = None,
-) -> tuple[int, ...]:
-    """The layers of ``--layer L`` or ``--layers all|L1,L2,...`` (all: -1, then 0..n-1).
-
-    ``all`` reads the model's layer count from its config (no weights loaded).
-
-    Raises
-    ------
-    AdapterOptionError
-        Both a layer and a spec, a spec that is not ``all`` or a comma list of
-        integers, or ``all`` for a model without layers.
-    """
-    if spec is None:
-        return (layer,)
-    if layer != LAST_LAYER:
-        msg = "give --layer or --layers, not both"
-        raise AdapterOptionError(msg)
-    if spec.strip().lower() == "all":
-        from embedcache.models.registry import layer_count
-
-        n = layer_count(model, revision=revision)
-        return (LAST_LAYER, *range(n))
-    try:
-        layers = tuple(int(part) for part in spec.split(",") if part.strip())
-    except ValueError as err:
-        msg = f"--layers {spec!r} is not 'all' or a comma list of integers like 2,6,12"
-        raise AdapterOptionError(msg) from err
-    if not layers:
-        msg = "--layers names no layer"
-        raise AdapterOptionError(msg)
-    return layers
-
-
 __all__ = [
     "DTYPES",
     "FLAGS",
@@ -188,6 +150,5 @@ __all__ = [
     "TRUNCATION_POLICIES",
     "EmbedOptions",
     "non_default",
-    "parse_layers",
     "random_init_revision",
 ]

@@ -35,7 +35,7 @@ from embedcache.errors import (
     UnknownModelError,
 )
 from embedcache.hashing import files_digest
-from embedcache.models.options import EmbedOptions
+from embedcache.models.options import LAST_LAYER, EmbedOptions
 from embedcache.models.shared.checkpoint import Source
 from embedcache.models.shared.cpu_features import (
     AUTO,
@@ -389,6 +389,42 @@ def layer_count(model: str, *, revision: str | None = None) -> int:
             return value
     msg = f"{folder}/config.json names no layer count ({describe_config(config)})"
     raise UnknownModelError(msg)
+
+
+def parse_layers(
+    spec: str | None,
+    *,
+    layer: int = LAST_LAYER,
+    model: str,
+    revision: str | None = None,
+) -> tuple[int, ...]:
+    """The layers of ``--layer L`` or ``--layers all|L1,L2,...`` (all: -1, then 0..n-1).
+
+    ``all`` reads the model's layer count from its config (no weights loaded).
+
+    Raises
+    ------
+    AdapterOptionError
+        Both a layer and a spec, a spec that is not ``all`` or a comma list of
+        integers, or ``all`` for a model without layers.
+    """
+    if spec is None:
+        return (layer,)
+    if layer != LAST_LAYER:
+        msg = "give --layer or --layers, not both"
+        raise AdapterOptionError(msg)
+    if spec.strip().lower() == "all":
+        n = layer_count(model, revision=revision)
+        return (LAST_LAYER, *range(n))
+    try:
+        layers = tuple(int(part) for part in spec.split(",") if part.strip())
+    except ValueError as err:
+        msg = f"--layers {spec!r} is not 'all' or a comma list of integers like 2,6,12"
+        raise AdapterOptionError(msg) from err
+    if not layers:
+        msg = "--layers names no layer"
+        raise AdapterOptionError(msg)
+    return layers
 
 
 # what each built-in floor is, for messages about options that do not apply to it

@@ -8,7 +8,7 @@ from embedcache.analysis.bootstrap import bootstrap_dataset, percentile_ci
 from embedcache.analysis.clean import clean_rank_changes, clean_scores
 from embedcache.analysis.clusters import ClusterLabels
 from embedcache.analysis.leakage import DatasetAudit, LeakageFlags
-from embedcache.analysis.results import RESULT_COLUMNS, analysis_results
+from embedcache.analysis.results import RESULT_COLUMNS
 from embedcache.errors import AnalysisInputError
 from tests.evaluations import make_evaluation
 
@@ -110,7 +110,7 @@ def test_rank_change_is_flagged():
 
 def test_results_rows_have_the_results_columns():
     evaluation, audits = _memoriser()
-    rows = analysis_results(evaluation, clean_scores(evaluation, audits).summary())
+    rows = evaluation.analysis_results(clean_scores(evaluation, audits).summary())
     assert rows.columns == list(RESULT_COLUMNS)
     assert rows.height == 2 * 3
     assert rows["dataset"].to_list() == ["a", "b", "mean"] * 2

@@ -85,7 +85,7 @@ def test_last_layer_numbers_equal_the_board(planted):
 
 def test_layers_flag_parses_all_and_lists():
     from embedcache.errors import AdapterOptionError
-    from embedcache.models.options import parse_layers
+    from embedcache.models.registry import parse_layers
 
     def args(layers, layer=-1, model="caduceus-tiny"):
         return {"spec": layers, "layer": layer, "model": model, "revision": None}

@@ -153,3 +153,17 @@ def test_report_prints_the_package_summary(tmp_path, capsys, monkeypatch):
         f"results:  {paths.results}",
         f"report:   {paths.html}",
     ]
+
+
+def test_demo_runs_its_steps_through_the_whole_command_line(
+    monkeypatch, capsys, tmp_path
+):
+    from embedcache.cli import report as cli_report
+
+    steps = [["versions"], ["models"]]
+    monkeypatch.setattr(cli_report, "_demo_steps", lambda *args: steps)
+    assert main(["demo", "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "$ embedcache versions" in out
+    assert "$ embedcache models" in out
+    assert "demo-v1" in out.splitlines()[-1]

@@ -24,7 +24,7 @@ import struct
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -55,12 +55,25 @@ class Rule:
         )
 
 
+Head = tuple[str, str, list[str]]  # a request's method, path and header lines
+
+
 class ProxyThread:
     """An asyncio server on 127.0.0.1 (a free port) in its own thread, calling
-    ``handle(reader, writer)`` for each connection."""
+    ``handle(head, reader, writer)`` for each request whose head (method, path,
+    headers) arrives; a connection closed before it is dropped."""
 
     def __init__(self, handle: Callable[..., Awaitable[None]], *, name: str) -> None:
         self.handle, self.name = handle, name
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        head = await read_head(reader)
+        if head is None:
+            writer.close()
+            return
+        await self.handle(head, reader, writer)
 
     def start(self) -> int:
         """Serve; the port."""
@@ -68,7 +81,7 @@ class ProxyThread:
         self._loop = asyncio.new_event_loop()
 
         async def serve() -> None:
-            self._server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
 
@@ -89,8 +102,23 @@ class ProxyThread:
         self._thread.join(10)
 
 
+class ServedProxy:
+    """``start()`` serves ``self.handle`` in a :class:`ProxyThread` (its port in
+    ``self.port``), ``stop()`` stops it."""
+
+    name = "a proxy"
+
+    def start(self) -> Self:
+        self._serving = ProxyThread(self.handle, name=self.name)
+        self.port = self._serving.start()
+        return self
+
+    def stop(self) -> None:
+        self._serving.stop()
+
+
 @dataclass
-class FaultProxy:
+class FaultProxy(ServedProxy):
     """``http://127.0.0.1:<port>`` forwarding to ``upstream`` with faults injected.
 
     ``schedule`` holds the faults (or None for "pass") applied, in turn, to the next
@@ -174,23 +202,16 @@ class FaultProxy:
 
     # --- serving (in the proxy's own thread) ---------------------------------------
 
-    def start(self) -> FaultProxy:
+    name = "the fault proxy"
+
+    def start(self) -> Self:
         self._rng = random.Random(self.seed)
         self._seen: set[tuple[str, str]] = set()
-        self._serving = ProxyThread(self._handle, name="the fault proxy")
-        self.port = self._serving.start()
-        return self
+        return super().start()
 
-    def stop(self) -> None:
-        self._serving.stop()
-
-    async def _handle(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    async def handle(
+        self, head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        head = await read_head(reader)
-        if head is None:
-            writer.close()
-            return
         method, path, headers = head
         fault = self._choose(method, path)
         if fault == "refuse":
@@ -230,7 +251,7 @@ class FaultProxy:
 
 async def read_head(
     reader: asyncio.StreamReader,
-) -> tuple[str, str, list[str]] | None:
+) -> Head | None:
     """A request's method, path and header lines (None if the client left)."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +46,13 @@ def read_expected(folder: Path) -> dict[str, np.ndarray]:
     """The official vectors of a fixture folder (``expected.npz``), by name."""
     with np.load(folder / "expected.npz") as data:
         return {name: data[name] for name in data.files}
+
+
+def with_random_seqs(edges: list[str], *, seed: int, n: int, max_len: int) -> list[str]:
+    """``edges`` and ``n`` random ACGTN sequences of 0 to ``max_len`` - 1 bases."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, max_len, size=n)
+    return [*edges, *("".join(rng.choice(list("ACGTN"), size=int(m))) for m in sizes)]
 
 
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -104,8 +113,9 @@ def expected_fixture(folder: Path):
 
 
 def variant_fixtures(folder: Path, variants: tuple[str, ...]):
-    """Module fixtures ``adapters`` (variant -> adapter with the defaults, loaded
-    once) and ``variant`` (parametrised over ``variants``)."""
+    """Module fixtures ``expected`` (as :func:`expected_fixture`), ``adapters``
+    (variant -> adapter with the defaults, loaded once) and ``variant``
+    (parametrised over ``variants``)."""
 
     @pytest.fixture(scope="module")
     def adapters():
@@ -115,7 +125,65 @@ def variant_fixtures(folder: Path, variants: tuple[str, ...]):
     def variant(request) -> str:
         return request.param
 
-    return adapters, variant
+    return expected_fixture(folder), adapters, variant
+
+
+def copy_folder(source: Path, tmp_path: Path) -> Path:
+    """A copy of the model folder ``source`` under ``tmp_path``, to edit."""
+    return Path(shutil.copytree(source, tmp_path / source.name))
+
+
+def assert_refused(path, error: type[Exception], match: str, **options) -> None:
+    """Loading ``path`` (on the CPU, with ``options``) raises ``error``, ``match``."""
+    with pytest.raises(error, match=match):
+        load_adapter(str(path), device="cpu", **options)
+
+
+def assert_needs_file(folder: Path, name: str) -> None:
+    """Without ``name``, loading ``folder`` is a CheckpointError that names it."""
+    from embedcache.errors import CheckpointError
+
+    (folder / name).unlink()
+    assert_refused(folder, CheckpointError, f"no {re.escape(name)}")
+
+
+# options no encoder of fixed, non-k-mer tokens and bidirectional attention takes
+ENCODER_REFUSALS = {"kmer-split": {"kmer_split": 3}, "causal": {"pooling": "last"}}
+
+
+def assert_options_refused(path, refusals: dict[str, dict]) -> None:
+    """Each ``{match: options}``: loading ``path`` with the options is an
+    AdapterOptionError matching ``match``."""
+    from embedcache.errors import AdapterOptionError
+
+    for match, options in refusals.items():
+        assert_refused(path, AdapterOptionError, match, **options)
+
+
+def assert_bfloat16_close(path, seqs, fp32: np.ndarray) -> np.ndarray:
+    """``path`` in bfloat16 gives float32 vectors within cosine 0.999 of ``fp32``
+    and says bfloat16 in its key; its vectors."""
+    adapter = load_adapter(str(path), device="cpu", dtype="bfloat16")
+    got = adapter.embed_batch(seqs)
+    assert got.dtype == np.float32
+    assert adapter.key.dtype == "bfloat16"
+    assert min_cosine(fp32, got) > 0.999
+    return got
+
+
+def published_network(path: Path, data: Path, arch_from_config, network_class):
+    """A published config's network built on the meta device, its parameter count
+    checked against the official count in ``data``/meta.json; (arch, network, counts)."""
+    import torch
+
+    config = json.loads(path.read_text())
+    counts = json.loads((data / "meta.json").read_text())["published_param_counts"]
+    arch = arch_from_config(config, where=path.name)
+    with torch.device("meta"):
+        network = network_class(arch)
+    n_params = sum(p.numel() for p in network.parameters())
+    assert n_params == counts[path.name]["encoder_kept"]  # the official encoder's
+    return arch, network, counts[path.name]
 
 
 def edit_config(folder: Path, *, drop=(), **changes) -> None:
@@ -131,7 +199,15 @@ def edit_config(folder: Path, *, drop=(), **changes) -> None:
 
 
 class AdapterContract:
+    """Set ``folder`` (and ``options``), or override the ``adapter`` fixture."""
+
     seqs = ("ACGTACGTAC", "GGGCCCAANT", "A", "TTTTGCA")
+    folder: Path
+    options: tuple[tuple[str, str], ...] = ()  # load_adapter keywords
+
+    @pytest.fixture(scope="class")
+    def adapter(self):
+        return load_adapter(str(self.folder), device="cpu", **dict(self.options))
 
     def test_is_an_adapter(self, adapter):
         assert isinstance(adapter, Adapter)
@@ -166,6 +242,7 @@ class RCAverageContract(AdapterContract):
 
     rc_seqs = ("ACGTTGCANNAGTCCATG", "GATTACA", "A")
     rc_atol = 1e-5
+    options = (("rc_mode", "average"),)
 
     def test_is_rc_invariant(self, adapter):
         seqs = list(self.rc_seqs)

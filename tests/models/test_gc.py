@@ -11,7 +11,7 @@ from embedcache.hashing import reverse_complement
 from embedcache.models import base, load_adapter
 from embedcache.models.floors import gc_content
 from embedcache.models.floors.gc_content import GCAdapter, gc_fraction
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import AdapterContract, with_random_seqs
 
 
 class TestGCContract(AdapterContract):
@@ -94,18 +94,8 @@ def test_a_batch_counts_each_sequence_on_its_own(monkeypatch, max_bases):
             *a, **{**kw, "max_bases": min(kw["max_bases"], max_bases)}
         ),
     )
-    rng = np.random.default_rng(3)
-    seqs = [
-        "",
-        "N",
-        "NNNN",
-        "GC",
-        "ATN",
-        *[
-            "".join(rng.choice(list("ACGTN"), size=int(rng.integers(0, 30))))
-            for _ in range(50)
-        ],
-    ]
+    edges = ["", "N", "NNNN", "GC", "ATN"]
+    seqs = with_random_seqs(edges, seed=3, n=50, max_len=30)
     want = []
     for seq in seqs:  # the module docstring's rule, in plain Python
         gc, at = sum(seq.count(b) for b in "GC"), sum(seq.count(b) for b in "AT")

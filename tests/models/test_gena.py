@@ -33,14 +33,7 @@ PUBLISHED = sorted((DATA / "published").glob("*.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-expected = contract.expected_fixture(DATA)
-adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
-
-
-def copy_model(tmp_path: Path, variant: str = "gena_base") -> Path:
-    folder = tmp_path / variant
-    shutil.copytree(DATA / variant, folder)
-    return folder
+expected, adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
 
 
 def to_safetensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -95,23 +88,21 @@ def test_native_bert_path_refuses_gena_weights():
 
 
 def test_recognised_by_weight_names_when_the_config_lacks_gena_fields(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
     contract.edit_config(folder, drop=("pre_layer_norm", "last_layer_norm", "auto_map"))
     config = read_config(folder)
     # a single pickle cannot be listed cheaply: no GENA evidence, so the native path,
     # which refuses the weights rather than loading them into the wrong class
     assert recognise_family(config, folder).FAMILY == "hf-encoder"
-    with pytest.raises(errors.CheckpointError, match="wrong class"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "wrong class")
     to_safetensors(folder)
     assert recognise_family(read_config(folder), folder).FAMILY == "gena"
     # recognised, but the config does not say pre-LN: refused, not guessed
-    with pytest.raises(errors.CheckpointError, match="pre_layer_norm"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "pre_layer_norm")
 
 
 def test_safetensors_checkpoint_loads_the_same(tmp_path, expected):
-    folder = copy_model(tmp_path, "gena_lastln")
+    folder = contract.copy_folder(DATA / "gena_lastln", tmp_path)
     to_safetensors(folder)
     got = load_adapter(str(folder), device="cpu").embed_batch(
         contract.fixture_sequences(DATA)
@@ -120,10 +111,9 @@ def test_safetensors_checkpoint_loads_the_same(tmp_path, expected):
 
 
 def test_auto_map_without_gena_evidence_needs_remote_code(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
     contract.edit_config(folder, drop=("pre_layer_norm", "last_layer_norm"))
-    with pytest.raises(errors.UnknownModelError, match="trust-remote-code"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.UnknownModelError, "trust-remote-code")
 
 
 def test_plain_bert_is_not_gena(tiny_bert_dir, tmp_path):
@@ -145,24 +135,21 @@ def test_published_config_is_recognised_and_builds_the_published_shapes(path):
     config = json.loads(path.read_text())
     assert config["model_type"] == "bert"
     assert recognise_family(config, path.parent).FAMILY == "gena"
-    counts = json.loads((DATA / "meta.json").read_text())["published_param_counts"]
-    arch = arch_from_config(config, where=path.name)
-    with torch.device("meta"):
-        network = GenaNetwork(arch)
-    n_params = sum(p.numel() for p in network.parameters())
-    assert n_params == counts[path.name]["encoder_kept"]  # the official bert.* count
+    arch, network, counts = contract.published_network(
+        path, DATA, arch_from_config, GenaNetwork
+    )  # the official bert.* count
     base = "base" in path.name
     assert hasattr(network.encoder, "last_layer_ln") is not base
     assert arch.n_layers == (12 if base else 24)
     # the published sizes: 110M (base) and 336M (large) with the masked-LM head
-    assert round(counts[path.name]["total"] / 1e6) == (111 if base else 337)
+    assert round(counts["total"] / 1e6) == (111 if base else 337)
 
 
 # --- loading edge cases -------------------------------------------------------------
 
 
 def test_renamed_or_missing_tensor_is_refused(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
     name = "bert.encoder.layer.1.post_attention_ln.weight"
     state["bert.encoder.layer.1.post_attention_norm.weight"] = state.pop(name)
@@ -174,21 +161,19 @@ def test_renamed_or_missing_tensor_is_refused(tmp_path):
 
 
 def test_final_layernorm_the_config_does_not_have_is_refused(tmp_path):
-    folder = copy_model(tmp_path, "gena_lastln")
+    folder = contract.copy_folder(DATA / "gena_lastln", tmp_path)
     contract.edit_config(folder, last_layer_norm=False)
-    with pytest.raises(errors.CheckpointError, match="last_layer_ln"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "last_layer_ln")
 
 
 def test_odd_position_ids_buffer_is_refused(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
     state["bert.embeddings.position_ids"] = state["bert.embeddings.position_ids"].flip(
         -1
     )
     torch.save(state, folder / "pytorch_model.bin")
-    with pytest.raises(errors.CheckpointError, match="position_ids"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "position_ids")
 
 
 @pytest.mark.parametrize(
@@ -201,28 +186,20 @@ def test_odd_position_ids_buffer_is_refused(tmp_path):
     ],
 )
 def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
     contract.edit_config(folder, **{field: value})
     match = "sparse attention" if field == "sparse_config_cls" else field
-    with pytest.raises(errors.CheckpointError, match=match):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, match)
 
 
 def test_missing_tokenizer_is_a_clear_error(tmp_path):
-    folder = copy_model(tmp_path)
-    (folder / "tokenizer.json").unlink()
-    with pytest.raises(errors.CheckpointError, match=r"no tokenizer\.json"):
-        load_adapter(str(folder), device="cpu")
+    folder = contract.copy_folder(DATA / "gena_base", tmp_path)
+    contract.assert_needs_file(folder, "tokenizer.json")
 
 
 def test_options_that_do_not_apply_are_refused():
-    path = str(DATA / "gena_base")
-    with pytest.raises(errors.AdapterOptionError, match="kmer-split"):
-        load_adapter(path, device="cpu", kmer_split=3)
-    with pytest.raises(errors.AdapterOptionError, match="causal"):
-        load_adapter(path, device="cpu", pooling="last")
-    with pytest.raises(errors.AdapterOptionError, match="layer 3"):
-        load_adapter(path, device="cpu", layers=(3,))
+    refusals = {**contract.ENCODER_REFUSALS, "layer 3": {"layers": (3,)}}
+    contract.assert_options_refused(DATA / "gena_base", refusals)
 
 
 def test_context_is_the_position_table(adapters):
@@ -251,11 +228,7 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 def test_bfloat16_is_close_to_float32(adapters):
     seqs = contract.fixture_sequences(DATA)
     fp32 = adapters["gena_lastln"].embed_batch(seqs)
-    bf16 = load_adapter(str(DATA / "gena_lastln"), device="cpu", dtype="bfloat16")
-    got = bf16.embed_batch(seqs)
-    assert got.dtype == np.float32
-    assert bf16.key.dtype == "bfloat16"
-    assert contract.min_cosine(fp32, got) > 0.999
+    contract.assert_bfloat16_close(DATA / "gena_lastln", seqs, fp32)
 
 
 def test_key_records_family(adapters):
@@ -264,17 +237,8 @@ def test_key_records_family(adapters):
 
 
 class TestGenaContract(contract.AdapterContract):
-    @pytest.fixture
-    def adapter(self, adapters):
-        return adapters["gena_base"]
-
-
-@pytest.fixture(scope="module")
-def rc_average_adapter():
-    return load_adapter(str(DATA / "gena_lastln"), device="cpu", rc_mode="average")
+    folder = DATA / "gena_base"
 
 
 class TestGenaRCAverageContract(contract.RCAverageContract):
-    @pytest.fixture
-    def adapter(self, rc_average_adapter):
-        return rc_average_adapter
+    folder = DATA / "gena_lastln"

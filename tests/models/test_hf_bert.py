@@ -33,9 +33,11 @@ from tests.conftest import make_dna_tokenizer, make_kmer3_tokenizer
 
 # (hidden, heads, layers, intermediate, type vocab, layer-norm eps, class saved)
 CONFIGS = {
-    "base": (16, 2, 2, 32, 2, 1e-12, "BertModel"),
-    "wide-masked-lm": (32, 4, 3, 48, 1, 1e-5, "BertForMaskedLM"),
-}
+    "base": {"hidden": 16, "heads": 2, "layers": 2, "inter": 32, "types": 2,
+             "eps": 1e-12, "cls_name": "BertModel"},
+    "wide-masked-lm": {"hidden": 32, "heads": 4, "layers": 3, "inter": 48, "types": 1,
+                       "eps": 1e-5, "cls_name": "BertForMaskedLM"},
+}  # fmt: skip
 
 
 def save_bert(path, *, hidden, heads, layers, inter, types, eps, cls_name):
@@ -62,17 +64,7 @@ def save_bert(path, *, hidden, heads, layers, inter, types, eps, cls_name):
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def bert_dir(request, tmp_path_factory):
-    hidden, heads, layers, inter, types, eps, cls_name = CONFIGS[request.param]
-    return save_bert(
-        tmp_path_factory.mktemp(request.param),
-        hidden=hidden,
-        heads=heads,
-        layers=layers,
-        inter=inter,
-        types=types,
-        eps=eps,
-        cls_name=cls_name,
-    )
+    return save_bert(tmp_path_factory.mktemp(request.param), **CONFIGS[request.param])
 
 
 def native_network(folder):

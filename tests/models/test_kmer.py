@@ -15,7 +15,7 @@ from embedcache.models.floors.kmer import (
     kmer_spectra,
     kmer_spectrum,
 )
-from tests.models.adapter_contract import AdapterContract
+from tests.models.adapter_contract import AdapterContract, with_random_seqs
 
 
 def as_dict(vector, k):
@@ -193,18 +193,8 @@ def test_a_batch_counts_each_sequence_on_its_own(
     # (one or two sequences at a time) give the same rows as one slice
     monkeypatch.setattr(kmer, "_SLICE_BASES", slice_bases)
     monkeypatch.setattr(kmer, "_SLICE_CELLS", slice_cells)
-    rng = np.random.default_rng(k)
-    seqs = [
-        "",
-        "A",
-        "NN",
-        "ACGTN",
-        "GATTACA",
-        *[
-            "".join(rng.choice(list("ACGTN"), size=int(rng.integers(0, 40))))
-            for _ in range(60)
-        ],
-    ]
+    edges = ["", "A", "NN", "ACGTN", "GATTACA"]
+    seqs = with_random_seqs(edges, seed=k, n=60, max_len=40)
     got = kmer_spectra(seqs, k)
     assert got.shape == (len(seqs), 4**k)
     assert got.dtype == np.float32

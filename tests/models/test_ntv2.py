@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +33,7 @@ PUBLISHED = sorted((DATA / "published").glob("*.config.json"))
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-expected = contract.expected_fixture(DATA)
-adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
-
-
-def copy_model(tmp_path: Path, variant: str = "ntv2_3mer_bias") -> Path:
-    folder = tmp_path / variant
-    shutil.copytree(DATA / variant, folder)
-    return folder
+expected, adapters, variant = contract.variant_fixtures(DATA, VARIANTS)
 
 
 class TestNTv2OfficialCode(contract.OfficialCodeContract):
@@ -102,13 +94,10 @@ def test_published_config_is_recognised_and_builds_the_published_shapes(path):
     config = json.loads(path.read_text())
     assert "model_type" not in config  # the hub file names none
     assert recognise_family(config, path.parent).FAMILY == "ntv2"
-    counts = json.loads((DATA / "meta.json").read_text())["published_param_counts"]
-    arch = arch_from_config(config, where=path.name)
-    with torch.device("meta"):
-        network = NTv2Network(arch)
-    n_params = sum(p.numel() for p in network.parameters())
     # the official EsmForMaskedLM built from this config, minus what we leave out
-    assert n_params == counts[path.name]["encoder_kept"]
+    arch, network, _ = contract.published_network(
+        path, DATA, arch_from_config, NTv2Network
+    )
     layer = network.encoder.layer[0]
     assert layer.intermediate.dense.weight.shape == (2 * 2048, 512)
     assert layer.output.dense.weight.shape == (512, 2048)
@@ -136,7 +125,7 @@ def test_native_esm_and_other_configs_are_not_ntv2(tmp_path):
 
 
 def test_renamed_or_missing_tensor_is_refused(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "ntv2_3mer_bias", tmp_path)
     state = load_file(folder / "model.safetensors")
     name = "esm.encoder.layer.0.intermediate.dense.weight"
     state["esm.encoder.layer.0.intermediate.gate.weight"] = state.pop(name)
@@ -147,12 +136,13 @@ def test_renamed_or_missing_tensor_is_refused(tmp_path):
         load_adapter(str(folder), device="cpu")
     del state["esm.encoder.layer.0.intermediate.gate.weight"]
     save_file(state, folder / "model.safetensors")
-    with pytest.raises(errors.CheckpointError, match="missing"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "missing")
 
 
 def test_bias_the_config_does_not_have_is_refused(tmp_path):
-    folder = copy_model(tmp_path)  # saved with add_bias_fnn: true
+    folder = contract.copy_folder(
+        DATA / "ntv2_3mer_bias", tmp_path
+    )  # saved with add_bias_fnn: true
     contract.edit_config(folder, add_bias_fnn=False)
     with pytest.raises(
         errors.CheckpointError, match=r"unexpected tensors .*dense\.bias"
@@ -161,13 +151,12 @@ def test_bias_the_config_does_not_have_is_refused(tmp_path):
 
 
 def test_other_rotary_frequencies_are_refused(tmp_path):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "ntv2_3mer_bias", tmp_path)
     state = load_file(folder / "model.safetensors")
     name = "esm.encoder.layer.1.attention.self.rotary_embeddings.inv_freq"
     state[name] = state[name] * 2
     save_file(state, folder / "model.safetensors")
-    with pytest.raises(errors.CheckpointError, match="rotary frequencies"):
-        load_adapter(str(folder), device="cpu")
+    contract.assert_refused(folder, errors.CheckpointError, "rotary frequencies")
 
 
 @pytest.mark.parametrize(
@@ -180,7 +169,7 @@ def test_other_rotary_frequencies_are_refused(tmp_path):
     ],
 )
 def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, value):
-    folder = copy_model(tmp_path)
+    folder = contract.copy_folder(DATA / "ntv2_3mer_bias", tmp_path)
     contract.edit_config(folder, **{field: value})
     with pytest.raises(
         errors.CheckpointError,
@@ -190,22 +179,17 @@ def test_config_variants_it_does_not_implement_are_refused(tmp_path, field, valu
 
 
 def test_missing_vocab_is_a_clear_error(tmp_path):
-    folder = copy_model(tmp_path)
-    (folder / "vocab.txt").unlink()
-    with pytest.raises(errors.CheckpointError, match=r"no vocab\.txt"):
-        load_adapter(str(folder), device="cpu")
+    folder = contract.copy_folder(DATA / "ntv2_3mer_bias", tmp_path)
+    contract.assert_needs_file(folder, "vocab.txt")
 
 
 def test_options_that_do_not_apply_are_refused():
-    path = str(DATA / "ntv2")
-    with pytest.raises(errors.AdapterOptionError, match="kmer-split"):
-        load_adapter(path, device="cpu", kmer_split=3)
-    with pytest.raises(errors.AdapterOptionError, match="family-option"):
-        load_adapter(path, device="cpu", family_options=(("x", "1"),))
-    with pytest.raises(errors.AdapterOptionError, match="causal"):
-        load_adapter(path, device="cpu", pooling="last")
-    with pytest.raises(errors.AdapterOptionError, match="layer 9"):
-        load_adapter(path, device="cpu", layers=(9,))
+    refusals = {
+        **contract.ENCODER_REFUSALS,
+        "family-option": {"family_options": (("x", "1"),)},
+        "layer 9": {"layers": (9,)},
+    }
+    contract.assert_options_refused(DATA / "ntv2", refusals)
 
 
 def test_context_is_the_tokenizers_2048_tokens():
@@ -246,28 +230,13 @@ def test_random_init_is_seeded_and_uses_the_official_init():
 def test_bfloat16_is_close_to_float32(adapters):
     seqs = contract.fixture_sequences(DATA)
     fp32 = adapters["ntv2_3mer_bias"].embed_batch(seqs)
-    bf16_adapter = load_adapter(
-        str(DATA / "ntv2_3mer_bias"), device="cpu", dtype="bfloat16"
-    )
-    bf16 = bf16_adapter.embed_batch(seqs)
-    assert bf16.dtype == np.float32
-    assert bf16_adapter.key.dtype == "bfloat16"
-    assert contract.min_cosine(fp32, bf16) > 0.999
+    bf16 = contract.assert_bfloat16_close(DATA / "ntv2_3mer_bias", seqs, fp32)
     assert not np.array_equal(fp32, bf16)
 
 
 class TestNTv2Contract(contract.AdapterContract):
-    @pytest.fixture
-    def adapter(self, adapters):
-        return adapters["ntv2"]
-
-
-@pytest.fixture(scope="module")
-def rc_average_adapter():
-    return load_adapter(str(DATA / "ntv2_3mer_bias"), device="cpu", rc_mode="average")
+    folder = DATA / "ntv2"
 
 
 class TestNTv2RCAverageContract(contract.RCAverageContract):
-    @pytest.fixture
-    def adapter(self, rc_average_adapter):
-        return rc_average_adapter
+    folder = DATA / "ntv2_3mer_bias"

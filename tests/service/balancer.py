@@ -20,7 +20,7 @@ import signal
 import threading
 from collections import Counter
 
-from tests.faults.proxy import ProxyThread, close_writer, forward, read_body, read_head
+from tests.faults.proxy import Head, ServedProxy, close_writer, forward, read_body
 
 _BAD_GATEWAY = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
@@ -28,8 +28,10 @@ _BAD_GATEWAY = (
 )
 
 
-class RoundRobinProxy:
+class RoundRobinProxy(ServedProxy):
     """``http://127.0.0.1:<port>`` spreading requests over ``upstreams`` in turn."""
+
+    name = "the round-robin proxy"
 
     def __init__(self, upstreams: list[str]) -> None:
         self.upstreams = [
@@ -47,21 +49,9 @@ class RoundRobinProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> RoundRobinProxy:
-        self._serving = ProxyThread(self.handle, name="the round-robin proxy")
-        self.port = self._serving.start()
-        return self
-
-    def stop(self) -> None:
-        self._serving.stop()
-
     async def handle(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        head = await read_head(reader)
-        if head is None:
-            writer.close()
-            return
         method, path, headers = head
         try:
             body = await read_body(reader, headers)

@@ -3,7 +3,7 @@ hold a cached one-sequence request behind their encoding.
 
 A ratio against the same request's time alone on the same server, generous for a
 loaded 2-core machine: with the encoding on the loop it was ~1000x (2.7 s against
-~3 ms); benchmarks/serve_loop_bench.py has the figures.
+~3 ms); docs/design/serve-event-loop.md has the figures.
 """
 
 from __future__ import annotations

@@ -100,6 +100,23 @@ class EncoderTraits:
     # Bounds the batch of long sequences (see embedcache.engine.batching.BatchRule)
     attention_heads: int = 0
 
+    @classmethod
+    def bidirectional(
+        cls,
+        family: str,
+        adapter_version: str,
+        options: Sequence[tuple[str, str]],
+        max_tokens: int | None,
+        attention_heads: int,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+    ) -> EncoderTraits:
+        """A BERT-like encoder's: every token sees every other, the first is [CLS]."""
+        return cls(
+            family, adapter_version, causal=False, has_cls=True,
+            max_tokens=max_tokens, options=tuple(options),
+            token_budget=token_budget, attention_heads=attention_heads,
+        )  # fmt: skip
+
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``hidden`` (b, t, d) over positions where ``mask`` (b, t) is true, in float32."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
-from embedcache.models.families.hf.adapter import (
+from embedcache.models.families.hf.family import (
     ADAPTER_VERSION,
     FAMILY,
     kmer_split,

@@ -218,15 +218,9 @@ def load(source: Source) -> Adapter:
     dtype = compute_dtype(options)
     network = network.to(device=source.device, dtype=dtype).eval()
     network = network.requires_grad_(False)
-    traits = EncoderTraits(
-        family=FAMILY,
-        adapter_version=ADAPTER_VERSION,
-        causal=False,
-        has_cls=True,
-        # ALiBi has no position table: the official code takes any length
-        max_tokens=None,
-        options=tuple(key_options),
-        attention_heads=arch.n_heads,
+    # ALiBi has no position table: the official code takes any length (no max)
+    traits = EncoderTraits.bidirectional(
+        FAMILY, ADAPTER_VERSION, key_options, None, arch.n_heads
     )
     return EncoderAdapter(tokenizer, network, traits, source)
 

@@ -148,14 +148,8 @@ def load(source: Source) -> EncoderAdapter:
         state=lambda state: encoder_state(state, where=str(folder)),
         family="GENA-LM",
     )
-    traits = EncoderTraits(
-        family=FAMILY,
-        adapter_version=ADAPTER_VERSION,
-        causal=False,
-        has_cls=True,
-        max_tokens=arch.max_positions,
-        options=tuple(key_options),
-        attention_heads=arch.n_heads,
+    traits = EncoderTraits.bidirectional(
+        FAMILY, ADAPTER_VERSION, key_options, arch.max_positions, arch.n_heads
     )
     return EncoderAdapter(
         GenaTokenizer(tokenizer, pad_id=arch.pad_token_id), network, traits, source

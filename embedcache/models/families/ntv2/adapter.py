@@ -146,15 +146,9 @@ def load(source: Source) -> EncoderAdapter:
         ),
         family="NT-v2",
     )
-    traits = EncoderTraits(
-        family=FAMILY,
-        adapter_version=ADAPTER_VERSION,
-        causal=False,
-        has_cls=True,
-        max_tokens=tokenizer.max_tokens,
-        options=tuple(key_options),
-        token_budget=TOKEN_BUDGET,
-        attention_heads=arch.n_heads,
+    limit, heads = tokenizer.max_tokens, arch.n_heads
+    traits = EncoderTraits.bidirectional(
+        FAMILY, ADAPTER_VERSION, key_options, limit, heads, TOKEN_BUDGET
     )
     return EncoderAdapter(tokenizer, network, traits, source)
 

@@ -1,0 +1,67 @@
+"""The benchmark harness.
+
+``python -m benchmarks list``                 the benchmarks, one line each
+``python -m benchmarks run NAME [--quick] …``  run one (other options go to it)
+``python -m benchmarks page OUT_DIR``         docs' benchmarks page from the records
+
+A benchmark: a module here with a docstring (its first line: what it measures) and a
+top-level ``def main(argv)`` that takes ``--quick`` and ends with
+:func:`benchmarks.records.record`. ``list`` reads the files, it imports none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # `python benchmarks/…` from anywhere
+
+
+def discover(folder: Path = HERE) -> dict[str, str]:
+    """{name: first docstring line} of every benchmark module in ``folder``."""
+    found = {}
+    for path in sorted(folder.glob("[!_]*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        mains = [
+            f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "main"
+        ]
+        takes_argv = any(f.args.args and f.args.args[0].arg == "argv" for f in mains)
+        doc = ast.get_docstring(tree)
+        if takes_argv and doc:
+            found[path.stem] = doc.splitlines()[0]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the benchmarks")
+    run = sub.add_parser("run", add_help=False, help="run one (-h: its options)")
+    run.add_argument("name")
+    page = sub.add_parser("page", help="write benchmarks.md and its plot")
+    page.add_argument("out_dir", type=Path)
+    args, rest = parser.parse_known_args(argv)
+    found = discover()
+    if args.command == "list":
+        width = max(map(len, found))
+        for name, about in found.items():
+            print(f"{name:<{width}}  {about}")
+        return 0
+    if args.command == "page":
+        from benchmarks.report import write_page
+
+        print(write_page(args.out_dir))
+        return 0
+    name = args.name if args.name in found else f"{args.name}_bench"
+    if name not in found:
+        parser.error(f"no benchmark {args.name!r}; `list` shows: {', '.join(found)}")
+    module = importlib.import_module(f"benchmarks.{name}")
+    return module.main(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""What every benchmark shares: the machine (matmul peaks, CPU kind, load), timing,
+kernels wrapped for a block, ``embedcache embed`` and ``embedcache serve`` run as a
+user runs them.
+
+Every share a benchmark prints is against **the machine's best matmul rate** (max over
+float32 and bfloat16). On a CPU without bf16 instructions PyTorch emulates bf16
+matmuls (~50x slower than fp32 on an AVX2-only EPYC), so its bf16 rate is measured at
+512² there and float32 is the faster dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from benchmarks.records import Figure, record
+from embedcache.models.shared.cpu_features import cpu_has_bf16, cpu_kind
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) s")
+
+
+# --- the machine ----------------------------------------------------------------------
+
+
+def matmul_peak(dtype: object, *, size: int = 2048, seconds: float = 2.0) -> float:
+    """Sustained FLOP/s of a square matmul in ``dtype`` (best of a few timed runs)."""
+    import torch
+
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    torch.mm(a, b)
+    best, end = 0.0, time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * size**3 / (time.perf_counter() - start))
+        if time.perf_counter() >= end:
+            return best
+
+
+def machine_peaks(*, seconds: float = 1.5) -> dict[str, float]:
+    """FLOP/s of float32 and bfloat16 matmuls, and ``best`` (their max)."""
+    import torch
+
+    bf16_size = 512 if cpu_has_bf16() is False else 2048
+    peaks = {
+        "float32": matmul_peak(torch.float32, seconds=seconds),
+        "bfloat16": matmul_peak(torch.bfloat16, size=bf16_size, seconds=seconds),
+    }
+    peaks["best"] = max(peaks.values())
+    return peaks
+
+
+def faster_dtype() -> str:
+    """The dtype whose matmuls run faster here, from the CPU's flags."""
+    return "float32" if cpu_has_bf16() is False else "bfloat16"
+
+
+def both_dtypes() -> str:
+    """Both dtypes where bf16 matmuls are native, else float32 alone."""
+    return "float32,bfloat16" if faster_dtype() == "bfloat16" else "float32"
+
+
+def cpu_kind_line() -> str:
+    return f"CPU kind {cpu_kind()} (/proc/cpuinfo flags)"
+
+
+def describe(peaks: dict[str, float]) -> str:
+    return (
+        f"matmul fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 "
+        f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s (best {peaks['best'] / 1e9:.1f})"
+    )
+
+
+def record_beside(
+    benchmark: str,
+    figures: dict[str, Figure],
+    before: dict[str, float],
+    *,
+    quick: bool,
+    argv: list[str] | None,
+) -> None:
+    """Measure the matmul peaks again and record the run with the better of these
+    and ``before`` (the machine's load moves between the two)."""
+    after = machine_peaks()
+    print(f"at the end: {describe(after)}; load average {load()}")
+    peaks = max(before, after, key=lambda p: p["best"])
+    record(benchmark, figures, quick=quick, peaks=peaks, argv=argv)
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def set_threads(n: int | None) -> None:
+    """torch's and numba's thread pools at ``n`` (None: their defaults)."""
+    if n:
+        import numba
+        import torch
+
+        torch.set_num_threads(n)
+        numba.set_num_threads(n)
+
+
+# --- timing and comparing -------------------------------------------------------------
+
+
+@contextmanager
+def clocks(into: dict[str, float]) -> Iterator[None]:
+    """Add wall and process CPU seconds of the block to ``into``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    into["wall"] = into.get("wall", 0.0) + time.perf_counter() - wall
+    into["cpu"] = into.get("cpu", 0.0) + time.process_time() - cpu
+
+
+def against_naive(
+    what: str, rate: float, naive: float, target: str | None = None
+) -> dict[str, Figure]:
+    """``what``'s tokens/s and its multiple of the naive loop's (``target``: the
+    multiple's)."""
+    return {
+        f"{what} tokens/s": Figure(round(rate), "tokens/s"),
+        f"{what} vs naive": Figure(round(rate / naive, 1), "x", target),
+    }
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    dots = (a * b).sum(axis=1)
+    return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+
+
+@contextmanager
+def wrapped(
+    module: ModuleType,
+    names: Sequence[str],
+    wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
+) -> Iterator[None]:
+    """``module.<name> = wrap(name, original)`` for each name, inside the block
+    (kernels timed or labelled where the model looks them up)."""
+    originals = {name: getattr(module, name) for name in names}
+    for name, fn in originals.items():
+        setattr(module, name, wrap(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(module, name, fn)
+
+
+@contextmanager
+def labelled_kernels(module: ModuleType, names: Sequence[str]) -> Iterator[None]:
+    """The numba kernels ``names`` of ``module`` as labelled ranges in torch's
+    profiler (``numba::<name>``)."""
+    import torch
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def labelled(*args: Any) -> Any:  # noqa: ANN401
+            with torch.profiler.record_function(f"numba::{name}"):
+                return fn(*args)
+
+        return labelled
+
+    with wrapped(module, names, wrap):
+        yield
+
+
+MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear")
+
+
+def op_seconds(
+    fn: Callable[[], object],
+    kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
+) -> tuple[float, dict[str, float]]:
+    """Wall seconds of one call of ``fn`` under torch's profiler, and the self CPU
+    seconds of each op, largest first; ``kernels``: (module, names) of numba kernels
+    to label ``numba::<name>``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with contextlib.ExitStack() as stack:
+        for module, names in kernels:
+            stack.enter_context(labelled_kernels(module, names))
+        prof = stack.enter_context(profile(activities=[ProfilerActivity.CPU]))
+        start = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - start
+    ops = [(e.key, e.self_cpu_time_total / 1e6) for e in prof.key_averages()]
+    return wall, dict(sorted(((k, v) for k, v in ops if v > 0), key=lambda kv: -kv[1]))
+
+
+def by_category(
+    ops: dict[str, float], categories: dict[str, tuple[str, ...]]
+) -> dict[str, float]:
+    """``ops``' seconds summed by the categories' op-name prefixes, and the rest."""
+    out = dict.fromkeys([*categories, "the rest"], 0.0)
+    for key, seconds in ops.items():
+        hit = (c for c, prefixes in categories.items() if key.startswith(prefixes))
+        out[next(hit, "the rest")] += seconds
+    return out
+
+
+# --- the commands, as a user runs them ------------------------------------------------
+
+
+@dataclass
+class CliRun:
+    """One ``embedcache embed`` run: wall seconds from launch to exit, the engine's
+    seconds (forward passes and commits), sequences computed, and its vectors."""
+
+    wall: float
+    engine: float
+    computed: int
+    vectors: np.ndarray
+
+    @property
+    def startup(self) -> float:  # imports, model load, planning, output
+        return self.wall - self.engine
+
+
+def embed_cli(
+    folder: Path | str,
+    seqs: Sequence[str],
+    work: Path,
+    *,
+    dtype: str,
+    options: Sequence[str] = (),
+) -> CliRun:
+    """``embedcache embed --model FOLDER OPTIONS --dtype DTYPE`` over ``seqs`` in a
+    fresh interpreter on a fresh store under ``work``; exits the benchmark if it fails
+    or computes less than every distinct sequence."""
+    work.mkdir(parents=True, exist_ok=True)
+    inputs, output, store = work / "seqs.txt", work / "out.npy", work / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    inputs.write_text("\n".join(seqs) + "\n")
+    command = [
+        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(folder),
+        *options, "--dtype", dtype, "--store", str(store),
+        "--input", str(inputs), "--output", str(output), "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    last = done.stdout.strip().splitlines()[-1]
+    engine = ENGINE_LOG.search(done.stderr)
+    if not last.startswith("computed=") or engine is None:
+        sys.exit(f"unexpected output:\n{done.stdout[-500:]}\n{done.stderr[-1000:]}")
+    computed = int(last.split()[0].split("=")[1])
+    if computed != len(set(seqs)):
+        sys.exit(f"embedcache embed printed {last!r}; expected every sequence computed")
+    return CliRun(wall, float(engine.group(3)), computed, np.load(output))
+
+
+def end_to_end(
+    folder: Path,
+    seqs: Sequence[str],
+    work: Path,
+    *,
+    dtype: str,
+    options: Sequence[str],
+    tokens: int,
+    naive_rate: float,
+    adapter: Any,  # noqa: ANN401 (any family's)
+) -> dict[str, Figure]:
+    """``embedcache embed`` over ``seqs`` after an untimed two-sequence run that fills
+    the CLI's kernel cache; its vectors checked against ``adapter``'s; its figures."""
+    embed_cli(folder, seqs[:2], work / "warm", dtype=dtype, options=options)
+    run = embed_cli(folder, seqs, work / "run", dtype=dtype, options=options)
+    cosine = min_cosine(run.vectors[:8], adapter.embed_batch(list(seqs[:8])))
+    rate = tokens / run.wall
+    print(
+        f"embedcache embed end to end ({dtype}, {len(seqs)} seqs): {run.wall:.1f} s = "
+        f"{rate:,.0f} tokens/s, {rate / naive_rate:.1f}x the naive loop (start-up "
+        f"{run.startup:.1f} s apart: {tokens / run.engine / naive_rate:.1f}x); its "
+        f"vectors vs the adapter's: min cosine {cosine:.7f}"
+    )
+    return {
+        f"embed end to end {dtype}": Figure(round(rate), "tokens/s"),
+        f"embed end to end {dtype} vs naive": Figure(round(rate / naive_rate, 1), "x"),
+        "embed end to end start-up": Figure(round(run.startup, 2), "s"),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """``embedcache serve --store STORE --model MODEL OPTIONS`` in a subprocess on a
+    free port of 127.0.0.1, ready when constructed; stopped with SIGTERM."""
+
+    def __init__(
+        self, store: Path, model: str, log: Path, options: Sequence[str] = ()
+    ) -> None:
+        import httpx
+
+        from embedcache.service import wire
+
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "embedcache.cli", "serve"),
+                *("--store", str(store), "--model", model, "--device", "cpu"),
+                *("--port", self.url.rsplit(":", 1)[1], *options),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"server exited:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + wire.ROUTE_READY, timeout=1).status_code == 200:
+                    return
+            time.sleep(0.2)
+        sys.exit("server not ready after 300 s")
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples on /metrics."""
+        import httpx
+
+        from embedcache.service import wire
+
+        text = httpx.get(self.url + wire.ROUTE_METRICS).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.split("{")[0].split(" ")[0] == name
+        )
+
+    def rss(self) -> int:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        code = self.proc.wait(120)
+        self._log.close()
+        return code
