@@ -12,13 +12,16 @@ site without editing a page:
 - ``families``: the registry's families (``FAMILY_MODULES``), what each loads into, its
   options and the evidence of equality with its official code (``catalogue.toml``);
 - ``checkpoints``: the checkpoints ``catalogue.toml`` lists, by family;
-- ``import-contracts``: the import-linter contracts of pyproject.toml.
+- ``import-contracts``: the import-linter contracts of pyproject.toml;
+- ``benchmarks``: the benchmark records' page (``benchmarks/report.py``), its history
+  plot added to the site beside it.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,12 +32,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from types import ModuleType
 
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
+
     from pydantic import BaseModel
     from pydantic.fields import FieldInfo
 
     from embedcache.models.catalogue import CatalogueEntry, FamilyRecord
     from embedcache.service.metrics import Metrics
 
+PLOT = "benchmarks-history.svg"  # beside benchmarks.md in the built site
 ROOT_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 _BOUNDS = ((Ge, "ge", "≥"), (Gt, "gt", ">"), (Le, "le", "≤"), (Lt, "lt", "<"))
@@ -260,6 +267,15 @@ def _contracts() -> str:
     return contracts_table(config["tool"]["importlinter"])
 
 
+def _benchmarks() -> str:
+    from benchmarks.records import load_records
+    from benchmarks.report import render_benchmarks_page
+
+    # the page's own title line is the docs page's; the rest is the records' page
+    page = render_benchmarks_page(load_records(), plot=PLOT)
+    return page.split("\n", 1)[1]
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "settings": _settings,
     "model-table": _model_table,
@@ -267,6 +283,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "families": _families,
     "checkpoints": _checkpoints,
     "import-contracts": _contracts,
+    "benchmarks": _benchmarks,
 }
 
 
@@ -294,3 +311,16 @@ def fill(markdown: str, tables: Mapping[str, Callable[[], str]] = TABLES) -> str
 def on_page_markdown(markdown: str, **_: object) -> str:
     """mkdocs hook: fill a page's generated tables."""
     return fill(markdown)
+
+
+def on_files(files: Files, *, config: MkDocsConfig) -> Files:
+    """mkdocs hook: the benchmarks page's history plot, drawn from the records."""
+    from mkdocs.structure.files import File
+
+    from benchmarks.records import load_records
+    from benchmarks.report import write_history_plot
+
+    with tempfile.TemporaryDirectory() as tmp:
+        svg = write_history_plot(load_records(), Path(tmp) / PLOT).read_bytes()
+    files.append(File.generated(config, PLOT, content=svg))
+    return files

@@ -159,14 +159,6 @@ def test_models_catalogue_has_a_row_per_family(browser, base_url):
         assert failed == []
 
 
-STUB = "<!-- stub: replaced by the page generated from the benchmark records -->"
-
-
-@pytest.mark.xfail(
-    STUB in (ROOT / "docs" / "benchmarks.md").read_text(),
-    reason="docs/benchmarks.md is the stub; the records' page brings the plot",
-    strict=True,
-)
 def test_benchmarks_page_renders_its_plot(browser, base_url):
     with opened(browser, base_url + "benchmarks.html") as (page, failed):
         images = images_rendered(page)
