@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
     from mkdocs.config.defaults import MkDocsConfig
     from mkdocs.structure.files import Files
-
     from pydantic import BaseModel
     from pydantic.fields import FieldInfo
 
