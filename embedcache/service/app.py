@@ -29,11 +29,11 @@ from embedcache.errors import EmbedcacheError, StoreError
 from embedcache.hashing import normalise_sequence
 from embedcache.service import replies, wire
 from embedcache.service.errors import (
-    QueueFullError,
     RequestError,
     RequestTimeoutError,
     RequestTooLargeError,
     SequenceFailedError,
+    ServerFaultError,
     ServiceUnavailableError,
     UnprocessableSequenceError,
 )
@@ -105,11 +105,20 @@ class ServiceState:
             return "draining"
         if not self.ready:
             return "starting"
-        stopped = [name for name, b in self.batchers.items() if not b.alive]
-        if stopped:
-            return f"the queue of {stopped} stopped"
+        for batcher in self.batchers.values():
+            trouble = batcher.trouble()  # stopped, warming up, or its breaker open
+            if trouble is not None:
+                return trouble
         if self.probe is not None and not self.probe.ok:
             return "the store did not answer its last probe"
+        return None
+
+    def liveness(self) -> str | None:
+        """None when live; else why a restart is due (a queue's thread dead or
+        stuck in one step longer than any pass may take)."""
+        stuck = [name for name, b in self.batchers.items() if not b.live]
+        if stuck and not self.draining:
+            return f"the queue of {stuck} stopped or made no progress"
         return None
 
     def begin_drain(self, *, timeout: float) -> None:
@@ -153,8 +162,9 @@ def create_app(state: ServiceState) -> Guard:
         if state.probe is not None:
             await state.probe.check()
             probing = asyncio.ensure_future(state.probe.run())
-        state.ready = True
-        logger.info("ready: serving %s", state.registry.names)
+        if not state.draining:  # a failed warm-up may have begun the drain
+            state.ready = True
+            logger.info("serving %s", state.registry.names)
         yield
         if probing is not None:
             probing.cancel()
@@ -197,9 +207,14 @@ def _error(
     *,
     index: int | None = None,
     headers: dict | None = None,
+    error_type: str | None = None,
 ) -> JSONResponse:
     body = wire.error_body(
-        message, status=status, index=index, request_id=request_id(request.scope)
+        message,
+        status=status,
+        index=index,
+        request_id=request_id(request.scope),
+        error_type=error_type,
     )
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -208,11 +223,23 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def request_error(request: Request, err: RequestError) -> JSONResponse:
         headers = None
-        if isinstance(err, QueueFullError):
-            headers = {"Retry-After": str(err.retry_after)}
+        retry_after = getattr(err, "retry_after", None)
+        if retry_after is not None:
+            headers = {"Retry-After": str(retry_after)}
         elif err.status == 503:
             headers = {"Retry-After": "1"}
-        return _error(request, err.status, str(err), index=err.index, headers=headers)
+        if isinstance(err, ServerFaultError) and err.__cause__ is not None:
+            # a store fault met on the request's own path (the queue logs its own)
+            rid = request_id(request.scope)
+            logger.error("request %s: %s: %s", rid, err, err.__cause__)
+        return _error(
+            request,
+            err.status,
+            str(err),
+            index=err.index,
+            headers=headers,
+            error_type=err.error_type,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -261,9 +288,17 @@ def _describe_validation(errors: Sequence[dict[str, Any]]) -> tuple[str, int | N
 def _add_routes(app: FastAPI, state: ServiceState) -> None:
     ERRORS = error_responses(400, 401, 404, 413, 422, 429, 500, 503)
 
-    @app.get(wire.ROUTE_LIVE, response_model=Health, tags=["health"])
-    async def live() -> dict:
-        return {"status": "live"}
+    @app.get(
+        wire.ROUTE_LIVE,
+        response_model=Health,
+        responses=error_responses(503),
+        tags=["health"],
+    )
+    async def live(request: Request) -> dict | JSONResponse:
+        reason = state.liveness()
+        if reason is None:
+            return {"status": "live"}
+        return _error(request, 503, f"not live: {reason}")
 
     @app.get(
         wire.ROUTE_READY,

@@ -23,12 +23,18 @@ the queue, and it waits only for the pass in flight and its own. A flow of small
 requests cannot starve a large one either: each pass moves the clock on, so the
 large one's next pass comes due after one budget of their work.
 
-Failures stay with their cause: a failed pass is halved and rerun down to the one
-sequence to blame, which alone fails (by digest; each request names its own index);
-a store fault gives its pass or window a generic 503, anything else a generic 500,
-logged once with the requests' ids; a failed request's queued jobs are dropped. The
-thread lives on; should it stop anyway, :attr:`Batcher.alive` turns false and every
-waiting request gets 503.
+Failures stay with their cause (:mod:`embedcache.service.faults`): whatever the
+store raises fails its pass or window with a store fault (503, or 500
+``store_corrupt``). A pass the model fails is run again with a canary batch: if the
+canary fails too, the backend is at fault (424, and the :class:`Breaker` counts it);
+if it passes, the pass is halved and rerun down to the one sequence to blame, which
+alone fails (422; by digest, each request names its own index). Each is logged once
+with the requests' ids; a failed request's queued jobs are dropped. After a few
+backend faults in a row the breaker opens: queued work gets 503, the model is not
+ready, and the thread runs the canary every few seconds until it passes. A device
+error only a new process recovers from, or a failed warm-up, ends the thread and
+calls :attr:`Batcher.on_fatal` (the server exits non-zero). Should the thread stop
+otherwise, :attr:`Batcher.alive` turns false and every waiting request gets 503.
 """
 
 from __future__ import annotations
@@ -47,17 +53,26 @@ import numpy as np
 from embedcache.engine.batching import plan_batches
 from embedcache.engine.forward import run_unit
 from embedcache.engine.plan import WorkUnit, adapter_keys
-from embedcache.errors import EmbedcacheError, StoreError
+from embedcache.errors import EmbedcacheError
+from embedcache.service.breaker import (
+    Breaker,
+    canary_batch,
+    forward_checked,
+    warm_up_batch,
+)
 from embedcache.service.errors import (
+    BackendFaultError,
     QueueFullError,
+    RequestError,
     RequestTooLargeError,
     SequenceFailedError,
     ServerFaultError,
     ServiceUnavailableError,
 )
+from embedcache.service.faults import guarded, is_fatal_device_error
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from embedcache.service.metrics import Metrics
     from embedcache.service.registry import ServedModel
@@ -96,6 +111,10 @@ class _Job:
     running: bool = False
 
 
+class _DeviceLost(Exception):
+    """The device failed in a way only a new process recovers from."""
+
+
 class Batcher:
     """The queue of one served model and the thread that drains it."""
 
@@ -107,12 +126,24 @@ class Batcher:
         metrics: Metrics,
         max_queue_tokens: int,
         window_seconds: float = 0.002,
+        breaker_failures: int = 3,
+        breaker_probe_seconds: float = 5.0,
+        stall_seconds: float = 600.0,
     ) -> None:
         self.model = model
-        self.store = store
+        self.store = guarded(store)
         self.metrics = metrics
         self.max_queue_tokens = max_queue_tokens
         self.window_seconds = window_seconds
+        self.breaker = Breaker(
+            failures=breaker_failures, probe_seconds=breaker_probe_seconds
+        )
+        self.stall_seconds = stall_seconds
+        self.warm = False  # the warm-up forward passed
+        self.fatal: str | None = None  # why the device cannot go on
+        # called (from the thread) after a fatal device error: the server exits
+        self.on_fatal: Callable[[], None] | None = None
+        self._busy_since: float | None = None  # monotonic start of the step running
         self._cond = threading.Condition()
         self._jobs: dict[str, _Job] = {}
         self._heap: list[tuple[tuple[float, int, int], int, _Job]] = []
@@ -159,6 +190,10 @@ class Batcher:
         with self._cond:
             if self._stopping or self._dead:
                 raise ServiceUnavailableError(self._unavailable())
+            if self.breaker.open:
+                raise ServiceUnavailableError(
+                    self.trouble() or "", retry_after=self._probe_wait()
+                )
             new = [i for i, d in enumerate(digests) if d not in self._jobs]
             new_tokens = sum(tokens[i] for i in new)
             if new_tokens > self.max_queue_tokens:
@@ -231,6 +266,33 @@ class Batcher:
         return self._thread.is_alive() and not self._dead
 
     @property
+    def live(self) -> bool:
+        """Whether the thread runs and its step in flight (a pass, a canary) has not
+        run longer than ``stall_seconds``: false means restart me."""
+        since = self._busy_since
+        stalled = since is not None and time.monotonic() - since > self.stall_seconds
+        return self.alive and not stalled
+
+    def trouble(self) -> str | None:
+        """Why the model should take no traffic now (not ready), or None."""
+        name = self.model.name
+        if self.fatal is not None:
+            return f"the device of {name!r} failed: {self.fatal}"
+        if not self.alive:
+            return f"the queue of {name!r} stopped"
+        if not self.warm:
+            return f"{name!r} is warming up"
+        if self.breaker.open:
+            return (
+                f"{name!r} failed {self.breaker.n_failed} batches and a canary batch; "
+                f"its canary runs every {self.breaker.probe_seconds:g} s"
+            )
+        return None
+
+    def _probe_wait(self) -> int:
+        return max(1, round(self.breaker.probe_seconds))
+
+    @property
     def depth(self) -> tuple[int, int]:
         """Queued (not yet running) sequences and their tokens."""
         with self._cond:
@@ -270,22 +332,93 @@ class Batcher:
 
     def _run(self) -> None:
         try:
+            self._warm_up()
             while True:
+                if self.breaker.open:
+                    if not self._probe():
+                        return
+                    continue
                 window = self._take_window()
                 if window is None:
                     return
                 try:
                     self._compute(window)
+                except _DeviceLost:
+                    raise
                 except Exception as err:  # noqa: BLE001 (one window's fault, logged)
                     with self._cond:  # its jobs not answered nor handed back
                         jobs = [j for j in window if self._jobs.get(j.digest) is j]
                     self._fail([j for j in jobs if j.running], err)
+                finally:
+                    self._busy_since = None
+        except _DeviceLost as lost:
+            self._lose_device(lost)
         except Exception:  # logged once here; the requests get 503 below
             logger.exception("%s: the queue's thread stopped", self.model.name)
         finally:
             with self._cond:
                 self._dead = True
                 self._fail_waiting(running=True)
+
+    def _warm_up(self) -> None:
+        """A forward pass at the largest batch before the first ready: out of memory
+        (or any failure) shows now, and ends the server, not a request later."""
+        seqs = warm_up_batch(self.model.adapter, self.model.rule)
+        self._busy_since = time.monotonic()
+        try:
+            forward_checked(self.model.adapter, seqs)
+        except Exception as err:
+            msg = f"the warm-up forward pass of {len(seqs)} sequences failed: {err}"
+            raise _DeviceLost(msg) from err
+        finally:
+            self._busy_since = None
+        self.warm = True
+        logger.info("%s: warmed up (%d sequences)", self.model.name, len(seqs))
+
+    def _canary(self) -> bool:
+        """Whether a known-good batch passes on the model now (not stored)."""
+        self._busy_since = self._busy_since or time.monotonic()
+        try:
+            forward_checked(self.model.adapter, canary_batch(self.model.adapter))
+        except Exception as err:
+            if is_fatal_device_error(err):
+                raise _DeviceLost(str(err)) from err
+            logger.warning("%s: the canary batch failed: %s", self.model.name, err)
+            return False
+        return True
+
+    def _probe(self) -> bool:
+        """While the breaker is open: wait, run the canary, close on a pass; false
+        once the server stops."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping, self.breaker.probe_seconds)
+            if self._stopping:
+                self._fail_waiting(running=False)
+                return False
+        try:
+            if self._canary():
+                self.breaker.passed()
+                logger.info("%s: the canary passed; ready again", self.model.name)
+        finally:
+            self._busy_since = None
+        return True
+
+    def _lose_device(self, lost: _DeviceLost) -> None:
+        """A fault only a new process recovers from: every waiting request gets 424,
+        and the server is told to exit (non-zero)."""
+        self.fatal = str(lost)
+        logger.critical(
+            "%s: the device cannot go on, exiting: %s", self.model.name, lost
+        )
+        error = BackendFaultError(
+            "the model's device failed; this replica is restarting, retry another"
+        )
+        with self._cond:
+            self._dead = True
+            jobs = list(self._jobs.values())
+        self._finish(jobs, error=error)
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     def _unavailable(self) -> str:
         why = "the server is shutting down" if self._stopping else "the queue stopped"
@@ -345,6 +478,8 @@ class Batcher:
         todo = [job for job, done in zip(window, stored, strict=True) if not done]
         batches = plan_batches([job.tokens for job in todo], self.model.rule)
         for number, batch in enumerate(batches):
+            if self.breaker.open:  # its queued work got 503 as it opened
+                return
             jobs = self._still_wanted([todo[i] for i in batch])
             if jobs:
                 self._forward_or_split(jobs)
@@ -382,13 +517,23 @@ class Batcher:
             return True
 
     def _forward_or_split(self, jobs: list[_Job]) -> None:
-        """Forward and commit ``jobs``; on a failure that is not the store's, run
-        each half again, so only the sequence to blame fails."""
+        """Forward and commit ``jobs``. A store fault fails them; a model failure
+        the canary shares is the backend's; else each half runs again, so only the
+        sequence to blame fails."""
         try:
             self._forward(jobs)
-        except Exception as err:  # noqa: BLE001 (the cause is found below)
-            if _is_store_fault(err) or len(jobs) == 1:
-                self._fail(jobs, err)
+        except ServerFaultError as err:  # the store's: the boundary decided
+            self._fail(jobs, err)
+            return
+        except Exception as err:
+            if is_fatal_device_error(err):
+                raise _DeviceLost(str(err)) from err
+            if not self._canary():
+                self._backend_failed(jobs, err)
+                return
+            if len(jobs) == 1:
+                kind = type(err).__name__
+                self._fail(jobs, SequenceFailedError(jobs[0].digest, kind), cause=err)
                 return
             half = len(jobs) // 2
             for part in (jobs[:half], jobs[half:]):
@@ -396,28 +541,48 @@ class Batcher:
                 if part:
                     self._forward_or_split(part)
         else:
+            self.breaker.passed()
             self._finish(jobs)
 
-    def _fail(self, jobs: list[_Job], err: Exception) -> None:
+    def _backend_failed(self, jobs: list[_Job], err: Exception) -> None:
+        """424 for a pass the canary failed too; past the breaker's count, queued
+        work gets 503 and the model turns not ready."""
+        error = BackendFaultError(
+            "the model's backend failed on this batch and on a known-good one; "
+            "retry later or against another replica"
+        )
+        self._fail(jobs, error, cause=err)
+        if not self.breaker.failed():
+            return
+        logger.error("%s: not ready: %s", self.model.name, self.trouble())
+        busy = ServiceUnavailableError(
+            self.trouble() or "", retry_after=self._probe_wait()
+        )
+        with self._cond:
+            waiting = list(self._jobs.values())
+        self._finish(waiting, error=busy)
+
+    def _fail(
+        self, jobs: list[_Job], err: Exception, *, cause: Exception | None = None
+    ) -> None:
         """Fail ``jobs`` (all of a pass or window) with the error their requests may
-        see, logging the whole error once with their request ids."""
+        see (a service error as decided, anything else a generic 500), logging its
+        cause once with their request ids."""
         with self._cond:
             ids = sorted({t.request_id for job in jobs for t in job.waiters})
-        if _is_store_fault(err):
-            error: Exception = ServerFaultError(
-                "the store did not answer; retry later", status=503
-            )
-        elif len(jobs) == 1:
-            error = SequenceFailedError(jobs[0].digest, type(err).__name__)
-        else:
-            error = ServerFaultError("the server failed computing this request")
+        error = (
+            err
+            if isinstance(err, RequestError)
+            else ServerFaultError("the server failed computing this request")
+        )
+        cause = cause or err.__cause__ or err
         logger.error(
             "%s: %d sequences failed (requests %s): %s",
             self.model.name,
             len(jobs),
             ", ".join(ids),
-            err,
-            exc_info=None if isinstance(err, EmbedcacheError | OSError) else err,
+            cause,
+            exc_info=None if isinstance(cause, EmbedcacheError | OSError) else cause,
         )
         self._finish(jobs, error=error)
 
@@ -433,6 +598,7 @@ class Batcher:
             batches=(tuple(range(len(jobs))),),
         )
         start = time.perf_counter()
+        self._busy_since = time.monotonic()
         result = run_unit(model.adapter, self.store, unit)
         seconds = time.perf_counter() - start
         metrics = self.metrics
@@ -453,7 +619,7 @@ class Batcher:
         with self._cond:
             for job in jobs:
                 if self._jobs.get(job.digest) is job:
-                    del self._jobs[job.digest]
+                    self._forget(job)  # queued ones too (a breaker that opened)
                 for ticket in list(job.waiters):
                     if ticket.future.done():
                         continue
@@ -487,12 +653,6 @@ class Batcher:
             self._forget(job)
         self._heap.clear()
         self._publish_depth()
-
-
-def _is_store_fault(err: BaseException) -> bool:
-    """Whether ``err`` came from the store (a bucket down, a full disk), not from
-    the sequences of the pass."""
-    return isinstance(err, (StoreError, OSError))
 
 
 __all__ = ["Batcher", "Ticket"]

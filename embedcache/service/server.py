@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# the exit status after a device fault only a new process recovers from
+EXIT_DEVICE_LOST = 3
+
 
 class _DrainingServer(uvicorn.Server):
     """uvicorn's server, draining the queues first and exiting 0 on a signal
@@ -65,6 +68,9 @@ def build_state(settings: ServeSettings) -> ServiceState:
             metrics=metrics,
             max_queue_tokens=settings.max_queue_tokens,
             window_seconds=settings.batch_window_ms / 1000,
+            breaker_failures=settings.breaker_failures,
+            breaker_probe_seconds=settings.breaker_probe_seconds,
+            stall_seconds=settings.stall_seconds,
         )
         for model in registry.models
     }
@@ -93,10 +99,16 @@ def serve(settings: ServeSettings) -> int:
         server_header=False,
     )
     server = _DrainingServer(config, state)
+    for batcher in state.batchers.values():  # a lost device: drain and exit non-zero
+        batcher.on_fatal = lambda: server.handle_exit(signal.SIGTERM, None)
     server.run()
     if not server.started:
         return 1
     state.store.close()
+    lost = [b.model.name for b in state.batchers.values() if b.fatal]
+    if lost:
+        logger.critical("stopped: the device of %s failed", lost)
+        _exit_now(EXIT_DEVICE_LOST)
     logger.info("stopped")
     if state.abandoned:
         _exit_now(0)

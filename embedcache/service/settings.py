@@ -211,6 +211,23 @@ class ServeSettings(BaseSettings):
         le=3600,
         description="how often /health/ready reads the store to check it answers, s",
     )
+    breaker_failures: int = Field(
+        default=3,
+        ge=1,
+        description="batches in a row a model fails with its canary before the "
+        "server turns not ready",
+    )
+    breaker_probe_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="how often a not-ready model runs its canary batch, s",
+    )
+    stall_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="a forward pass running longer fails /health/live (restart me), s",
+    )
     refresh_seconds: float | None = Field(
         default=None,
         ge=0,
