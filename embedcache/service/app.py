@@ -1,7 +1,8 @@
 """The FastAPI application: routes, error replies, and the state they share.
 
 Handlers only route: parsing a body, the engine's plan, the store's reads and the
-reply's encoding each run in a worker thread (:func:`off_loop`); a handler waits on
+reply's encoding each run in a bounded worker thread (:class:`WorkerThreads`: past
+its limit, 503 rather than more threads); a handler waits on
 the model's :class:`~embedcache.service.batcher.Batcher` for the misses. A client
 that leaves, or a request past its deadline (504), has its queued work dropped. A
 request's error names only its own inputs; a server fault answers a generic 500 or
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ from embedcache.service.schemas import (
     ModelList,
     error_responses,
 )
+from embedcache.service.workers import WorkerThreads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -66,21 +67,18 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-async def off_loop(func: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """``func(*args, **kwargs)`` in a worker thread; a cancelled wait (a deadline)
-    returns at once, leaving the thread to finish on its own."""
-    call = functools.partial(func, *args, **kwargs)
-    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-
-
 async def _build(
-    func: Callable[..., T], *args: object, size: int, **kwargs: object
+    workers: WorkerThreads,
+    func: Callable[..., T],
+    *args: object,
+    size: int,
+    **kwargs: object,
 ) -> T:
     """A body parsed or a reply encoded: on the loop when small (``size`` bytes or
     floats), else in a worker thread."""
     if replies.is_small(size):
         return func(*args, **kwargs)
-    return await off_loop(func, *args, **kwargs)
+    return await workers.run(func, *args, **kwargs)
 
 
 @dataclass
@@ -98,6 +96,10 @@ class ServiceState:
     deadline: float | None = field(default=None)
     # models whose batch was still running at the drain deadline
     abandoned: list[str] = field(default_factory=list)
+    workers: WorkerThreads = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workers = WorkerThreads(self.settings.worker_threads)
 
     def readiness(self) -> str | None:
         """None when ready; else why not."""
@@ -345,7 +347,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         async with _deadline(state):
             raw = await request.body()
             body = await _build(
-                replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
+                state.workers, replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
             )
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
@@ -353,8 +355,11 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 raise RequestError(msg)
             seqs = [body.input] if isinstance(body.input, str) else body.input
             vectors, _ = await _embed(state, served, seqs, request, field="input")
-            n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
+            n_tokens = await _build(
+                state.workers, _count_tokens, served, seqs, size=len(raw)
+            )
             data = await _build(
+                state.workers,
                 replies.embeddings_body,
                 vectors,
                 size=vectors.size,
@@ -376,7 +381,9 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     async def embed(request: Request) -> Response:
         async with _deadline(state):
             raw = await request.body()
-            body = await _build(replies.parse_body, EmbedRequest, raw, size=len(raw))
+            body = await _build(
+                state.workers, replies.parse_body, EmbedRequest, raw, size=len(raw)
+            )
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -393,6 +400,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
             }
             accept = request.headers.get("accept", "")
             binary = await _build(
+                state.workers,
                 replies.embed_binary,
                 vectors,
                 accept,
@@ -412,6 +420,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 "n_cached": plan.n_cached,
             }
             data = await _build(
+                state.workers,
                 replies.embed_body,
                 vectors,
                 size=vectors.size,
@@ -462,7 +471,9 @@ async def _embed(
     if len(seqs) > limit:
         msg = f"{len(seqs)} sequences in one request; the limit is {limit}: split it"
         raise RequestTooLargeError(msg)
-    planned = await off_loop(plan_request, served, seqs, state.store, field=field)
+    planned = await state.workers.run(
+        plan_request, served, seqs, state.store, field=field
+    )
     plan = planned.plan
     metrics = state.metrics
     metrics.hits.labels(served.name).inc(plan.n_cached)
@@ -497,7 +508,7 @@ async def _embed(
             raise _name_failed(err, plan.hashes, seqs, field) from None
     if planned.vectors is not None:  # hits only: read with the plan
         return planned.vectors, planned
-    vectors = await off_loop(read_vectors, served, state.store, plan)
+    vectors = await state.workers.run(read_vectors, served, state.store, plan)
     return vectors, planned
 
 

@@ -211,6 +211,12 @@ class ServeSettings(BaseSettings):
         le=3600,
         description="how often /health/ready reads the store to check it answers, s",
     )
+    worker_threads: int = Field(
+        default=32,
+        ge=1,
+        description="worker threads for parsing, look-ups and replies, counting those "
+        "a deadline abandoned; beyond it 503",
+    )
     breaker_failures: int = Field(
         default=3,
         ge=1,

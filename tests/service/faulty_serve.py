@@ -4,6 +4,7 @@ fail (or stall) while a file of that name exists in ``$FAULTY_SERVE_DIR``.
 
 - ``forward``: every forward pass raises RuntimeError with the file's text (a
   device fault; "CUDA error: an illegal memory access ..." is a sticky one);
+- ``forward-slow``: every forward pass sleeps the file's number of seconds first;
 - ``put-denied``: every commit raises obstore's PermissionDeniedError (an S3 403);
 - ``contains-slow``: every look-up sleeps the file's number of seconds first;
 - ``corrupt``: every look-up raises CorruptStoreError.
@@ -36,6 +37,9 @@ def _flag(name: str) -> str | None:
 
 def _forward(real):
     def embed(self, seqs):
+        slow = _flag("forward-slow")
+        if slow is not None:
+            time.sleep(float(slow))
         text = _flag("forward")
         if text is not None:
             raise RuntimeError(text or "the device failed")

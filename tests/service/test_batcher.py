@@ -227,5 +227,6 @@ def test_a_stopped_thread_answers_503_and_is_not_alive(make_batcher, monkeypatch
         waiting.future.result(timeout=30)
     assert batcher.join(30)
     assert not batcher.alive
+    assert not batcher.live  # /health/live fails: restart me
     with pytest.raises(ServiceUnavailableError):
         submit(batcher, random_seqs(1, seed=13))

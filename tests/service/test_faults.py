@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,20 +30,34 @@ def wait_for(condition, timeout, what):
         time.sleep(0.1)
 
 
-@pytest.fixture
-def faulty(tmp_path):
-    """A kmer-4 server whose faults the test switches with files in ``flags``."""
+def start(tmp_path, *args):
+    """A kmer-4 server whose faults the test switches with files in ``.flags``."""
     flags = tmp_path / "flags"
     flags.mkdir()
     server = Server(
-        ["--store", tmp_path / "store", "--model", MODEL, "--threads", "1"],
+        ["--store", tmp_path / "store", "--model", MODEL, "--threads", "1", *args],
         log_path=tmp_path / "server.log",
         module="tests.service.faulty_serve",
         env={ENV: str(flags)},
     )
     server.flags = flags
+    return server
+
+
+@pytest.fixture
+def faulty(tmp_path):
+    server = start(tmp_path)
     yield server
     server.stop()
+
+
+def n_threads(pid):
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(
+        next(
+            line for line in status.splitlines() if line.startswith("Threads:")
+        ).split()[1]
+    )
 
 
 def embed(server, seqs, timeout=60):
@@ -148,3 +164,53 @@ def test_a_failing_warm_up_stops_the_server_before_ready(tmp_path):
     )
     assert proc.returncode != 0
     assert "warm-up" in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_slow_store_past_the_deadline_keeps_the_threads_bounded(tmp_path):
+    server = start(tmp_path, "--request-timeout", "1")
+    try:
+        cached = random_seqs(4, seed=40)
+        assert embed(server, cached).status_code == 200
+        base = peak = n_threads(server.proc.pid)
+        (server.flags / "contains-slow").write_text("4")
+        codes = set()
+        with ThreadPoolExecutor(40) as pool:
+            for _ in range(4):  # waves of 40 look-ups, each past its deadline
+                replies = list(pool.map(lambda _: embed(server, cached), range(40)))
+                codes |= {reply.status_code for reply in replies}
+                peak = max(peak, n_threads(server.proc.pid))
+        assert codes <= {503, 504}, codes
+        # the default limit of 32 worker threads, and a few of the loop's own
+        assert peak <= base + 32 + 8, (base, peak)  # was 9 -> 209
+        (server.flags / "contains-slow").unlink()
+        wait_for(
+            lambda: embed(server, cached).status_code == 200,
+            20,
+            "not serving again once the store answered",
+        )
+        assert status(server, wire.ROUTE_LIVE) == 200
+    finally:
+        server.stop()
+
+
+def test_liveness_fails_while_a_pass_makes_no_progress(tmp_path):
+    server = start(tmp_path, "--stall-seconds", "1")
+    try:
+        (server.flags / "forward-slow").write_text("5")
+        asking = threading.Thread(target=embed, args=(server, random_seqs(2, seed=50)))
+        asking.start()
+        wait_for(
+            lambda: status(server, wire.ROUTE_LIVE) == 503,
+            10,
+            "live while a pass was stuck past --stall-seconds",
+        )
+        (server.flags / "forward-slow").unlink()
+        asking.join(30)
+        wait_for(
+            lambda: status(server, wire.ROUTE_LIVE) == 200,
+            10,
+            "not live again once the pass finished",
+        )
+    finally:
+        server.stop()
