@@ -169,28 +169,38 @@ def test_a_failing_warm_up_stops_the_server_before_ready(tmp_path):
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 def test_a_slow_store_past_the_deadline_keeps_the_threads_bounded(tmp_path):
     server = start(tmp_path, "--request-timeout", "1")
+    pid, peak, waving = server.proc.pid, [], threading.Event()
+
+    def sample():  # the process's threads, every 0.1 s while the waves run
+        while not waving.wait(0.1):
+            peak.append(n_threads(pid))
+
     try:
         cached = random_seqs(4, seed=40)
         assert embed(server, cached).status_code == 200
-        base = peak = n_threads(server.proc.pid)
-        (server.flags / "contains-slow").write_text("4")
+        base = n_threads(pid)
+        (server.flags / "contains-slow").write_text("10")
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         codes = set()
         with ThreadPoolExecutor(40) as pool:
-            for _ in range(4):  # waves of 40 look-ups, each past its deadline
+            for _ in range(3):  # waves of 40 look-ups, each past its deadline
                 replies = list(pool.map(lambda _: embed(server, cached), range(40)))
                 codes |= {reply.status_code for reply in replies}
-                peak = max(peak, n_threads(server.proc.pid))
+        waving.set()
+        sampler.join()
         assert codes <= {503, 504}, codes
         # the default limit of 32 worker threads, and a few of the loop's own
-        assert peak <= base + 32 + 8, (base, peak)  # was 9 -> 209
+        assert max(peak) <= base + 32 + 8, (base, max(peak))  # was 9 -> 209
         (server.flags / "contains-slow").unlink()
         wait_for(
             lambda: embed(server, cached).status_code == 200,
-            20,
+            30,
             "not serving again once the store answered",
         )
         assert status(server, wire.ROUTE_LIVE) == 200
     finally:
+        waving.set()
         server.stop()
 
 
