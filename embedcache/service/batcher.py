@@ -1,27 +1,13 @@
-"""One queue per served model, drained by one thread that batches across requests.
+"""One thread per served model, draining its queue in batches across requests.
 
-Requests enqueue the distinct sequences the store lacks; the same sequence asked for
-by several requests in flight is one job with several waiters, so it is computed
-once. The thread takes a window of the queued sequences in tag order (below), at
-most :data:`WINDOW_BUDGETS` token budgets, and cuts it into length-sorted forward
-passes with the engine's own rule
-(:func:`~embedcache.engine.batching.plan_batches`). Each pass runs through
+The thread takes a window of the model's :class:`~embedcache.service.fairqueue.
+FairQueue` and cuts it into length-sorted forward passes with the engine's own
+rule (:func:`~embedcache.engine.batching.plan_batches`). Each pass runs through
 :func:`~embedcache.engine.forward.run_unit`, the forward-and-commit step of
 `embedcache embed`, so a vector is committed to the store before any request that
-waits for it is answered, and requests are answered pass by pass.
-
-Order: fair queueing on a work clock. The clock counts the work computed, in token
-budgets (a pass's padded tokens over the budget). A request's sequences are cut into
-the passes the engine would make of that request alone (short sequences first), and
-each sequence is tagged with the clock at the request's arrival plus the request's
-tokens up to and including its pass, over the budget: the clock reading by which a
-fair share would have computed it. The queue goes by tag (then first come, first
-served). So a one-sequence request arriving beside a stream of large ones is tagged
-just after the clock, ahead of the stream's next pass: between two passes of a
-window, a queued sequence tagged before every pass left hands those passes back to
-the queue, and it waits only for the pass in flight and its own. A flow of small
-requests cannot starve a large one either: each pass moves the clock on, so the
-large one's next pass comes due after one budget of their work.
+waits for it is answered, and requests are answered pass by pass. Between two
+passes of a window, the passes left go back to the queue when a queued sequence is
+due before all of them.
 
 Failures stay with their cause (:mod:`embedcache.service.faults`): whatever the
 store raises fails its pass or window with a store fault (503, or 500
@@ -39,13 +25,9 @@ otherwise, :attr:`Batcher.alive` turns false and every waiting request gets 503.
 
 from __future__ import annotations
 
-import concurrent.futures
-import heapq
-import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,13 +44,12 @@ from embedcache.service.breaker import (
 )
 from embedcache.service.errors import (
     BackendFaultError,
-    QueueFullError,
     RequestError,
-    RequestTooLargeError,
     SequenceFailedError,
     ServerFaultError,
     ServiceUnavailableError,
 )
+from embedcache.service.fairqueue import FairQueue, Job, Ticket
 from embedcache.service.faults import guarded, is_fatal_device_error
 
 if TYPE_CHECKING:
@@ -79,36 +60,6 @@ if TYPE_CHECKING:
     from embedcache.store import EmbeddingStore
 
 logger = logging.getLogger(__name__)
-
-# A window spans at most this many token budgets, taken in tag order: concurrent
-# requests' sequences are then sorted by length across requests, as one `embed` run
-# sorts its input, instead of padding short and long ones together batch by batch ...
-WINDOW_BUDGETS = 8
-# ... of sequences due within one budget of the first: what is due later waits for
-# the next window, so a small request's sequence is not sorted in behind them
-WINDOW_SPAN = 1.0
-
-
-class Ticket:
-    """One request's share of the queue: done when every sequence it waits for is
-    stored (``future`` resolves), or failed with the error that stopped it."""
-
-    def __init__(self, digests: Sequence[str], request_id: str = "-") -> None:
-        self.request_id = request_id
-        self.remaining = set(digests)
-        self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        if not self.remaining:
-            self.future.set_result(None)
-
-
-@dataclass(eq=False)
-class _Job:
-    digest: str
-    seq: str
-    tokens: int
-    priority: tuple[float, int, int]  # (tag, request, position)
-    waiters: set[Ticket] = field(default_factory=set)
-    running: bool = False
 
 
 class _DeviceLost(Exception):
@@ -133,8 +84,13 @@ class Batcher:
         self.model = model
         self.store = guarded(store)
         self.metrics = metrics
-        self.max_queue_tokens = max_queue_tokens
-        self.window_seconds = window_seconds
+        self.queue = FairQueue(
+            model.name,
+            model.rule,
+            metrics=metrics,
+            max_queue_tokens=max_queue_tokens,
+            window_seconds=window_seconds,
+        )
         self.breaker = Breaker(
             failures=breaker_failures, probe_seconds=breaker_probe_seconds
         )
@@ -144,16 +100,6 @@ class Batcher:
         # called (from the thread) after a fatal device error: the server exits
         self.on_fatal: Callable[[], None] | None = None
         self._busy_since: float | None = None  # monotonic start of the step running
-        self._cond = threading.Condition()
-        self._jobs: dict[str, _Job] = {}
-        self._heap: list[tuple[tuple[float, int, int], int, _Job]] = []
-        self._counter = itertools.count()
-        self._tickets = itertools.count()
-        self._queued_seqs = 0
-        self._queued_tokens = 0
-        self._stopping = False
-        self._dead = False  # the thread ended (a drain, or a fault outside the guard)
-        self._clock = 0.0  # token budgets of work computed so far
         self._thread = threading.Thread(
             target=self._run, name=f"batcher-{model.name}", daemon=True
         )
@@ -177,93 +123,25 @@ class Batcher:
         QueueFullError
             The queue is too full to take it now (429: retry later).
         ServiceUnavailableError
-            The server is draining, or the queue's thread stopped.
+            The server is draining, the queue's thread stopped, or the model's
+            breaker is open.
         """
-        # how far into the request each sequence's pass ends, in token budgets: the
-        # passes the engine would cut for this request alone
-        budget = self.model.rule.token_budget
-        due = np.empty(len(digests), dtype=np.float64)
-        work = 0
-        for batch in plan_batches(tokens, self.model.rule):
-            work += len(batch) * max(tokens[i] for i in batch)
-            due[batch] = work / budget
-        with self._cond:
-            if self._stopping or self._dead:
-                raise ServiceUnavailableError(self._unavailable())
-            if self.breaker.open:
-                raise ServiceUnavailableError(
-                    self.trouble() or "", retry_after=self._probe_wait()
-                )
-            new = [i for i, d in enumerate(digests) if d not in self._jobs]
-            new_tokens = sum(tokens[i] for i in new)
-            if new_tokens > self.max_queue_tokens:
-                msg = (
-                    f"the request needs {new_tokens} tokens computed, more than the "
-                    f"queue limit of {self.max_queue_tokens} tokens of {self.model.name!r}; "
-                    "split it into smaller requests"
-                )
-                raise RequestTooLargeError(msg)
-            if new and self._queued_tokens + new_tokens > self.max_queue_tokens:
-                msg = (
-                    f"the queue of {self.model.name!r} holds {self._queued_tokens} tokens "
-                    f"and its limit is {self.max_queue_tokens}; this request adds "
-                    f"{new_tokens}. Retry later"
-                )
-                raise QueueFullError(msg, retry_after=1)
-            ticket = Ticket(digests, request_id)
-            number = next(self._tickets)
-            for i, digest in enumerate(digests):
-                job = self._jobs.get(digest)
-                priority = (self._clock + float(due[i]), number, i)
-                if job is None:
-                    job = _Job(digest, seqs[i], tokens[i], priority)
-                    self._jobs[digest] = job
-                    self._queued_seqs += 1
-                    self._queued_tokens += tokens[i]
-                    self._push(job)
-                elif not job.running and priority < job.priority:
-                    job.priority = priority
-                    self._push(job)
-                job.waiters.add(ticket)
-            self._publish_depth()
-            self._cond.notify()
-        return ticket
+        if self.breaker.open:
+            raise ServiceUnavailableError(
+                self.trouble() or "", retry_after=self._probe_wait()
+            )
+        return self.queue.submit(seqs, digests, tokens, request_id=request_id)
 
     def cancel(self, ticket: Ticket) -> int:
         """Drop a gone request's queued, not yet computed work (others' stays);
         return how many sequences left the queue."""
-        with self._cond:
-            dropped = self._release(ticket)
-            self._publish_depth()
-        if dropped:
-            self.metrics.dropped.labels(self.model.name).inc(dropped)
-            logger.info(
-                "%s: dropped %d queued sequences of a gone client",
-                self.model.name,
-                dropped,
-            )
-        return dropped
-
-    def _release(self, ticket: Ticket) -> int:
-        """Take ``ticket`` off its jobs (the lock held); drop the queued jobs nobody
-        else waits for and return how many."""
-        dropped = 0
-        for digest in list(ticket.remaining):
-            job = self._jobs.get(digest)
-            if job is None:
-                continue
-            job.waiters.discard(ticket)
-            if not job.waiters and not job.running:
-                self._forget(job)
-                dropped += 1
-        ticket.remaining.clear()
-        return dropped
+        return self.queue.cancel(ticket)
 
     @property
     def alive(self) -> bool:
         """Whether the thread runs and takes work (false once it stopped for any
         reason: the server is then not ready)."""
-        return self._thread.is_alive() and not self._dead
+        return self._thread.is_alive() and not self.queue.dead
 
     @property
     def live(self) -> bool:
@@ -295,8 +173,7 @@ class Batcher:
     @property
     def depth(self) -> tuple[int, int]:
         """Queued (not yet running) sequences and their tokens."""
-        with self._cond:
-            return self._queued_seqs, self._queued_tokens
+        return self.queue.depth
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -306,9 +183,7 @@ class Batcher:
     def stop(self) -> None:
         """Take no more work; the pass in flight is finished and committed, every
         queued job's requests (the rest of its window too) get 503."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
+        self.queue.stop()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread; whether it ended."""
@@ -316,19 +191,6 @@ class Batcher:
         return not self._thread.is_alive()
 
     # --- the thread -----------------------------------------------------------------
-
-    def _push(self, job: _Job) -> None:
-        heapq.heappush(self._heap, (job.priority, next(self._counter), job))
-
-    def _forget(self, job: _Job) -> None:
-        del self._jobs[job.digest]
-        if not job.running:
-            self._queued_seqs -= 1
-            self._queued_tokens -= job.tokens
-
-    def _publish_depth(self) -> None:
-        self.metrics.queue_seqs.labels(self.model.name).set(self._queued_seqs)
-        self.metrics.queue_tokens.labels(self.model.name).set(self._queued_tokens)
 
     def _run(self) -> None:
         try:
@@ -346,9 +208,7 @@ class Batcher:
                 except _DeviceLost:
                     raise
                 except Exception as err:  # noqa: BLE001 (one window's fault, logged)
-                    with self._cond:  # its jobs not answered nor handed back
-                        jobs = [j for j in window if self._jobs.get(j.digest) is j]
-                    self._fail([j for j in jobs if j.running], err)
+                    self._fail(self.queue.unanswered(window), err)
                 finally:
                     self._busy_since = None
         except _DeviceLost as lost:
@@ -356,9 +216,7 @@ class Batcher:
         except Exception:  # logged once here; the requests get 503 below
             logger.exception("%s: the queue's thread stopped", self.model.name)
         finally:
-            with self._cond:
-                self._dead = True
-                self._fail_waiting(running=True)
+            self.queue.close()
 
     def _warm_up(self) -> None:
         """A forward pass at the largest batch before the first ready: out of memory
@@ -390,11 +248,8 @@ class Batcher:
     def _probe(self) -> bool:
         """While the breaker is open: wait, run the canary, close on a pass; false
         once the server stops."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._stopping, self.breaker.probe_seconds)
-            if self._stopping:
-                self._fail_waiting(running=False)
-                return False
+        if self.queue.wait_stop(self.breaker.probe_seconds):
+            return False
         try:
             if self._canary():
                 self.breaker.passed()
@@ -413,57 +268,15 @@ class Batcher:
         error = BackendFaultError(
             "the model's device failed; this replica is restarting, retry another"
         )
-        with self._cond:
-            self._dead = True
-            jobs = list(self._jobs.values())
-        self._finish(jobs, error=error)
+        self.queue.refuse()
+        self.queue.finish(self.queue.pending(), error=error)
         if self.on_fatal is not None:
             self.on_fatal()
 
-    def _unavailable(self) -> str:
-        why = "the server is shutting down" if self._stopping else "the queue stopped"
-        return f"{why}; retry against a running server"
+    def _take_window(self) -> list[Job] | None:
+        return self.queue.take_window()
 
-    def _take_window(self) -> list[_Job] | None:
-        budget = self.model.rule.token_budget
-        with self._cond:
-            while not self._queued_seqs and not self._stopping:
-                self._cond.wait()
-            if self._stopping:
-                self._fail_waiting(running=False)
-                return None
-            if self._queued_tokens < budget and self.window_seconds > 0:
-                # a short wait lets concurrent requests join a batch that is not full
-                self._cond.wait(self.window_seconds)
-            jobs: list[_Job] = []
-            size, limit, last_due = 0, budget * WINDOW_BUDGETS, None
-            while self._heap and (not jobs or size < limit):
-                priority, _, job = heapq.heappop(self._heap)
-                if not self._current(priority, job):
-                    continue
-                if last_due is None:
-                    last_due = priority[0] + WINDOW_SPAN
-                if jobs and (size + job.tokens > limit or priority[0] >= last_due):
-                    heapq.heappush(self._heap, (priority, next(self._counter), job))
-                    break
-                job.running = True
-                self._queued_seqs -= 1
-                self._queued_tokens -= job.tokens
-                size += job.tokens
-                jobs.append(job)
-            self._publish_depth()
-            return jobs
-
-    def _current(self, priority: tuple[float, int, int], job: _Job) -> bool:
-        """Whether a heap entry still stands for a queued job (not dropped, taken, or
-        pushed again with a better priority)."""
-        return (
-            not job.running
-            and self._jobs.get(job.digest) is job
-            and priority == job.priority
-        )
-
-    def _compute(self, window: list[_Job]) -> None:
+    def _compute(self, window: list[Job]) -> None:
         """Run a window pass by pass, committing and answering after each; the passes
         not begun go back to the queue when a queued sequence is due before all of
         them, or on a shutdown (and then get 503)."""
@@ -474,49 +287,22 @@ class Batcher:
         stored = np.ones(len(window), dtype=bool)
         for key in adapter_keys(self.model.adapter):
             stored &= np.asarray(self.store.contains(key, digests), dtype=bool)
-        self._finish([job for job, done in zip(window, stored, strict=True) if done])
+        self.queue.finish(
+            [job for job, done in zip(window, stored, strict=True) if done]
+        )
         todo = [job for job, done in zip(window, stored, strict=True) if not done]
         batches = plan_batches([job.tokens for job in todo], self.model.rule)
         for number, batch in enumerate(batches):
             if self.breaker.open:  # its queued work got 503 as it opened
                 return
-            jobs = self._still_wanted([todo[i] for i in batch])
+            jobs = self.queue.still_wanted([todo[i] for i in batch])
             if jobs:
                 self._forward_or_split(jobs)
             rest = [todo[i] for later in batches[number + 1 :] for i in later]
-            if rest and self._hand_back(rest):
+            if rest and self.queue.hand_back(rest):
                 return
 
-    def _still_wanted(self, jobs: list[_Job]) -> list[_Job]:
-        """The jobs someone still waits for; those whose requests all left are dropped
-        before their forward pass."""
-        with self._cond:
-            gone = [job for job in jobs if not job.waiters]
-            for job in gone:
-                self._jobs.pop(job.digest, None)
-        if gone:
-            self.metrics.dropped.labels(self.model.name).inc(len(gone))
-        return [job for job in jobs if job.waiters]
-
-    def _hand_back(self, rest: list[_Job]) -> bool:
-        """Return ``rest`` to the queue when a queued sequence is due before all of it
-        (a small request behind a stream), or when the server is draining."""
-        with self._cond:
-            while self._heap and not self._current(self._heap[0][0], self._heap[0][2]):
-                heapq.heappop(self._heap)
-            due_first = min(job.priority for job in rest)
-            earlier = bool(self._heap) and self._heap[0][0] < due_first
-            if not (earlier or self._stopping):
-                return False
-            for job in rest:
-                job.running = False
-                self._queued_seqs += 1
-                self._queued_tokens += job.tokens
-                self._push(job)
-            self._publish_depth()
-            return True
-
-    def _forward_or_split(self, jobs: list[_Job]) -> None:
+    def _forward_or_split(self, jobs: list[Job]) -> None:
         """Forward and commit ``jobs``. A store fault fails them; a model failure
         the canary shares is the backend's; else each half runs again, so only the
         sequence to blame fails."""
@@ -537,14 +323,14 @@ class Batcher:
                 return
             half = len(jobs) // 2
             for part in (jobs[:half], jobs[half:]):
-                part = self._still_wanted(part)
+                part = self.queue.still_wanted(part)
                 if part:
                     self._forward_or_split(part)
         else:
             self.breaker.passed()
-            self._finish(jobs)
+            self.queue.finish(jobs)
 
-    def _backend_failed(self, jobs: list[_Job], err: Exception) -> None:
+    def _backend_failed(self, jobs: list[Job], err: Exception) -> None:
         """424 for a pass the canary failed too; past the breaker's count, queued
         work gets 503 and the model turns not ready."""
         error = BackendFaultError(
@@ -558,18 +344,15 @@ class Batcher:
         busy = ServiceUnavailableError(
             self.trouble() or "", retry_after=self._probe_wait()
         )
-        with self._cond:
-            waiting = list(self._jobs.values())
-        self._finish(waiting, error=busy)
+        self.queue.finish(self.queue.pending(), error=busy)
 
     def _fail(
-        self, jobs: list[_Job], err: Exception, *, cause: Exception | None = None
+        self, jobs: list[Job], err: Exception, *, cause: Exception | None = None
     ) -> None:
         """Fail ``jobs`` (all of a pass or window) with the error their requests may
         see (a service error as decided, anything else a generic 500), logging its
         cause once with their request ids."""
-        with self._cond:
-            ids = sorted({t.request_id for job in jobs for t in job.waiters})
+        ids = self.queue.request_ids(jobs)
         error = (
             err
             if isinstance(err, RequestError)
@@ -584,9 +367,9 @@ class Batcher:
             cause,
             exc_info=None if isinstance(cause, EmbedcacheError | OSError) else cause,
         )
-        self._finish(jobs, error=error)
+        self.queue.finish(jobs, error=error)
 
-    def _forward(self, jobs: list[_Job]) -> None:
+    def _forward(self, jobs: list[Job]) -> None:
         """One forward pass over ``jobs``, committed to the store."""
         model = self.model
         tokens = tuple(job.tokens for job in jobs)
@@ -606,53 +389,10 @@ class Batcher:
         metrics.forward_seconds.labels(model.name).observe(seconds)
         padded = len(jobs) * max(tokens)
         metrics.batch_tokens.labels(model.name).observe(padded)
-        with self._cond:
-            self._clock += padded / model.rule.token_budget
+        self.queue.advance(padded)
         logger.debug(
             "%s: a batch of %d sequences, %.3f s", model.name, len(jobs), seconds
         )
-
-    def _finish(self, jobs: list[_Job], *, error: Exception | None = None) -> None:
-        """Answer the waiters of ``jobs``: done, or failed with ``error`` (and their
-        other queued jobs dropped: nobody would read them)."""
-        dropped = 0
-        with self._cond:
-            for job in jobs:
-                if self._jobs.get(job.digest) is job:
-                    self._forget(job)  # queued ones too (a breaker that opened)
-                for ticket in list(job.waiters):
-                    if ticket.future.done():
-                        continue
-                    if error is not None:
-                        ticket.remaining.discard(job.digest)
-                        dropped += self._release(ticket)
-                        ticket.future.set_exception(error)
-                        continue
-                    ticket.remaining.discard(job.digest)
-                    if not ticket.remaining:
-                        ticket.future.set_result(None)
-            self._publish_depth()
-        if dropped:
-            self.metrics.dropped.labels(self.model.name).inc(dropped)
-
-    def _fail_waiting(self, *, running: bool) -> None:
-        """503 to the requests of the queued jobs (and of the running ones too, when
-        the thread has ended); the lock held."""
-        error = ServiceUnavailableError(
-            self._unavailable()
-            if running
-            else "the server is shutting down before this request's sequences "
-            "were computed; retry against a running server"
-        )
-        for job in list(self._jobs.values()):
-            if job.running and not running:
-                continue
-            for ticket in job.waiters:
-                if not ticket.future.done():
-                    ticket.future.set_exception(error)
-            self._forget(job)
-        self._heap.clear()
-        self._publish_depth()
 
 
 __all__ = ["Batcher", "Ticket"]
