@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
     import numpy as np
+    from pydantic import BaseModel
 
     from embedcache.service.batcher import Batcher
     from embedcache.service.health import StoreProbe
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound="BaseModel")
 
 
 async def _build(
@@ -207,17 +209,11 @@ def _error(
     status: int,
     message: str,
     *,
-    index: int | None = None,
     headers: dict | None = None,
-    error_type: str | None = None,
+    **fields: Any,  # noqa: ANN401 (wire.error_body's: index, error_type)
 ) -> JSONResponse:
-    body = wire.error_body(
-        message,
-        status=status,
-        index=index,
-        request_id=request_id(request.scope),
-        error_type=error_type,
-    )
+    rid = request_id(request.scope)
+    body = wire.error_body(message, status=status, request_id=rid, **fields)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -287,32 +283,31 @@ def _describe_validation(errors: Sequence[dict[str, Any]]) -> tuple[str, int | N
     return f"malformed request body at {where}: {first.get('msg')}", index
 
 
+def _health_route(
+    app: FastAPI, route: str, word: str, reason: Callable[[], str | None]
+) -> None:
+    """A health route: 200 ``{"status": word}``, or 503 saying why not."""
+
+    async def health(request: Request) -> dict | JSONResponse:
+        why = reason()
+        if why is None:
+            return {"status": word}
+        return _error(request, 503, f"not {word}: {why}")
+
+    app.get(
+        route,
+        name=word,
+        response_model=Health,
+        responses=error_responses(503),
+        tags=["health"],
+    )(health)
+
+
 def _add_routes(app: FastAPI, state: ServiceState) -> None:
     ERRORS = error_responses(400, 401, 404, 413, 422, 429, 500, 503)
 
-    @app.get(
-        wire.ROUTE_LIVE,
-        response_model=Health,
-        responses=error_responses(503),
-        tags=["health"],
-    )
-    async def live(request: Request) -> dict | JSONResponse:
-        reason = state.liveness()
-        if reason is None:
-            return {"status": "live"}
-        return _error(request, 503, f"not live: {reason}")
-
-    @app.get(
-        wire.ROUTE_READY,
-        response_model=Health,
-        responses=error_responses(503),
-        tags=["health"],
-    )
-    async def ready(request: Request) -> dict | JSONResponse:
-        reason = state.readiness()
-        if reason is None:
-            return {"status": "ready"}
-        return _error(request, 503, f"not ready: {reason}")
+    _health_route(app, wire.ROUTE_LIVE, "live", state.liveness)
+    _health_route(app, wire.ROUTE_READY, "ready", state.readiness)
 
     @app.get(
         wire.ROUTE_METRICS,
@@ -345,10 +340,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embeddings(request: Request) -> Response:
         async with _deadline(state):
-            raw = await request.body()
-            body = await _build(
-                state.workers, replies.parse_body, EmbeddingsRequest, raw, size=len(raw)
-            )
+            body, raw = await _parse(state, request, EmbeddingsRequest)
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
                 msg = f"{served.name} gives {served.dim}-dimensional vectors; dimensions={body.dimensions} cannot be served"
@@ -380,10 +372,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embed(request: Request) -> Response:
         async with _deadline(state):
-            raw = await request.body()
-            body = await _build(
-                state.workers, replies.parse_body, EmbedRequest, raw, size=len(raw)
-            )
+            body, _ = await _parse(state, request, EmbedRequest)
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -429,6 +418,15 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
                 cached=cached,
             )
         return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
+
+
+async def _parse(
+    state: ServiceState, request: Request, model: type[M]
+) -> tuple[M, bytes]:
+    """The request's body read, and parsed as ``model`` (off the loop when large)."""
+    raw = await request.body()
+    body = await _build(state.workers, replies.parse_body, model, raw, size=len(raw))
+    return body, raw
 
 
 def _body_schema(model: type) -> dict:

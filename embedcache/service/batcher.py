@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from embedcache.engine.plan import WorkUnit, adapter_keys
 from embedcache.errors import EmbedcacheError
 from embedcache.service.breaker import (
     Breaker,
+    HealthPolicy,
     canary_batch,
     forward_checked,
     warm_up_batch,
@@ -53,7 +54,7 @@ from embedcache.service.fairqueue import FairQueue, Job, Ticket
 from embedcache.service.faults import guarded, is_fatal_device_error
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from embedcache.service.metrics import Metrics
     from embedcache.service.registry import ServedModel
@@ -77,9 +78,7 @@ class Batcher:
         metrics: Metrics,
         max_queue_tokens: int,
         window_seconds: float = 0.002,
-        breaker_failures: int = 3,
-        breaker_probe_seconds: float = 5.0,
-        stall_seconds: float = 600.0,
+        health: HealthPolicy = HealthPolicy(),  # noqa: B008 (frozen)
     ) -> None:
         self.model = model
         self.store = guarded(store)
@@ -90,11 +89,12 @@ class Batcher:
             metrics=metrics,
             max_queue_tokens=max_queue_tokens,
             window_seconds=window_seconds,
+            refusal=self._refusal,
         )
         self.breaker = Breaker(
-            failures=breaker_failures, probe_seconds=breaker_probe_seconds
+            failures=health.failures, probe_seconds=health.probe_seconds
         )
-        self.stall_seconds = stall_seconds
+        self.stall_seconds = health.stall_seconds
         self.warm = False  # the warm-up forward passed
         self.fatal: str | None = None  # why the device cannot go on
         # called (from the thread) after a fatal device error: the server exits
@@ -106,31 +106,10 @@ class Batcher:
 
     # --- requests' side -------------------------------------------------------------
 
-    def submit(
-        self,
-        seqs: Sequence[str],
-        digests: Sequence[str],
-        tokens: Sequence[int],
-        *,
-        request_id: str = "-",
-    ) -> Ticket:
-        """Queue the distinct sequences a request lacks; join jobs already queued.
-
-        Raises
-        ------
-        RequestTooLargeError
-            The request alone holds more tokens than the queue may.
-        QueueFullError
-            The queue is too full to take it now (429: retry later).
-        ServiceUnavailableError
-            The server is draining, the queue's thread stopped, or the model's
-            breaker is open.
-        """
-        if self.breaker.open:
-            raise ServiceUnavailableError(
-                self.trouble() or "", retry_after=self._probe_wait()
-            )
-        return self.queue.submit(seqs, digests, tokens, request_id=request_id)
+    def submit(self, *args: Any, **kwargs: Any) -> Ticket:  # noqa: ANN401
+        """:meth:`FairQueue.submit <embedcache.service.fairqueue.FairQueue.submit>`;
+        503 while the breaker is open."""
+        return self.queue.submit(*args, **kwargs)
 
     def cancel(self, ticket: Ticket) -> int:
         """Drop a gone request's queued, not yet computed work (others' stays);
@@ -166,6 +145,14 @@ class Batcher:
                 f"its canary runs every {self.breaker.probe_seconds:g} s"
             )
         return None
+
+    def _refusal(self) -> Exception | None:
+        """Why the queue takes no new work now: the breaker is open."""
+        if not self.breaker.open:
+            return None
+        return ServiceUnavailableError(
+            self.trouble() or "", retry_after=self._probe_wait()
+        )
 
     def _probe_wait(self) -> int:
         return max(1, round(self.breaker.probe_seconds))

@@ -10,6 +10,7 @@ its batcher runs the canary every ``probe_seconds`` until it passes.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -75,6 +76,17 @@ def forward_checked(adapter: Adapter, seqs: list[str]) -> None:
         raise InvalidVectorError(msg)
 
 
+@dataclass(frozen=True)
+class HealthPolicy:
+    """When a model turns not ready (``failures`` passes in a row failing with their
+    canary), how often its canary then runs, and how long one step of its thread may
+    take before liveness fails."""
+
+    failures: int = 3
+    probe_seconds: float = 5.0
+    stall_seconds: float = 600.0
+
+
 class Breaker:
     """Consecutive failed batches of one model; :attr:`open` past ``failures``."""
 
@@ -102,4 +114,10 @@ class Breaker:
         return True
 
 
-__all__ = ["Breaker", "canary_batch", "forward_checked", "warm_up_batch"]
+__all__ = [
+    "Breaker",
+    "HealthPolicy",
+    "canary_batch",
+    "forward_checked",
+    "warm_up_batch",
+]

@@ -40,7 +40,7 @@ from embedcache.service.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from embedcache.engine.batching import BatchRule
     from embedcache.service.metrics import Metrics
@@ -91,8 +91,10 @@ class FairQueue:
         metrics: Metrics,
         max_queue_tokens: int,
         window_seconds: float,
+        refusal: Callable[[], Exception | None] = lambda: None,
     ) -> None:
         self.name = name
+        self.refusal = refusal  # an error refusing new work, or None
         self.rule = rule
         self.metrics = metrics
         self.max_queue_tokens = max_queue_tokens
@@ -138,6 +140,9 @@ class FairQueue:
         with self._cond:
             if self._stopping or self._dead:
                 raise ServiceUnavailableError(self._unavailable())
+            refused = self.refusal()
+            if refused is not None:
+                raise refused
             new = [i for i, d in enumerate(digests) if d not in self._jobs]
             new_tokens = sum(tokens[i] for i in new)
             if new_tokens > self.max_queue_tokens:

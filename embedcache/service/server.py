@@ -17,6 +17,7 @@ import uvicorn
 
 from embedcache.service.app import ServiceState, create_app
 from embedcache.service.batcher import Batcher
+from embedcache.service.breaker import HealthPolicy
 from embedcache.service.health import StoreProbe
 from embedcache.service.metrics import Metrics
 from embedcache.service.registry import ModelRegistry, load_models
@@ -68,9 +69,11 @@ def build_state(settings: ServeSettings) -> ServiceState:
             metrics=metrics,
             max_queue_tokens=settings.max_queue_tokens,
             window_seconds=settings.batch_window_ms / 1000,
-            breaker_failures=settings.breaker_failures,
-            breaker_probe_seconds=settings.breaker_probe_seconds,
-            stall_seconds=settings.stall_seconds,
+            health=HealthPolicy(
+                settings.breaker_failures,
+                settings.breaker_probe_seconds,
+                settings.stall_seconds,
+            ),
         )
         for model in registry.models
     }

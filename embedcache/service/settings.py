@@ -211,34 +211,25 @@ class ServeSettings(BaseSettings):
         le=3600,
         description="how often /health/ready reads the store to check it answers, s",
     )
-    worker_threads: int = Field(
-        default=32,
-        ge=1,
-        description="worker threads for parsing, look-ups and replies, counting those "
-        "a deadline abandoned; beyond it 503",
-    )
-    breaker_failures: int = Field(
-        default=3,
-        ge=1,
-        description="batches in a row a model fails with its canary before the "
-        "server turns not ready",
-    )
-    breaker_probe_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        le=3600,
-        description="how often a not-ready model runs its canary batch, s",
-    )
-    stall_seconds: float = Field(
-        default=600.0,
-        gt=0,
-        description="a forward pass running longer fails /health/live (restart me), s",
-    )
     refresh_seconds: float | None = Field(
         default=None,
         ge=0,
         description="how stale the store's view of other writers' commits may be, "
         "s (none: the store's own)",
+    )
+
+    # the service's fault handling: docs/serving-faults.md
+    worker_threads: int = Field(
+        default=32, ge=1, description="request worker threads, abandoned too; then 503"
+    )
+    breaker_failures: int = Field(
+        default=3, ge=1, le=100, description="failed batches in a row before not ready"
+    )
+    breaker_probe_seconds: float = Field(
+        default=5.0, gt=0, le=3600, description="a not-ready model's canary interval, s"
+    )
+    stall_seconds: float = Field(
+        default=600.0, gt=0, description="a pass running longer fails /health/live, s"
     )
 
     _api_keys: tuple[str, ...] = PrivateAttr(default=())
