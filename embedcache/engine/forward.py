@@ -54,6 +54,13 @@ def embed_outputs(adapter: Adapter, seqs: Sequence[str]) -> np.ndarray:
     return outputs
 
 
+def inference_mode() -> contextlib.AbstractContextManager:
+    """torch's inference mode when an adapter runs torch, else nothing."""
+    # adapters that run torch have imported it; the k-mer floors never pay its import
+    torch = sys.modules.get("torch")
+    return torch.inference_mode() if torch is not None else contextlib.nullcontext()
+
+
 def run_unit(
     adapter: Adapter,
     store: EmbeddingStore,
@@ -86,12 +93,9 @@ def run_unit(
     rows = [i for batch in batches for i in batch]
     if not rows:
         return UnitResult(unit.index, unit.n_seqs, 0, 0, time.perf_counter() - start)
-    # adapters that run torch have imported it; the k-mer floors never pay its import
-    torch = sys.modules.get("torch")
-    no_grad = torch.inference_mode() if torch is not None else contextlib.nullcontext()
     parts = []
     forward_start = time.perf_counter()
-    with no_grad:
+    with inference_mode():
         for batch in batches:
             parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
     outputs = np.concatenate(parts, axis=1)
@@ -222,6 +226,7 @@ __all__ = [
     "collect_result",
     "embed_outputs",
     "gather_vectors",
+    "inference_mode",
     "record_alias",
     "run_unit",
 ]

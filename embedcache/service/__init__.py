@@ -8,8 +8,14 @@ Split as text-embeddings-inference splits router, queue and backend:
 - ``settings``: what a server runs (models, limits, bind, keys), declared once and
   read from flags, ``EMBEDCACHE_*`` and ``serve.toml``; the key file and bind checks
 - ``registry``: the served models, each one adapter and one store key
-- ``batcher``: one queue per served model and the thread that drains it, cutting
-  batches across requests with the engine's batching rule
+- ``fairqueue``: one queue per served model, its jobs in fair-queueing order
+- ``batcher``: the thread that drains a model's queue, cutting batches across
+  requests with the engine's batching rule, and blaming each failure on its cause
+- ``faults``: who is at fault: the store boundary (any store error is a store
+  fault), the device errors only a restart recovers from
+- ``breaker``: the canary batch, the warm-up at the largest batch, and the circuit
+  breaker over consecutive failed batches
+- ``workers``: the bounded worker threads of the request path (503 past the bound)
 - ``metrics``: the Prometheus counters, gauges and histograms
 - ``guards``: ASGI middleware for request ids, the request limit, body-size limits,
   API keys and the access log

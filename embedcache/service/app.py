@@ -1,7 +1,8 @@
 """The FastAPI application: routes, error replies, and the state they share.
 
 Handlers only route: parsing a body, the engine's plan, the store's reads and the
-reply's encoding each run in a worker thread (:func:`off_loop`); a handler waits on
+reply's encoding each run in a bounded worker thread (:class:`WorkerThreads`: past
+its limit, 503 rather than more threads); a handler waits on
 the model's :class:`~embedcache.service.batcher.Batcher` for the misses. A client
 that leaves, or a request past its deadline (504), has its queued work dropped. A
 request's error names only its own inputs; a server fault answers a generic 500 or
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,11 +29,11 @@ from embedcache.errors import EmbedcacheError, StoreError
 from embedcache.hashing import normalise_sequence
 from embedcache.service import replies, wire
 from embedcache.service.errors import (
-    QueueFullError,
     RequestError,
     RequestTimeoutError,
     RequestTooLargeError,
     SequenceFailedError,
+    ServerFaultError,
     ServiceUnavailableError,
     UnprocessableSequenceError,
 )
@@ -49,11 +49,13 @@ from embedcache.service.schemas import (
     check_list_length,
     error_responses,
 )
+from embedcache.service.workers import WorkerThreads
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
     import numpy as np
+    from pydantic import BaseModel
 
     from embedcache.service.batcher import Batcher
     from embedcache.service.health import StoreProbe
@@ -65,23 +67,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-async def off_loop(func: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """``func(*args, **kwargs)`` in a worker thread; a cancelled wait (a deadline)
-    returns at once, leaving the thread to finish on its own."""
-    call = functools.partial(func, *args, **kwargs)
-    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+M = TypeVar("M", bound="BaseModel")
 
 
 async def _build(
-    func: Callable[..., T], *args: object, size: int, **kwargs: object
+    workers: WorkerThreads,
+    func: Callable[..., T],
+    *args: object,
+    size: int,
+    **kwargs: object,
 ) -> T:
     """A body parsed or a reply encoded: on the loop when small (``size`` bytes or
     floats), else in a worker thread."""
     if replies.is_small(size):
         return func(*args, **kwargs)
-    return await off_loop(func, *args, **kwargs)
+    return await workers.run(func, *args, **kwargs)
 
 
 async def _encode(
@@ -95,7 +95,7 @@ async def _encode(
     """A reply's body built as :func:`_build` does, timed as the ``encode`` stage."""
     start = time.perf_counter()
     try:
-        return await _build(func, *args, size=size, **kwargs)
+        return await _build(state.workers, func, *args, size=size, **kwargs)
     finally:
         state.metrics.observe_stage(served.name, "encode", time.perf_counter() - start)
 
@@ -115,6 +115,10 @@ class ServiceState:
     deadline: float | None = field(default=None)
     # models whose batch was still running at the drain deadline
     abandoned: list[str] = field(default_factory=list)
+    workers: WorkerThreads = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workers = WorkerThreads(self.settings.worker_threads)
 
     def readiness(self) -> str | None:
         """None when ready; else why not."""
@@ -122,11 +126,20 @@ class ServiceState:
             return "draining"
         if not self.ready:
             return "starting"
-        stopped = [name for name, b in self.batchers.items() if not b.alive]
-        if stopped:
-            return f"the queue of {stopped} stopped"
+        for batcher in self.batchers.values():
+            trouble = batcher.trouble()  # stopped, warming up, or its breaker open
+            if trouble is not None:
+                return trouble
         if self.probe is not None and not self.probe.ok:
             return "the store did not answer its last probe"
+        return None
+
+    def liveness(self) -> str | None:
+        """None when live; else why a restart is due (a queue's thread dead or
+        stuck in one step longer than any pass may take)."""
+        stuck = [name for name, b in self.batchers.items() if not b.live]
+        if stuck and not self.draining:
+            return f"the queue of {stuck} stopped or made no progress"
         return None
 
     def begin_drain(self, *, timeout: float) -> None:
@@ -170,8 +183,9 @@ def create_app(state: ServiceState) -> Guard:
         if state.probe is not None:
             await state.probe.check()
             probing = asyncio.ensure_future(state.probe.run())
-        state.ready = True
-        logger.info("ready: serving %s", state.registry.names)
+        if not state.draining:  # a failed warm-up may have begun the drain
+            state.ready = True
+            logger.info("serving %s", state.registry.names)
         yield
         if probing is not None:
             probing.cancel()
@@ -213,12 +227,11 @@ def _error(
     status: int,
     message: str,
     *,
-    index: int | None = None,
     headers: dict | None = None,
+    **fields: Any,  # noqa: ANN401 (wire.error_body's: index, error_type)
 ) -> JSONResponse:
-    body = wire.error_body(
-        message, status=status, index=index, request_id=request_id(request.scope)
-    )
+    rid = request_id(request.scope)
+    body = wire.error_body(message, status=status, request_id=rid, **fields)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -226,11 +239,23 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def request_error(request: Request, err: RequestError) -> JSONResponse:
         headers = None
-        if isinstance(err, QueueFullError):
-            headers = {"Retry-After": str(err.retry_after)}
+        retry_after = getattr(err, "retry_after", None)
+        if retry_after is not None:
+            headers = {"Retry-After": str(retry_after)}
         elif err.status == 503:
             headers = {"Retry-After": "1"}
-        return _error(request, err.status, str(err), index=err.index, headers=headers)
+        if isinstance(err, ServerFaultError) and err.__cause__ is not None:
+            # a store fault met on the request's own path (the queue logs its own)
+            rid = request_id(request.scope)
+            logger.error("request %s: %s: %s", rid, err, err.__cause__)
+        return _error(
+            request,
+            err.status,
+            str(err),
+            index=err.index,
+            headers=headers,
+            error_type=err.error_type,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -276,24 +301,31 @@ def _describe_validation(errors: Sequence[dict[str, Any]]) -> tuple[str, int | N
     return f"malformed request body at {where}: {first.get('msg')}", index
 
 
-def _add_routes(app: FastAPI, state: ServiceState) -> None:
-    ERRORS = error_responses(400, 401, 404, 413, 422, 429, 500, 503)
+def _health_route(
+    app: FastAPI, route: str, word: str, reason: Callable[[], str | None]
+) -> None:
+    """A health route: 200 ``{"status": word}``, or 503 saying why not."""
 
-    @app.get(wire.ROUTE_LIVE, response_model=Health, tags=["health"])
-    async def live() -> dict:
-        return {"status": "live"}
+    async def health(request: Request) -> dict | JSONResponse:
+        why = reason()
+        if why is None:
+            return {"status": word}
+        return _error(request, 503, f"not {word}: {why}")
 
-    @app.get(
-        wire.ROUTE_READY,
+    app.get(
+        route,
+        name=word,
         response_model=Health,
         responses=error_responses(503),
         tags=["health"],
-    )
-    async def ready(request: Request) -> dict | JSONResponse:
-        reason = state.readiness()
-        if reason is None:
-            return {"status": "ready"}
-        return _error(request, 503, f"not ready: {reason}")
+    )(health)
+
+
+def _add_routes(app: FastAPI, state: ServiceState) -> None:
+    ERRORS = error_responses(400, 401, 404, 413, 422, 429, 500, 503)
+
+    _health_route(app, wire.ROUTE_LIVE, "live", state.liveness)
+    _health_route(app, wire.ROUTE_READY, "ready", state.readiness)
 
     @app.get(
         wire.ROUTE_METRICS,
@@ -326,17 +358,16 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embeddings(request: Request) -> Response:
         async with _deadline(state):
-            raw = await request.body()
-            body = await _build(
-                _parse, EmbeddingsRequest, raw, size=len(raw), state=state
-            )
+            body, raw = await _parse(state, request, EmbeddingsRequest)
             served = state.registry.get(body.model)
             if body.dimensions is not None and body.dimensions != served.dim:
                 msg = f"{served.name} gives {served.dim}-dimensional vectors; dimensions={body.dimensions} cannot be served"
                 raise RequestError(msg)
             seqs = [body.input] if isinstance(body.input, str) else body.input
             vectors, _ = await _embed(state, served, seqs, request, field="input")
-            n_tokens = await _build(_count_tokens, served, seqs, size=len(raw))
+            n_tokens = await _build(
+                state.workers, _count_tokens, served, seqs, size=len(raw)
+            )
             data = await _encode(
                 state,
                 served,
@@ -360,8 +391,7 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
     )
     async def embed(request: Request) -> Response:
         async with _deadline(state):
-            raw = await request.body()
-            body = await _build(_parse, EmbedRequest, raw, size=len(raw), state=state)
+            body, _ = await _parse(state, request, EmbedRequest)
             served = state.registry.get(body.model)
             vectors, planned = await _embed(
                 state, served, body.sequences, request, field="sequences"
@@ -411,11 +441,16 @@ def _add_routes(app: FastAPI, state: ServiceState) -> None:
         return Response(data, media_type=wire.MEDIA_JSON, headers=headers)
 
 
-def _parse(model: type[T], raw: bytes, *, state: ServiceState) -> T:
-    """The body as ``model``, its sequences counted before it is parsed (413 early)."""
+async def _parse(
+    state: ServiceState, request: Request, model: type[M]
+) -> tuple[M, bytes]:
+    """The request's body read, its sequences counted before it is parsed (413
+    early), and parsed as ``model`` (off the loop when large)."""
+    raw = await request.body()
     field = "input" if model is EmbeddingsRequest else "sequences"
     check_list_length(raw, field=field, limit=state.settings.max_sequences)
-    return replies.parse_body(model, raw)
+    body = await _build(state.workers, replies.parse_body, model, raw, size=len(raw))
+    return body, raw
 
 
 def _body_schema(model: type) -> dict:
@@ -459,7 +494,9 @@ async def _embed(
         msg = f"{len(seqs)} sequences in one request; the limit is {limit}: split it"
         raise RequestTooLargeError(msg)
     start = time.perf_counter()
-    planned = await off_loop(plan_request, served, seqs, state.store, field=field)
+    planned = await state.workers.run(
+        plan_request, served, seqs, state.store, field=field
+    )
     state.metrics.observe_stage(served.name, "tokenise", time.perf_counter() - start)
     plan = planned.plan
     metrics = state.metrics
@@ -495,7 +532,7 @@ async def _embed(
             raise _name_failed(err, plan.hashes, seqs, field) from None
     if planned.vectors is not None:  # hits only: read with the plan
         return planned.vectors, planned
-    vectors = await off_loop(read_vectors, served, state.store, plan)
+    vectors = await state.workers.run(read_vectors, served, state.store, plan)
     return vectors, planned
 
 

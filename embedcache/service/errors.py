@@ -1,4 +1,10 @@
-"""The errors a request can meet, each carrying the HTTP status it is answered with."""
+"""The errors a request can meet, each carrying the HTTP status it is answered with.
+
+Who is at fault decides the status (docs/serving-faults.md has the table): the
+input (4xx: what validation proves, or a sequence that fails alone while a canary
+batch passes), the store (503 and retry; 500 ``store_corrupt``: do not), or the
+model's backend (424, as TEI answers).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ class RequestError(EmbedcacheError, ValueError):
     offending sequence's position when one is to blame."""
 
     status = 400
+    error_type: str | None = None  # the reply's "type" when the status alone is not it
 
     def __init__(self, message: str, *, index: int | None = None) -> None:
         super().__init__(message)
@@ -47,9 +54,14 @@ class QueueFullError(RequestError):
 
 
 class ServiceUnavailableError(RequestError):
-    """The server is draining (or not ready): retry against a running one."""
+    """The server is draining (or not ready, or at its limit of worker threads):
+    retry after ``retry_after`` s, here or against another replica."""
 
     status = 503
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class RequestTimeoutError(RequestError):
@@ -71,9 +83,37 @@ class ServerFaultError(RequestError):
         self.status = status
 
 
+class StoreFaultError(ServerFaultError):
+    """The store failed (down, refusing credentials, full): the message is generic;
+    it can pass, so 503 and ``Retry-After``."""
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, status=503)
+        self.retry_after = retry_after
+
+
+class StoreCorruptError(ServerFaultError):
+    """What the store holds fails its checks: 500 ``store_corrupt``; retrying will
+    not help (an operator repairs or quarantines the run)."""
+
+    error_type = "store_corrupt"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=500)
+
+
+class BackendFaultError(ServerFaultError):
+    """The model's backend failed on a pass a known-good canary batch fails too (a
+    device fault): 424, as TEI answers; nobody's sequence is blamed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=424)
+
+
 class SequenceFailedError(RequestError):
-    """The model failed on one sequence alone (the rest of its pass was computed
-    without it): ``digest`` names it, so each request can name it by its own index."""
+    """The model failed on one sequence alone while a known-good canary batch passed
+    on it (the rest of its pass was computed without it): ``digest`` names it, so
+    each request can name it by its own index."""
 
     status = 422
 
@@ -88,6 +128,7 @@ class ServeConfigError(EmbedcacheError, ValueError):
 
 
 __all__ = [
+    "BackendFaultError",
     "MalformedRequestError",
     "QueueFullError",
     "RequestError",
@@ -98,6 +139,8 @@ __all__ = [
     "ServedModelNotFoundError",
     "ServerFaultError",
     "ServiceUnavailableError",
+    "StoreCorruptError",
+    "StoreFaultError",
     "UnauthorizedError",
     "UnprocessableSequenceError",
 ]

@@ -13,7 +13,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import anyio.to_thread
+import anyio
+
+from embedcache.service.workers import WorkerThreads
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,6 +45,7 @@ class StoreProbe:
         self.ok = True
         self.last = 0.0  # monotonic time of the last answer, good or bad
         self._client = None
+        self._thread = WorkerThreads(1)  # a read that hangs blocks the next: 503
 
     def read(self) -> None:
         """One read of the root object (blocking).
@@ -70,10 +73,11 @@ class StoreProbe:
         obstore.head(self._client, _ROOT_OBJECT)
 
     async def check(self) -> bool:
-        """Read once, in a worker thread abandoned past the timeout; record it."""
+        """Read once, in a worker thread abandoned past the timeout; record it. While
+        an abandoned read still hangs, no new one starts (one thread at most)."""
         try:
             with anyio.fail_after(self.timeout):
-                await anyio.to_thread.run_sync(self.read, abandon_on_cancel=True)
+                await self._thread.run(self.read)
             ok, why = True, ""
         except Exception as err:  # noqa: BLE001 (any failure means not answering)
             ok, why = False, f"{type(err).__name__}: {err}"

@@ -1,5 +1,9 @@
 """What a request does before and after the queue: validate, hash and look up its
-sequences (the engine's plan), then read its vectors back from the store."""
+sequences (the engine's plan), then read its vectors back from the store.
+
+The store is reached through the :class:`~embedcache.service.faults.StoreBoundary`:
+what it raises is a store fault (503, or 500 ``store_corrupt``), never the input's.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from embedcache.engine.forward import gather_vectors
 from embedcache.engine.plan import plan_embedding
 from embedcache.errors import InvalidSequenceError, SequenceTooLongError
 from embedcache.service.errors import UnprocessableSequenceError
+from embedcache.service.faults import guarded
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,7 +51,10 @@ def plan_request(
     UnprocessableSequenceError
         A sequence holds a character other than A/C/G/T/N, is empty, or is longer
         than the model's context (unless it truncates); ``index`` names it.
+    StoreFaultError, StoreCorruptError
+        The store failed (whatever it raised).
     """
+    store = guarded(store)
     names = [f"{field}[{i}]" for i in range(len(seqs))]
     try:
         plan = plan_embedding(model.adapter, seqs, store, names=names)
@@ -66,7 +74,7 @@ def read_vectors(
     model: ServedModel, store: EmbeddingStore, plan: EmbedPlan
 ) -> np.ndarray:
     """The request's vectors from the store, float32, one row per input."""
-    return gather_vectors(store, plan, model.key, model.dim, refresh=False)
+    return gather_vectors(guarded(store), plan, model.key, model.dim, refresh=False)
 
 
 __all__ = ["RequestPlan", "plan_request", "read_vectors"]

@@ -18,6 +18,7 @@ import uvicorn
 
 from embedcache.service.app import ServiceState, create_app
 from embedcache.service.batcher import Batcher
+from embedcache.service.breaker import HealthPolicy
 from embedcache.service.connections import timed_protocol
 from embedcache.service.health import StoreProbe
 from embedcache.service.metrics import Metrics
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from embedcache.service.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
+
+# the exit status after a device fault only a new process recovers from
+EXIT_DEVICE_LOST = 3
 
 
 class _DrainingServer(uvicorn.Server):
@@ -67,6 +71,11 @@ def build_state(settings: ServeSettings) -> ServiceState:
             metrics=metrics,
             max_queue_tokens=settings.max_queue_tokens,
             window_seconds=settings.batch_window_ms / 1000,
+            health=HealthPolicy(
+                settings.breaker_failures,
+                settings.breaker_probe_seconds,
+                settings.stall_seconds,
+            ),
         )
         for model in registry.models
     }
@@ -102,6 +111,8 @@ def serve(settings: ServeSettings) -> int:
         server_header=False,
     )
     server = _DrainingServer(config, state)
+    for batcher in state.batchers.values():  # a lost device: drain and exit non-zero
+        batcher.on_fatal = lambda: server.handle_exit(signal.SIGTERM, None)
     scrape = None
     if settings.metrics_port is not None:
         # a thread of its own, as TEI's --prometheus-port: a scrape never waits on
@@ -118,6 +129,10 @@ def serve(settings: ServeSettings) -> int:
     if not server.started:
         return 1
     state.store.close()
+    lost = [b.model.name for b in state.batchers.values() if b.fatal]
+    if lost:
+        logger.critical("stopped: the device of %s failed", lost)
+        _exit_now(EXIT_DEVICE_LOST)
     logger.info("stopped")
     if state.abandoned:
         _exit_now(0)

@@ -267,6 +267,20 @@ class ServeSettings(BaseSettings):
         "s (none: the store's own)",
     )
 
+    # the service's fault handling: docs/serving-faults.md
+    worker_threads: int = Field(
+        default=32, ge=1, description="request worker threads, abandoned too; then 503"
+    )
+    breaker_failures: int = Field(
+        default=3, ge=1, le=100, description="failed batches in a row before not ready"
+    )
+    breaker_probe_seconds: float = Field(
+        default=5.0, gt=0, le=3600, description="a not-ready model's canary interval, s"
+    )
+    stall_seconds: float = Field(
+        default=600.0, gt=0, description="a pass running longer fails /health/live, s"
+    )
+
     _api_keys: tuple[str, ...] = PrivateAttr(default=())
     _models: tuple[ModelSpec, ...] = PrivateAttr(default=())
     _store_options: dict[str, str] = PrivateAttr(default_factory=dict)

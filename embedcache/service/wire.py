@@ -49,11 +49,14 @@ ERROR_TYPES = {
     405: "method_not_allowed",
     413: "request_too_large",
     422: "invalid_sequence",
+    424: "backend_error",  # the model failed, not the input (as TEI answers)
     429: "queue_full",
     500: "internal_error",
     503: "unavailable",
     504: "timeout",
 }
+# a 500 that retrying cannot fix: a stored chunk fails its checks (an operator's job)
+ERROR_STORE_CORRUPT = "store_corrupt"
 # every reply carries its request id; a server fault's log line names the same id
 HEADER_REQUEST_ID = "X-Request-Id"
 
@@ -64,12 +67,14 @@ def error_body(
     status: int,
     index: int | None = None,
     request_id: str | None = None,
+    error_type: str | None = None,
 ) -> dict:
     """``{"error": {"message", "type", "index"?, "request_id"?}}``: the body of every
-    error reply."""
+    error reply; ``error_type`` when the status alone does not say it (a 500
+    ``store_corrupt`` is not an ``internal_error``)."""
     error: dict[str, Any] = {
         "message": message,
-        "type": ERROR_TYPES.get(status, "error"),
+        "type": error_type or ERROR_TYPES.get(status, "error"),
     }
     if index is not None:
         error["index"] = index
@@ -166,6 +171,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_SEQUENCES",
+    "ERROR_STORE_CORRUPT",
     "HEADER_REQUEST_ID",
     "MEDIA_ARROW",
     "MEDIA_JSON",

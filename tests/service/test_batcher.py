@@ -12,15 +12,18 @@ import numpy as np
 import pytest
 
 from embedcache.engine.batching import BatchRule
-from embedcache.errors import StoreUnavailableError
+from embedcache.errors import CorruptStoreError, StoreUnavailableError
 from embedcache.hashing import sequence_key
 from embedcache.models import load_adapter
 from embedcache.service import batcher as batcher_module
 from embedcache.service.batcher import Batcher
 from embedcache.service.errors import (
+    BackendFaultError,
     SequenceFailedError,
     ServerFaultError,
     ServiceUnavailableError,
+    StoreCorruptError,
+    StoreFaultError,
 )
 from embedcache.service.metrics import Metrics
 from embedcache.store import EmbeddingStore
@@ -227,5 +230,111 @@ def test_a_stopped_thread_answers_503_and_is_not_alive(make_batcher, monkeypatch
         waiting.future.result(timeout=30)
     assert batcher.join(30)
     assert not batcher.alive
+    assert not batcher.live  # /health/live fails: restart me
     with pytest.raises(ServiceUnavailableError):
         submit(batcher, random_seqs(1, seed=13))
+
+
+def wait_until(condition, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_failing_device_is_the_backends_fault_and_opens_the_breaker(
+    make_batcher, monkeypatch
+):
+    forward = HeldForward(hold=0)
+    batcher, _ = make_batcher(forward, monkeypatch)
+    batcher.breaker.probe_seconds = 0.05
+    batcher.start()
+    wait_until(lambda: batcher.warm, "no warm-up")
+    adapter = batcher.model.adapter
+    real = adapter.embed_batch
+
+    def broken(seqs):
+        msg = "the device failed"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(adapter, "embed_batch", broken)
+    for seed in range(3):  # three failed passes, each with its canary
+        ticket = submit(batcher, random_seqs(4, seed=20 + seed))
+        with pytest.raises(BackendFaultError) as caught:  # never a sequence's 422
+            ticket.future.result(timeout=30)
+        assert caught.value.status == 424
+    assert batcher.breaker.open
+    assert "canary" in batcher.trouble()
+    with pytest.raises(ServiceUnavailableError):
+        submit(batcher, random_seqs(1, seed=30))
+    assert batcher.live  # not a restart: it may heal
+
+    monkeypatch.setattr(adapter, "embed_batch", real)
+    wait_until(lambda: not batcher.breaker.open, "the canary never closed it")
+    assert batcher.trouble() is None
+    submit(batcher, random_seqs(4, seed=31)).future.result(timeout=30)
+
+
+def test_a_sticky_device_error_fails_everything_and_calls_on_fatal(
+    make_batcher, monkeypatch
+):
+    forward = HeldForward(hold=0)
+    batcher, _ = make_batcher(forward, monkeypatch)
+    lost = threading.Event()
+    batcher.on_fatal = lost.set
+    batcher.start()
+    wait_until(lambda: batcher.warm, "no warm-up")
+
+    def sticky(seqs):
+        msg = "CUDA error: an illegal memory access was encountered"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(batcher.model.adapter, "embed_batch", sticky)
+    with pytest.raises(BackendFaultError):
+        submit(batcher, random_seqs(4, seed=32)).future.result(timeout=30)
+    assert lost.wait(30)
+    assert batcher.join(30)
+    assert not batcher.live
+    assert "illegal memory access" in batcher.trouble()
+
+
+def test_any_store_error_on_commit_is_a_store_fault_without_bisecting(
+    make_batcher, monkeypatch
+):
+    import obstore.exceptions
+
+    forward = HeldForward(hold=0)
+    batcher, store = make_batcher(forward, monkeypatch)
+
+    def denied(*args, **kwargs):
+        msg = "403 Forbidden: expired credentials"
+        raise obstore.exceptions.PermissionDeniedError(msg)
+
+    monkeypatch.setattr(store, "put", denied)
+    ticket = submit(batcher, random_seqs(4, seed=33))
+    batcher.start()
+    with pytest.raises(StoreFaultError) as caught:
+        ticket.future.result(timeout=30)
+    assert caught.value.status == 503
+    assert len(forward.passes) == 1  # one pass: nothing halved, nobody blamed
+
+
+def test_a_corrupt_store_is_500_and_handed_to_its_quarantine(make_batcher, monkeypatch):
+    forward = HeldForward(hold=0)
+    batcher, store = make_batcher(forward, monkeypatch)
+    quarantined = []
+
+    def corrupt(*args, **kwargs):
+        msg = "shard 3 fails its checksum"
+        raise CorruptStoreError(msg)
+
+    monkeypatch.setattr(store, "contains", corrupt)
+    monkeypatch.setattr(store, "quarantine", quarantined.append, raising=False)
+    ticket = submit(batcher, random_seqs(2, seed=34))
+    batcher.start()
+    with pytest.raises(StoreCorruptError) as caught:
+        ticket.future.result(timeout=30)
+    assert caught.value.status == 500
+    assert caught.value.error_type == "store_corrupt"
+    assert [str(err) for err in quarantined] == ["shard 3 fails its checksum"]
+    assert not forward.passes
