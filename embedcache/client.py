@@ -6,10 +6,12 @@ Sequences are checked and hashed here first with the package's own rule, so a ba
 is named by its input index before anything is sent; each distinct sequence is sent
 once. The distinct sequences are cut into requests within the server's limits (a 413
 halves a request) and a few are kept in flight so the server's batcher stays fed.
-429 and 503 are retried with jittered exponential backoff, or after the server's
-``Retry-After`` plus up to half as long again (jitter, so clients refused together do
-not return together), and so is a dropped connection (embedding is idempotent: a
-repeat is a store hit).
+429, 503 and 424 (the server's model or device failed; behind a balancer the next try
+may reach another replica) are retried with jittered exponential backoff, or after the
+server's ``Retry-After`` plus up to half as long again (jitter, so clients refused
+together do not return together), and so is a dropped connection (embedding is
+idempotent: a repeat is a store hit). A 500 ``store_corrupt`` is not: retrying cannot
+mend stored data.
 
 :func:`embed_file_on_server` and :func:`embed_version_on_server` are what
 ``embedcache embed --server`` and ``embedcache embeddings --server`` call.
@@ -54,7 +56,9 @@ logger = logging.getLogger(__name__)
 # vectors come back in one piece and a busy server interleaves other clients
 DEFAULT_MAX_SEQUENCES = 1_000
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-RETRY_STATUSES = frozenset({429, 503})
+# busy (429), unavailable (503: draining, a store outage, the breaker open) and a
+# backend fault (424): each may pass later or on another replica
+RETRY_STATUSES = frozenset({424, 429, 503})
 CONNECTION_RETRIES = 3
 
 
@@ -134,7 +138,8 @@ class EmbedClient:
     timeout
         Seconds a request may take (computing a large request can take minutes).
     max_retries
-        Attempts after the first, per request, on 429, 503 or a dropped connection.
+        Attempts after the first, per request, on 424, 429, 503 or a dropped
+        connection.
     max_sequences, max_body_bytes
         Upper bounds of one request (defaults well inside the server's).
     concurrency
@@ -345,7 +350,7 @@ class EmbedClient:
         return _Reply(digest, vectors.astype(np.float32, copy=False), cached)
 
     def _send(self, method: str, route: str, **kwargs: Any) -> httpx.Response:  # noqa: ANN401
-        """One call with retries on 429, 503 and dropped connections.
+        """One call with retries on 424, 429, 503 and dropped connections.
 
         A busy server is waited for up to ``max_retries`` times; a connection that
         fails only ``CONNECTION_RETRIES`` times (a restart, not a wrong URL).

@@ -183,6 +183,23 @@ def test_without_retry_after_the_backoff_grows_and_then_gives_up(waits):
     assert all(b / 2 <= w <= b for w, b in zip(waits, bounds, strict=True))
 
 
+def test_a_backend_fault_is_retried_and_a_corrupt_store_is_not(waits):
+    answers = iter([error(424, "the model's device failed")] * 2)
+    script = Script(lambda request, seqs: next(answers, None))
+    with client_of(script, backoff=0.1) as client:
+        vectors = client.embed(["ACGT"], model="m")
+    np.testing.assert_array_equal(vectors[0], vector_of("ACGT"))
+    assert len(script.requests) == 3
+    corrupt = Script(lambda request, seqs: error(500, "a stored chunk is corrupt"))
+    with (
+        client_of(corrupt) as client,
+        pytest.raises(ServiceError, match="500 a stored chunk is corrupt") as info,
+    ):
+        client.embed(["ACGT"], model="m")
+    assert info.value.status == 500
+    assert len(corrupt.requests) == 1
+
+
 def test_a_dropped_connection_is_retried_then_named(waits):
     calls = []
 
