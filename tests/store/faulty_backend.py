@@ -50,9 +50,9 @@ if TYPE_CHECKING:
 DATA_ARRAYS = ("vectors", "hashes", "sorted_hashes", "sorted_rows", "fences", "bloom")
 # how long a test waits for a thread to reach a pause or finish (a hang is a bug)
 WAIT_S = 30.0
-# a lease renewed by its background thread only after this long (real seconds):
-# never within a test, so renewals happen only where the store makes them
-QUIET_RENEW_S = 3000.0
+# a lease's background renewal waits this share of the lease in real seconds (a
+# minute): never within a test, so renewals happen only where the store asks
+QUIET_RENEW = 0.99
 
 
 class Killed(BaseException):
@@ -223,10 +223,11 @@ class Host(MemoryStore):
         return self.world.now + self.offset
 
     def policy(self, **kwargs: float) -> LeasePolicy:
-        """A lease policy on this host's clock, renewed only where the store asks."""
-        kwargs.setdefault("renew_seconds", QUIET_RENEW_S)
-        kwargs.setdefault("seconds", max(60.0, 2 * kwargs["renew_seconds"]))
-        return LeasePolicy(clock=self.clock, **kwargs)
+        """A lease policy on this host's clock (the store's default lease and
+        margin), renewed only where the store asks, not by its thread."""
+        seconds = kwargs.pop("seconds", LeasePolicy().seconds)
+        kwargs.setdefault("renew_seconds", QUIET_RENEW * seconds)
+        return LeasePolicy(seconds=seconds, clock=self.clock, **kwargs)
 
     def open(self, **kwargs: Any) -> EmbeddingStore:
         """An EmbeddingStore of this host (its writer id is the host's name)."""
@@ -405,6 +406,10 @@ def _under(path: str, prefix: str | None) -> bool:
     """Whether a LIST of ``prefix`` holds ``path`` (prefixes are whole segments)."""
     base = (prefix or "").rstrip("/")
     return not base or path.startswith(f"{base}/")
+
+
+# zarr's ObjectStore takes only obstore's own classes, by their module's name
+Host.__module__ = f"obstore.{__name__}"
 
 
 # --- routing obstore's functions ------------------------------------------------------
