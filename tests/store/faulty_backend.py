@@ -286,6 +286,13 @@ class Host(MemoryStore):
             self._hide_newest = 0
             self._stale = None
 
+    def revive(self) -> None:
+        """No faults, and requests pass again (at a test's end: a killed process's
+        store may still delete its lease when it is garbage collected)."""
+        self.calm()
+        with self._lock:
+            self.dead = False
+
     # --- the requests --------------------------------------------------------------
 
     def _enter(self, op: str, path: str) -> tuple[Request, Pause | None]:
