@@ -51,6 +51,7 @@ from tests.store.faulty_backend import (
     Outcome,
     Pause,
     World,
+    data_read,
     in_thread,
     installed,
     op_is,
@@ -117,6 +118,7 @@ class StoreProtocol(RuleBasedStateMachine):
         self.acked: set[int] = set()
         self.put_vectors: dict[int, set[bytes]] = {}  # row -> every vector put
         self.served: dict[int, bytes] = {}
+        self.stopped_read: tuple[Pause, Outcome, list[int]] | None = None
 
     # --- actors ------------------------------------------------------------------
 
@@ -277,6 +279,37 @@ class StoreProtocol(RuleBasedStateMachine):
         finally:
             actor.host.calm()
 
+    @precondition(lambda self: self.stopped_read is None)
+    @rule(rows=ROWS)
+    def read_stopping_at_its_data(self, rows: list[int]) -> None:
+        """A long read: the reader stops at its first read of a run's data (a
+        paused process, a slow network) while other rules run."""
+        actor = self._other("slow-reader", 0.0)
+        pause = actor.host.pause(data_read)
+        outcome = in_thread(
+            lambda: actor.store.get(KEY, [HASHES[r] for r in rows]), name="read"
+        )
+        if wait_paused_or_done(pause, outcome):
+            self.stopped_read = (pause, outcome, rows)
+        else:
+            actor.host.calm()
+            self._take_read(outcome.join(), rows)
+
+    @precondition(lambda self: self.stopped_read is not None)
+    @rule()
+    def resume_read(self) -> None:
+        assert self.stopped_read is not None
+        pause, outcome, rows = self.stopped_read
+        self.stopped_read = None
+        pause.release()
+        self._take_read(outcome.join(), rows)
+
+    def _take_read(self, outcome: Outcome, rows: list[int]) -> None:
+        if outcome.error is not None:
+            raise outcome.error
+        got, found = outcome.value
+        self._check_served(rows, got, found, require_acked=False)
+
     @rule(seconds=st.sampled_from([5.0, 61.0, 400.0, 4000.0]))
     def time_passes(self, seconds: float) -> None:
         self.world.advance(seconds)
@@ -287,6 +320,16 @@ class StoreProtocol(RuleBasedStateMachine):
         self, store: EmbeddingStore, rows: list[int], *, require_acked: bool
     ) -> None:
         got, found = store.get(KEY, [HASHES[r] for r in rows])
+        self._check_served(rows, got, found, require_acked=require_acked)
+
+    def _check_served(
+        self,
+        rows: list[int],
+        got: np.ndarray,
+        found: np.ndarray,
+        *,
+        require_acked: bool,
+    ) -> None:
         for i, r in enumerate(rows):
             if not found[i]:
                 assert not (require_acked and r in self.acked), (
@@ -309,6 +352,8 @@ class StoreProtocol(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            if self.stopped_read is not None:
+                self.resume_read()
             for actor in list(self.writers.values()):
                 if actor.paused is not None:
                     pause, outcome, rows = actor.paused
