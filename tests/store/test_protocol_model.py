@@ -243,11 +243,29 @@ class StoreProtocol(RuleBasedStateMachine):
         actor = self.writers.pop(data.draw(st.sampled_from(self._idle_writers())))
         outcome = in_thread(actor.store.close, name="close").join()
         self.gone.append(actor)
-        if outcome.error is not None and not (
-            isinstance(outcome.error, StoreError)
-            and not isinstance(outcome.error, CorruptStoreError)
+        self._clean_failure(outcome)
+
+    @staticmethod
+    def _clean_failure(outcome: Outcome) -> None:
+        """Raise what ``outcome`` raised, unless nothing or a clean StoreError."""
+        err = outcome.error
+        if err is not None and (
+            not isinstance(err, StoreError) or isinstance(err, CorruptStoreError)
         ):
-            raise outcome.error
+            raise err
+
+    @rule(rows=ROWS, offset=st.sampled_from(OFFSETS))
+    def short_lived_writer(self, rows: list[int], offset: float) -> None:
+        """One short ``embed`` run: a process opens the store, puts once, closes."""
+        actor = self._actor("short", offset)
+        vecs = self._vectors(actor, rows)
+        outcome = in_thread(
+            lambda: actor.store.put(KEY, [HASHES[r] for r in rows], vecs), name="put"
+        ).join()
+        self._settle(actor, outcome, rows)
+        closed = in_thread(actor.store.close, name="close").join()
+        self.gone.append(actor)
+        self._clean_failure(closed)
 
     # --- others ------------------------------------------------------------------------
 
@@ -262,11 +280,8 @@ class StoreProtocol(RuleBasedStateMachine):
         if isinstance(outcome.error, Killed):
             self.others.pop(f"compactor@{offset:+g}")
             self.gone.append(actor)
-        elif outcome.error is not None and (
-            not isinstance(outcome.error, StoreError)
-            or isinstance(outcome.error, CorruptStoreError)
-        ):
-            raise outcome.error
+        else:
+            self._clean_failure(outcome)
 
     @rule(offset=st.sampled_from(OFFSETS[:2]), rows=ROWS, fault=FAULTS)
     def read(self, offset: float, rows: list[int], fault: tuple[str, int]) -> None:
