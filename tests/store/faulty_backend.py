@@ -175,15 +175,16 @@ class World:
 
     def listing(self, prefix: str | None) -> list[dict[str, Any]]:
         """Every object under ``prefix`` as the bucket lists it, times from our clock."""
-        out = []
-        for batch in _REAL["list"](self.bucket, prefix):
-            for meta in batch:
-                meta = dict(meta)
-                stamp = self.written.get(meta["path"])
-                if stamp is not None:
-                    meta["last_modified"] = dt.datetime.fromtimestamp(stamp, dt.UTC)
-                out.append(meta)
-        return sorted(out, key=lambda m: m["path"])
+        found = (m for batch in _REAL["list"](self.bucket, prefix) for m in batch)
+        return sorted(map(self.stamped, found), key=lambda m: m["path"])
+
+    def stamped(self, meta: Any) -> dict[str, Any]:
+        """An object's metadata with its time from our clock (the bucket's)."""
+        meta = dict(meta)
+        stamp = self.written.get(meta["path"])
+        if stamp is not None:
+            meta["last_modified"] = dt.datetime.fromtimestamp(stamp, dt.UTC)
+        return meta
 
     def objects(self) -> dict[str, bytes]:
         """Every object's bytes, by path (read straight from the bucket)."""
@@ -339,7 +340,7 @@ class Host(MemoryStore):
 
     def head(self, path: str) -> Any:
         request, pause = self._enter("head", path)
-        out = _REAL["head"](self.world.bucket, path)
+        out = self.world.stamped(_REAL["head"](self.world.bucket, path))
         self._landed(request, pause)
         return out
 
