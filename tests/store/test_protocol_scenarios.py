@@ -9,9 +9,11 @@ process between two steps of a put. Expectations are stated as what a reader get
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +177,39 @@ def test_migrate_leaves_a_key_it_refuses_byte_for_byte_unchanged(tmp_path):
     assert (root / "zarr.json").read_bytes() == root_doc
     with pytest.raises(StoreError, match="schema_version 3"):
         EmbeddingStore(root, create=False)
+
+
+def test_migrate_refuses_while_an_old_schema_writer_holds_a_lease(tmp_path):
+    """Finding 4. A schema-3 writer is at work (its lease was written just now):
+    ``migrate`` refuses, naming the lease, and changes nothing."""
+    root = tmp_path / "old"
+    shutil.copytree(FIXTURES / "store-schema3", root)
+    now_ns = time.time_ns()
+    lease = {
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": {
+            "embedcache": {
+                "kind": "embedcache-lease",
+                "schema_version": 3,
+                "writer": "old-writer",
+                "session": "old-writer~0123456789ab",
+                "host": "elsewhere",
+                "pid": 1,
+                "renewed_ns": now_ns,
+                "expires_ns": now_ns + 60 * 10**9,
+            }
+        },
+    }
+    folder = root / "leases" / "old-writer~0123456789ab"
+    folder.mkdir()
+    (folder / "zarr.json").write_text(json.dumps(lease))
+    before = tree_bytes(root)
+
+    with pytest.raises(StoreError, match="lease") as err:
+        migrate_store(root)
+    assert not isinstance(err.value, CorruptStoreError)
+    assert tree_bytes(root) == before
 
 
 # --- 5: a put whose runs another process compacted ------------------------------------------
