@@ -112,6 +112,7 @@ def commit_shard(
     *,
     supersedes: Iterable[str] = (),
     place: int | None = None,
+    level: int = 0,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
 ) -> Shard:
@@ -135,6 +136,7 @@ def commit_shard(
                 rows,
                 supersedes=supersedes,
                 place=place,
+                level=level,
                 aliases=aliases,
                 lacks=lacks,
             )
@@ -153,6 +155,7 @@ def _commit_once(
     *,
     supersedes: Iterable[str],
     place: int | None,
+    level: int,
     aliases: Iterable[str],
     lacks: Iterable[str],
 ) -> Shard:
@@ -179,6 +182,7 @@ def _commit_once(
             dim=view.dim,
             order_ns=now,  # for people: the order is the log's
             place=place,
+            level=level,
             committed_ns=now,
             supersedes=tuple(sorted(supersedes)),
             aliases=tuple(sorted(set(aliases))),

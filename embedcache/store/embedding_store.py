@@ -82,8 +82,8 @@ class EmbeddingStore:
     create
         Whether a missing or empty location becomes a new store.
     auto_merge
-        Merge this writer's own shards once this many accumulate at one size level
-        (0 turns it off).
+        After each put, merge the key's runs (any writer's: a run's level is in
+        its record) once this many are visible at one level (0 turns it off).
     options
         obstore options for a URL (credentials, region, endpoint, ``allow_http``);
         see :func:`embedcache.store.open_object_store`.
@@ -145,7 +145,6 @@ class EmbeddingStore:
         self._committing = 0  # puts and compactions under way (under _lock)
         self._cache = BlockCache()
         self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
-        self._own: dict[str, list[maintenance.OwnRun]] = {}
         self._writable = open_root(self._backend, create=create)
 
     def __repr__(self) -> str:
@@ -248,13 +247,19 @@ class EmbeddingStore:
 
         A whole-key read: every shard's hashes, sequentially.
         """
-        found_view = self._snapshot(key, max_age=0.0)
-        if found_view is None:
-            return []
-        view, snap = found_view
-        parts = all_keys(self._backend, view, snap)
-        keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-        return to_hex(np.unique(keys))
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=0.0)
+            if found_view is None:
+                return []
+            view, snap = found_view
+            try:
+                parts = all_keys(self._backend, view, snap)
+            except ShardRetiredError:  # merged away meanwhile: read the new runs
+                view.forget_listing()
+                continue
+            keys = np.concatenate(parts) if parts else np.empty(0, "S32")
+            return to_hex(np.unique(keys))
+        raise retries_exhausted(self._backend, key)
 
     def refresh(self, key: ModelKey | None = None) -> None:
         """List the commit records again now (of ``key``, or of every open key).
@@ -364,12 +369,10 @@ class EmbeddingStore:
                 "committed %d rows for %s as %s", len(rows), key.short(), shard
             )
             adopt(view, shard)
-            if self._auto_merge >= 2:
-                own = self._own.setdefault(view.digest, [])
-                own.append(maintenance.OwnRun(shard.record.shard, 0))
-                maintenance.merge_own(
-                    self._backend, view, self._writer, own, auto_merge=self._auto_merge
-                )
+            # best effort: the put stands whatever the merge meets
+            maintenance.merge_levels(
+                self._backend, view, self._writer, fan_in=self._auto_merge
+            )
             return len(rows)
 
     def compact(self, key: ModelKey | None = None) -> None:
@@ -389,7 +392,6 @@ class EmbeddingStore:
             for view in views:
                 if view is not None:
                     maintenance.compact(self._backend, view, self._writer)
-                    self._own.pop(view.digest, None)
 
     # --- checking ---------------------------------------------------------------
 

@@ -230,6 +230,9 @@ class CommitRecord:
     # where the run sits in the key's order: a merged run takes the place of the
     # earliest run it merged (None: its own seq)
     place: int | None = None
+    # 0 for a put's run; a merge of runs of levels <= l is level l + 1: any
+    # writer's merge policy reads it here, not in one process's memory
+    level: int = 0
 
     def order(self) -> tuple[int, int]:
         """The run's position among the key's visible runs: first wins."""
@@ -276,6 +279,7 @@ class CommitRecord:
                 "embedcache_version": embedcache_version(),
                 **({} if self.seq is None else {"seq": self.seq}),
                 **({} if self.place is None else {"place": self.place}),
+                "level": self.level,
             }
         )
 
@@ -305,6 +309,7 @@ class CommitRecord:
                 lacks=tuple(str(s) for s in attrs.get("lacks", ())),
                 seq=None if attrs.get("seq") is None else int(attrs["seq"]),
                 place=None if attrs.get("place") is None else int(attrs["place"]),
+                level=int(attrs.get("level", 0)),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()

@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# a writer merges its own shards once this many pile up at one level, so a long
-# embedding run that commits every batch still leaves few shards to open
-AUTO_MERGE = 16
+# a writer merges the key's runs once this many are visible at one level, so
+# many short writers, or a long run that commits every batch, leave few runs
+AUTO_MERGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +56,6 @@ class Leftover:
     paths: tuple[str, ...]  # its commit record (if any) and its shard folder
     removable: bool
     superseded: bool = False  # committed, and replaced by a merged run
-
-
-@dataclass(frozen=True, slots=True)
-class OwnRun:
-    """A run this writer committed, and its level: a put's run is level 0, a
-    merge of runs of level ``l`` is level ``l + 1``."""
-
-    shard: str
-    level: int
 
 
 def merge(
@@ -108,6 +99,7 @@ def merge(
         # the merged run takes the earliest merged run's place: what readers were
         # served from any of them stays what they are served
         place=min(snap.records[s].order()[0] for s in chosen),
+        level=1 + max(snap.records[s].level for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
         lacks=(before | lacked_by_all) - chosen,
     )
@@ -127,34 +119,37 @@ def _seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
     return sorted(r.seq for r in records if r is not None and r.seq is not None)
 
 
-def merge_own(
-    backend: Backend,
-    view: KeyView,
-    writer: Writer,
-    own: list[OwnRun],
-    *,
-    auto_merge: int,
+def merge_levels(
+    backend: Backend, view: KeyView, writer: Writer, *, fan_in: int
 ) -> None:
-    """Merge this writer's shards level by level once ``auto_merge`` pile up."""
-    level = 0
-    while True:
-        at = [run for run in own if run.level == level]
-        if len(at) < auto_merge:
-            return
-        own[:] = [run for run in own if run.level != level]
-        visible = {s.record.shard for s in refresh(backend, view).shards}
-        live = [run for run in at if run.shard in visible]
-        if len(live) < 2:
+    """Merge the key's visible runs level by level once ``fan_in`` of one level
+    are visible, whoever wrote them: a run's level is in its record, so many
+    short-lived writers leave a number of runs logarithmic in the rows.
+
+    Best effort: a failed merge is logged and leaves the runs as they are.
+    """
+    if fan_in < 2:
+        return
+    snap = view.snap if view.snap.listing is not None else refresh(backend, view)
+    for _ in range(MAX_MERGES):
+        by_level: dict[int, list[str]] = {}
+        for shard in snap.shards:
+            by_level.setdefault(shard.record.level, []).append(shard.record.shard)
+        full = [lv for lv, runs in sorted(by_level.items()) if len(runs) >= fan_in]
+        if not full:
             return
         try:
-            merged = merge(backend, view, writer, [run.shard for run in live])
+            merged = merge(backend, view, writer, by_level[full[0]])
         except Exception as err:  # noqa: BLE001 (best effort: the put stands)
             logger.warning("could not merge runs of %s: %s", view.key.short(), err)
             return
         if merged is None:
             return
-        own.append(OwnRun(merged.shard, level + 1))
-        level += 1
+        snap = view.snap
+
+
+# merges one merge_levels call makes at most (each lifts a level)
+MAX_MERGES = 8
 
 
 def compact(backend: Backend, view: KeyView, writer: Writer) -> None:

@@ -65,7 +65,7 @@ def test_a_key_its_writers_filled_in_turn_is_counted_from_its_records(
     for lo in (130, 160, 190):  # 130-139 are stored already
         later.put(KEY, hashes(lo, lo + 30), vectors(30))
     info = EmbeddingStore(memory).keys()[0]
-    assert info.n_shards >= 4  # merged runs of both writers, and a put's run
+    assert info.n_shards >= 2  # merged runs (of both writers), and a put's run
     assert info.n_vectors == 220  # hashes 0-219, each once
     assert merged_counts == []  # no run read
 
