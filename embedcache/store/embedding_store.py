@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from embedcache.errors import (
+    CorruptStoreError,
     DimensionMismatchError,
     StoreError,
 )
@@ -36,6 +37,7 @@ from embedcache.store.views import (
     Snapshot,
     adopt,
     all_keys,
+    drop_quarantined,
     lookup,
     read_many,
     read_vectors,
@@ -195,6 +197,9 @@ class EmbeddingStore:
                 view.forget_listing()
                 max_age = 0.0
                 continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
+                continue
             return out, found
         raise retries_exhausted(self._backend, key)
 
@@ -212,6 +217,8 @@ class EmbeddingStore:
             except ShardRetiredError:
                 view.forget_listing()
                 max_age = 0.0
+            except CorruptStoreError as err:
+                _quarantine(view, err)
         raise retries_exhausted(self._backend, key)
 
     def read_into(
@@ -240,6 +247,8 @@ class EmbeddingStore:
                 return read_many(self._backend, view, snap, q, out)
             except ShardRetiredError:
                 view.forget_listing()
+            except CorruptStoreError as err:
+                _quarantine(view, err)
         raise retries_exhausted(self._backend, key)
 
     def hashes(self, key: ModelKey) -> list[str]:
@@ -256,6 +265,9 @@ class EmbeddingStore:
                 parts = all_keys(self._backend, view, snap)
             except ShardRetiredError:  # merged away meanwhile: read the new runs
                 view.forget_listing()
+                continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
                 continue
             keys = np.concatenate(parts) if parts else np.empty(0, "S32")
             return to_hex(np.unique(keys))
@@ -294,6 +306,13 @@ class EmbeddingStore:
                 )
             )
         return out
+
+    @property
+    def n_quarantined(self) -> int:
+        """Runs this process stopped serving because they failed their checks
+        (their rows read as absent): for the service's metrics."""
+        with self._views_lock:
+            return sum(len(v.quarantined) for v in self._views.values())
 
     def _n_distinct(self, view: KeyView, snap: Snapshot) -> int:
         """Distinct hashes of the key: from its records where they tell, else a
@@ -447,6 +466,9 @@ class EmbeddingStore:
                 view.forget_listing()
                 refresh(self._backend, view)
                 continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
+                continue
             return rows[absent], frozenset(s.record.shard for s in snap.shards)
         raise retries_exhausted(self._backend, view.key)
 
@@ -480,3 +502,12 @@ class EmbeddingStore:
     def _all_views(self) -> list[KeyView]:
         found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
         return [f[0] for f in found if f is not None]
+
+
+def _quarantine(view: KeyView, err: CorruptStoreError) -> None:
+    """Take the run ``err`` names out of the view (its rows then read as
+    absent), or re-raise ``err`` if it names none."""
+    run = getattr(err, "run", None)
+    if run is None:
+        raise err
+    drop_quarantined(view, run, err)

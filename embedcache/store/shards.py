@@ -32,8 +32,8 @@ from embedcache.store.chunks import (
 from embedcache.store.layout import (
     HASH_WIDTH,
     SHARD_META_FILES,
+    log_prefix,
     parse_json,
-    record_path,
     sha256,
     shard_prefix,
 )
@@ -89,10 +89,12 @@ def corrupt(
     msg = (
         f"{backend.describe(path)}: {problem}. Shard {shard} is not trusted and no data "
         f"is served from it. Run `embedcache store verify --store {backend.location}`; "
-        "to drop the shard (its rows will be recomputed) delete its commit record "
-        f"{backend.describe(record_path(digest, shard))}."
+        "readers skip it (its rows are recomputed); to drop it for good delete the "
+        f"entry naming it in {backend.describe(log_prefix(digest))}."
     )
-    return CorruptStoreError(msg)
+    err = CorruptStoreError(msg)
+    err.run = shard  # type: ignore[attr-defined] (which run to quarantine)
+    return err
 
 
 def check_array_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: str) -> None:

@@ -81,6 +81,9 @@ class KeyView:
     snap: Snapshot = field(default_factory=Snapshot)
     lock: threading.Lock = field(default_factory=threading.Lock)  # swaps, refreshes
     cache: BlockCache = field(default_factory=BlockCache)
+    # runs (and "log <seq>" entries) that failed their checks: not served
+    quarantined: set[str] = field(default_factory=set)
+    quarantine_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # the current state's parts (maintenance reads these under the writer's lock)
     @property
@@ -226,17 +229,23 @@ def _rebuild(
     top = max(seqs, default=0)
     low = max(snap.top, top - LAG_WINDOW)
     seqs |= set(range(low + 1, top)) - seqs
-    new = sorted(seqs - known.keys())
+    bad = {q for q in seqs if f"log {log_name(q)}" in view.quarantined}
+    new = sorted(seqs - known.keys() - bad)
     docs = backend.read_many(log_path(view.digest, n) for n in new)
     found = {q: r for q, r in known.items() if log_name(q) in names}
     for seq, doc in zip(new, docs, strict=True):
         if doc is None:
             continue  # retired since listed, or a gap
         where = backend.describe(log_path(view.digest, seq))
-        record = CommitRecord.from_doc(doc, shard=None, dim=view.dim, where=where)
-        if record.seq != seq:
-            msg = f"{where}: log entry names seq {record.seq}"
-            raise CorruptStoreError(msg)
+        try:
+            record = CommitRecord.from_doc(doc, shard=None, dim=view.dim, where=where)
+            if record.seq != seq:
+                msg = f"{where}: log entry names seq {record.seq}"
+                raise CorruptStoreError(msg)
+        except CorruptStoreError as err:
+            quarantine(view, f"log {log_name(seq)}", err)
+            bad.add(seq)
+            continue
         found[seq] = record.for_reading()
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
@@ -246,19 +255,29 @@ def _rebuild(
         for old in record.supersedes:
             if old in records:
                 hidden.setdefault(old, record.shard)
-    visible = sorted(
-        (r for s, r in records.items() if s not in hidden), key=CommitRecord.order
-    )
     loaded = {s.record.shard: s for s in snap.shards}
 
-    def load(record: CommitRecord) -> Shard:
+    def load(record: CommitRecord) -> Shard | None:
         try:
             return open_shard(backend, view.digest, record)
         except MissingObjectError as err:
-            raise missing_or_retired(backend, view, record, err.path) from None
+            lost = missing_or_retired(backend, view, record, err.path)
+            if isinstance(lost, ShardRetiredError):
+                raise lost from None
+            quarantine(view, record.shard, lost)
+        except CorruptStoreError as err:
+            quarantine(view, record.shard, err)
+        return None
 
-    opened = backend.map(load, [r for r in visible if r.shard not in loaded])
-    loaded.update((s.record.shard, s) for s in opened)
+    runs = [r for s, r in records.items() if s not in hidden]
+    opened = backend.map(
+        load,
+        [r for r in runs if r.shard not in loaded and r.shard not in view.quarantined],
+    )
+    loaded.update((s.record.shard, s) for s in opened if s is not None)
+    visible = sorted(
+        (r for r in runs if r.shard not in view.quarantined), key=CommitRecord.order
+    )
     # names without a record (being created, or retired since listed) are left
     # out, so the next listing differs and reads them again
     return Snapshot(
@@ -267,11 +286,34 @@ def _rebuild(
         hidden=hidden,
         # entries listed but not read (being created, or retired) are left out,
         # so the next listing differs and reads them again
-        listing=frozenset(log_name(q) for q in found),
-        top=max(snap.top, max(found, default=0)),  # the last entry read
+        listing=frozenset(log_name(q) for q in found.keys() | bad),
+        top=max(snap.top, max(found.keys() | bad, default=0)),  # the last read
         listed_at=now,
-        stamp=stamp if len(found) == len(names) else None,
+        stamp=stamp if len(found) + len(bad) == len(names) else None,
     )
+
+
+def quarantine(view: KeyView, run: str, err: Exception) -> None:
+    """Stop serving a run that fails its checks (or an unreadable log entry):
+    its rows read as absent (and are recomputed), logged once, counted in
+    ``view.quarantined``; ``store verify`` lists it. No single object makes a
+    whole key unreadable."""
+    with view.quarantine_lock:
+        if run in view.quarantined:
+            return
+        view.quarantined.add(run)
+    logger.error("quarantined %s of %s: %s", run, view.key.short(), err)
+
+
+def drop_quarantined(view: KeyView, run: str, err: Exception) -> None:
+    """:func:`quarantine` a run met broken while reading, and take it out of the
+    current state (a reader then retries without it)."""
+    quarantine(view, run, err)
+    with view.lock:
+        snap = view.snap
+        view.snap = replace(
+            snap, shards=tuple(s for s in snap.shards if s.record.shard != run)
+        )
 
 
 def lookup(
