@@ -29,6 +29,7 @@ from embedcache.store.groups import open_backend
 from embedcache.store.layout import (
     COMMITS_KIND,
     KEY_KIND,
+    LEASES,
     LOG_KIND,
     META,
     SCHEMA_VERSION,
@@ -40,6 +41,7 @@ from embedcache.store.layout import (
     is_key_digest,
     is_tombstone,
     key_attrs,
+    lease_path,
     log_path,
     log_prefix,
     parse_json,
@@ -95,6 +97,7 @@ def migrate_store(
             f"converts 1, 2, 3 or 4 to {SCHEMA_VERSION}"
         )
         raise StoreError(msg)
+    _refuse_old_writers(backend)
     folders, _ = backend.list_dir("")
     n_keys = n_shards = 0
     for digest in filter(is_key_digest, folders):
@@ -109,6 +112,30 @@ def migrate_store(
         "migrated %s to schema %d: %d keys", backend.location, SCHEMA_VERSION, n_keys
     )
     return Migration(from_version=version, n_keys=n_keys, n_shards=n_shards)
+
+
+def _refuse_old_writers(backend: Backend) -> None:
+    """Refuse while a writer of an older schema holds a lease: it would go on
+    writing the old layout into the converted store."""
+    sessions, _ = backend.list_dir(LEASES)
+    paths = [lease_path(s) for s in sessions]
+    for path, doc in zip(paths, backend.read_many(paths), strict=True):
+        if doc is None:
+            continue
+        try:
+            version = parse_json(doc, path)["attributes"]["embedcache"][
+                "schema_version"
+            ]
+        except (CorruptStoreError, KeyError, TypeError):
+            continue  # not a lease
+        if version != SCHEMA_VERSION:
+            msg = (
+                f"a writer of store schema {version} holds the lease "
+                f"{backend.describe(path)}: migrate refuses while it may write. "
+                "Run again once it has finished; if that writer is gone for good, "
+                "delete the lease first."
+            )
+            raise StoreError(msg)
 
 
 def _attrs(doc: bytes | None, backend: Backend, path: str, kind: str) -> dict[str, Any]:
@@ -145,17 +172,18 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
         records = _v2_records(backend, digest, dim)
     hidden = {old for r in records.values() for old in r.supersedes}
     visible = [r for name, r in sorted(records.items()) if name not in hidden]
-    # an interrupted run's index of a shard is not in its record yet: written anew
-    backend.delete_prefixes(
-        f"{shard_prefix(digest, r.shard)}/{name}"
-        for r in visible
-        if _INDEX_DOC not in r.files
-        for name in INDEX_ARRAYS
-    )
+    # checked before anything is written: a refused key stays byte for byte
+    # as it was (an index the record lacks is written anew, so not looked at)
     faults = [
         f
         for r in visible
-        for f in verify_shard(backend, digest, r, require_index=False)
+        for f in verify_shard(
+            backend,
+            digest,
+            r,
+            require_index=False,
+            rewritten=frozenset(INDEX_ARRAYS if _INDEX_DOC not in r.files else ()),
+        )
     ]
     if faults:
         listed = "\n  ".join(map(str, faults))
@@ -164,6 +192,13 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
             f"migrated:\n  {listed}"
         )
         raise CorruptStoreError(msg)
+    # an interrupted run's index of a shard is not in its record yet: written anew
+    backend.delete_prefixes(
+        f"{shard_prefix(digest, r.shard)}/{name}"
+        for r in visible
+        if _INDEX_DOC not in r.files
+        for name in INDEX_ARRAYS
+    )
     for folder, kind in (
         (shards_prefix(digest), SHARDS_KIND),
         (commits_prefix(digest), COMMITS_KIND),

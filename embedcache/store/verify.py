@@ -128,11 +128,17 @@ def verify_shard(
     record: CommitRecord,
     *,
     require_index: bool = True,
+    rewritten: frozenset[str] = frozenset(),
 ) -> list[Fault]:
     """Faults of one committed shard; ``require_index=False`` accepts a shard of an
-    older schema without a sorted index (migration checks those)."""
+    older schema without a sorted index (migration checks those), and the arrays
+    named in ``rewritten`` (an old index migration writes anew) are not looked at."""
     prefix = shard_prefix(digest, record.shard)
-    present = {e.path[len(prefix) + 1 :]: e.size for e in backend.list(prefix + "/")}
+    present = {
+        e.path[len(prefix) + 1 :]: e.size
+        for e in backend.list(prefix + "/")
+        if e.path[len(prefix) + 1 :].partition("/")[0] not in rewritten
+    }
     faults = []
     sized = []
     for rel, (size, _) in sorted(record.files.items()):

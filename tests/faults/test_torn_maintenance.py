@@ -138,3 +138,27 @@ def test_migrate_killed_at_each_point_is_finished_by_the_next_run(
         assert infos[key].n_vectors == len(hashes)
     assert store.verify() == []
     assert store.garbage() == []
+
+
+@pytest.mark.parametrize(
+    "point", ["migrate-mid-log", "migrate-before-root", "migrate-before-cleanup"]
+)
+def test_migrate_from_4_killed_at_each_point_is_finished_by_the_next_run(
+    tmp_path, point
+):
+    sys.path.insert(0, str(FIXTURES))
+    from make_store_schema4 import expected
+
+    root = tmp_path / "old"
+    shutil.copytree(FIXTURES / "store-schema4", root)
+    run_killed(root, "migrate", point)
+    assert migrate_store(root).from_version == 4
+    store = EmbeddingStore(root)
+    infos = {info.key: info for info in store.keys()}  # noqa: SIM118 (a list)
+    for key, (hashes, vectors) in expected().items():
+        got, found = store.get(key, hashes)
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors)
+        assert infos[key].n_vectors == len(hashes)
+    assert store.verify() == []
+    assert store.garbage() == []
