@@ -1,12 +1,13 @@
-"""The commit protocol: publish a shard with put-if-absent, retire superseded ones.
+"""The commit protocol: claim a run, publish it in the key's log, retire runs.
 
-A writer fills a new shard completely, makes it durable, then creates the shard's
-commit record with put-if-absent. Nothing is renamed and nothing is read, changed
-and written back. Readers list the commit records and trust only the shards they
-name (:mod:`embedcache.store.views`); a record names the shards it supersedes
-(compaction), which readers then hide. Retiring deletes the records first and the
-shards after, so a reader that finds an object missing can tell a retired shard
-(record gone) from a lost one.
+A writer fills a new run completely and makes it durable, then claims it with
+put-if-absent of its commit record at ``commits/<run>``; a collector that judged
+the run dead claims it first with a tombstone there, so exactly one of them wins.
+A claimed (committed) run is then published with put-if-absent of ``log/<seq>``
+at the first free seq: the storage, not a clock, orders the key's runs. Retiring
+deletes log entries first (readers stop seeing the runs), then claims, then
+objects, so a reader that finds an object missing can tell retired from lost.
+See ``docs/store-protocol.md``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,33 @@
-"""The store's format (``schema_version`` 4): object names, group documents, commit records.
+"""The store's format (``schema_version`` 5): object names, group documents, records.
 
 Every folder is a Zarr v3 group with its ``zarr.json``::
 
     zarr.json                              attrs.embedcache: kind, schema_version
     <digest>/zarr.json                     one group per model key: dim, key_json, ...
-    <digest>/shards/zarr.json              group of the key's shards
-    <digest>/shards/<shard>/zarr.json      one group per shard, written once
-    <digest>/shards/<shard>/vectors        (n, dim) float32 array, crc32c per chunk
-    <digest>/shards/<shard>/hashes         (n, 32) uint8 array: raw sha256 per row
-    <digest>/shards/<shard>/sorted_hashes  (n, 32) uint8: the hashes sorted, one
+    <digest>/shards/zarr.json              group of the key's runs
+    <digest>/shards/<run>/zarr.json        one group per run, written once
+    <digest>/shards/<run>/vectors          (n, dim) float32 array, crc32c per chunk
+    <digest>/shards/<run>/hashes           (n, 32) uint8 array: raw sha256 per row
+    <digest>/shards/<run>/sorted_hashes    (n, 32) uint8: the hashes sorted, one
                                            chunk per block of 1,024 rows
-    <digest>/shards/<shard>/sorted_rows    (n,) uint32: stored row of each sorted hash
-    <digest>/shards/<shard>/fences         (blocks, 32) uint8: first hash of each block
-    <digest>/shards/<shard>/bloom          (words,) uint64: split-block Bloom filter
-    <digest>/commits/zarr.json             group of the key's commit records
-    <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
-                                           a shard exists for readers iff this does
+    <digest>/shards/<run>/sorted_rows      (n,) uint32: stored row of each sorted hash
+    <digest>/shards/<run>/fences           (blocks, 32) uint8: first hash of each block
+    <digest>/shards/<run>/bloom            (words,) uint64: split-block Bloom filter
+    <digest>/commits/<run>/zarr.json       the run's claim, put-if-absent: its commit
+                                           record (the writer won) or a tombstone (a
+                                           collector won: the run never commits)
+    <digest>/log/<seq>/zarr.json           the run's publication, put-if-absent at the
+                                           first free seq: its record with ``seq``;
+                                           readers list the log, and its order is the
+                                           key's order (first published wins)
     leases/zarr.json                       group of the writers' leases
     leases/<session>/zarr.json             a live writer's lease (a group, in its
-                                           attrs: writer, renewed_ns, expires_ns)
+                                           attrs: writer, a renewal counter)
 
-A writer session is ``<writer_id>~<random>`` and names its shards
-``<session>~<random>``. Before writing a shard it writes its lease (valid
-:data:`LEASE_S`), renews it every :data:`LEASE_RENEW_S` while any shard of it is
-uncommitted, and deletes it when closed. Garbage collection removes an uncommitted
-shard only when its session's lease expired more than :data:`LEASE_MARGIN_S` ago;
-a shard with no lease (an older writer's ``<writer>~<host>~<pid>~<random>``, or a
-lease already gone) only when its newest object is older than
-``LEASE_S + LEASE_MARGIN_S``. Host names and pids decide nothing: two containers
-can share both. Readers, ``verify`` and Zarr clients ignore ``leases/`` (readers
-and ``verify`` look only at key groups; to Zarr it is a group of empty groups).
+A writer session is ``<writer_id>~<random>`` and names its runs
+``<session>~<random>``. The protocol (who writes what, the states of a run, the
+invariants) is ``docs/store-protocol.md``. Readers, ``verify`` and Zarr clients
+ignore ``leases/``.
 """
 
 from __future__ import annotations
