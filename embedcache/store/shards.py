@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from embedcache.store.layout import (
     sha256,
     shard_prefix,
 )
+from embedcache.store.runs import Shard
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -57,20 +57,6 @@ SPAN_BYTES = 1 << 23
 # every chunk is written, so every one is checked (a missing one is an error)
 _ARRAY_CONFIG = {"write_empty_chunks": True}
 INDEX_ARRAYS = ("sorted_hashes", "sorted_rows", "fences", "bloom")
-
-
-@dataclass(slots=True)
-class Shard:
-    """A committed shard (a sorted run), opened: its record, fences, vectors array.
-
-    Never holds every hash.
-    """
-
-    record: CommitRecord
-    prefix: str
-    vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
-    fences: np.ndarray | None = None  # (blocks,) S32: first hash of each block
-    bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
 
 
 def chunk_rows(n: int, row_bytes: int) -> int:
