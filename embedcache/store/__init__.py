@@ -1,13 +1,14 @@
 """Content-addressed embedding store: a Zarr v3 hierarchy on a folder or a bucket.
 
-One group per model key; within it, shards written once by one writer each and
-published by commit records created with put-if-absent (see ``commits``). The
-modules, one job each:
+One group per model key; within it, runs written once by one writer each, claimed
+by a commit record and ordered by a log entry, both created with put-if-absent
+(``commits``; the protocol: ``docs/store-protocol.md``). The modules, one job each:
 
 - ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
-- ``layout``: object names, group documents, commit records (``schema_version`` 3)
+- ``layout``: object names, group documents, commit records (``schema_version`` 5)
 - ``groups``: open the location, the root group and the key groups
-- ``commits``: the commit protocol (put-if-absent records, retiring superseded shards)
+- ``commits``: the commit protocol (claim, publish in the log, the collector's
+  tombstone, retiring superseded runs)
 - ``views``: each key's view: immutable snapshots of its committed shards,
   refreshed from the listing every ``refresh_seconds``, and look-ups in them
 - ``shards``: shard reads: zarr arrays with the crc32c codec; ``chunks``: raw chunk
@@ -16,10 +17,12 @@ modules, one job each:
 - ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
-- ``verify``: full checks; ``maintenance``: compaction and garbage collection;
+- ``verify``: full checks; ``maintenance``: merges by level, compaction, fenced
+  garbage collection;
   ``merged_runs``: a merge of sorted runs, streamed a bounded step at a time
-- ``lease``: writer leases, renewed while a writer holds uncommitted shards
-- ``migrate``: convert a schema-1 or schema-2 store in place
+- ``lease``: writer leases, renewed while a writer holds uncommitted runs, and
+  what a collector saw of them on its own clock
+- ``migrate``: convert a schema-1 to -4 store
 - ``options``: a URL's backend options from its cloud's environment variables
 - ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
 - ``retry``: retries of transient object-store errors, and the errors that name them

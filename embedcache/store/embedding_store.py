@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from embedcache.errors import (
+    CorruptStoreError,
     DimensionMismatchError,
     StoreError,
 )
@@ -36,6 +37,7 @@ from embedcache.store.views import (
     Snapshot,
     adopt,
     all_keys,
+    drop_quarantined,
     lookup,
     read_many,
     read_vectors,
@@ -82,8 +84,8 @@ class EmbeddingStore:
     create
         Whether a missing or empty location becomes a new store.
     auto_merge
-        Merge this writer's own shards once this many accumulate at one size level
-        (0 turns it off).
+        After each put, merge the key's runs (any writer's: a run's level is in
+        its record) once this many are visible at one level (0 turns it off).
     options
         obstore options for a URL (credentials, region, endpoint, ``allow_http``);
         see :func:`embedcache.store.open_object_store`.
@@ -136,7 +138,7 @@ class EmbeddingStore:
             writer_id, Lease(self._backend, session, writer_id, policy)
         )
         # the lease goes when the store does, or at exit, if close() was not called
-        self._closer = weakref.finalize(self, self._writer.lease.close)
+        self._closer = weakref.finalize(self, self._writer.close)
         self._auto_merge = auto_merge
         # writers (put, compact) take _lock; readers take only _views_lock, for the
         # moment of finding a key's view, then read the view's immutable snapshot
@@ -145,7 +147,6 @@ class EmbeddingStore:
         self._committing = 0  # puts and compactions under way (under _lock)
         self._cache = BlockCache()
         self._views: dict[ModelKey, KeyView] = {}  # by key: no digest per call
-        self._own: dict[str, list[maintenance.OwnRun]] = {}
         self._writable = open_root(self._backend, create=create)
 
     def __repr__(self) -> str:
@@ -153,7 +154,7 @@ class EmbeddingStore:
 
     def close(self) -> None:
         """Delete this writer's lease (the store stays usable; a new put takes one)."""
-        self._writer.lease.close()
+        self._writer.close()
 
     def __enter__(self) -> Self:
         return self
@@ -196,6 +197,9 @@ class EmbeddingStore:
                 view.forget_listing()
                 max_age = 0.0
                 continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
+                continue
             return out, found
         raise retries_exhausted(self._backend, key)
 
@@ -213,6 +217,8 @@ class EmbeddingStore:
             except ShardRetiredError:
                 view.forget_listing()
                 max_age = 0.0
+            except CorruptStoreError as err:
+                _quarantine(view, err)
         raise retries_exhausted(self._backend, key)
 
     def read_into(
@@ -241,6 +247,8 @@ class EmbeddingStore:
                 return read_many(self._backend, view, snap, q, out)
             except ShardRetiredError:
                 view.forget_listing()
+            except CorruptStoreError as err:
+                _quarantine(view, err)
         raise retries_exhausted(self._backend, key)
 
     def hashes(self, key: ModelKey) -> list[str]:
@@ -248,13 +256,22 @@ class EmbeddingStore:
 
         A whole-key read: every shard's hashes, sequentially.
         """
-        found_view = self._snapshot(key, max_age=0.0)
-        if found_view is None:
-            return []
-        view, snap = found_view
-        parts = all_keys(self._backend, view, snap)
-        keys = np.concatenate(parts) if parts else np.empty(0, "S32")
-        return to_hex(np.unique(keys))
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=0.0)
+            if found_view is None:
+                return []
+            view, snap = found_view
+            try:
+                parts = all_keys(self._backend, view, snap)
+            except ShardRetiredError:  # merged away meanwhile: read the new runs
+                view.forget_listing()
+                continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
+                continue
+            keys = np.concatenate(parts) if parts else np.empty(0, "S32")
+            return to_hex(np.unique(keys))
+        raise retries_exhausted(self._backend, key)
 
     def refresh(self, key: ModelKey | None = None) -> None:
         """List the commit records again now (of ``key``, or of every open key).
@@ -289,6 +306,13 @@ class EmbeddingStore:
                 )
             )
         return out
+
+    @property
+    def n_quarantined(self) -> int:
+        """Runs this process stopped serving because they failed their checks
+        (their rows read as absent): for the service's metrics."""
+        with self._views_lock:
+            return sum(len(v.quarantined) for v in self._views.values())
 
     def _n_distinct(self, view: KeyView, snap: Snapshot) -> int:
         """Distinct hashes of the key: from its records where they tell, else a
@@ -364,12 +388,10 @@ class EmbeddingStore:
                 "committed %d rows for %s as %s", len(rows), key.short(), shard
             )
             adopt(view, shard)
-            if self._auto_merge >= 2:
-                own = self._own.setdefault(view.digest, [])
-                own.append(maintenance.OwnRun(shard.record.shard, 0))
-                maintenance.merge_own(
-                    self._backend, view, self._writer, own, auto_merge=self._auto_merge
-                )
+            # best effort: the put stands whatever the merge meets
+            maintenance.merge_levels(
+                self._backend, view, self._writer, fan_in=self._auto_merge
+            )
             return len(rows)
 
     def compact(self, key: ModelKey | None = None) -> None:
@@ -389,7 +411,6 @@ class EmbeddingStore:
             for view in views:
                 if view is not None:
                     maintenance.compact(self._backend, view, self._writer)
-                    self._own.pop(view.digest, None)
 
     # --- checking ---------------------------------------------------------------
 
@@ -445,6 +466,9 @@ class EmbeddingStore:
                 view.forget_listing()
                 refresh(self._backend, view)
                 continue
+            except CorruptStoreError as err:
+                _quarantine(view, err)
+                continue
             return rows[absent], frozenset(s.record.shard for s in snap.shards)
         raise retries_exhausted(self._backend, view.key)
 
@@ -478,3 +502,12 @@ class EmbeddingStore:
     def _all_views(self) -> list[KeyView]:
         found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
         return [f[0] for f in found if f is not None]
+
+
+def _quarantine(view: KeyView, err: CorruptStoreError) -> None:
+    """Take the run ``err`` names out of the view (its rows then read as
+    absent), or re-raise ``err`` if it names none."""
+    run = getattr(err, "run", None)
+    if run is None:
+        raise err
+    drop_quarantined(view, run, err)

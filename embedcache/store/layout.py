@@ -1,35 +1,33 @@
-"""The store's format (``schema_version`` 4): object names, group documents, commit records.
+"""The store's format (``schema_version`` 5): object names, group documents, records.
 
 Every folder is a Zarr v3 group with its ``zarr.json``::
 
     zarr.json                              attrs.embedcache: kind, schema_version
     <digest>/zarr.json                     one group per model key: dim, key_json, ...
-    <digest>/shards/zarr.json              group of the key's shards
-    <digest>/shards/<shard>/zarr.json      one group per shard, written once
-    <digest>/shards/<shard>/vectors        (n, dim) float32 array, crc32c per chunk
-    <digest>/shards/<shard>/hashes         (n, 32) uint8 array: raw sha256 per row
-    <digest>/shards/<shard>/sorted_hashes  (n, 32) uint8: the hashes sorted, one
+    <digest>/shards/zarr.json              group of the key's runs
+    <digest>/shards/<run>/zarr.json        one group per run, written once
+    <digest>/shards/<run>/vectors          (n, dim) float32 array, crc32c per chunk
+    <digest>/shards/<run>/hashes           (n, 32) uint8 array: raw sha256 per row
+    <digest>/shards/<run>/sorted_hashes    (n, 32) uint8: the hashes sorted, one
                                            chunk per block of 1,024 rows
-    <digest>/shards/<shard>/sorted_rows    (n,) uint32: stored row of each sorted hash
-    <digest>/shards/<shard>/fences         (blocks, 32) uint8: first hash of each block
-    <digest>/shards/<shard>/bloom          (words,) uint64: split-block Bloom filter
-    <digest>/commits/zarr.json             group of the key's commit records
-    <digest>/commits/<shard>/zarr.json     the commit record (a group, in its attrs):
-                                           a shard exists for readers iff this does
+    <digest>/shards/<run>/sorted_rows      (n,) uint32: stored row of each sorted hash
+    <digest>/shards/<run>/fences           (blocks, 32) uint8: first hash of each block
+    <digest>/shards/<run>/bloom            (words,) uint64: split-block Bloom filter
+    <digest>/commits/<run>/zarr.json       the run's claim, put-if-absent: its commit
+                                           record (the writer won) or a tombstone (a
+                                           collector won: the run never commits)
+    <digest>/log/<seq>/zarr.json           the run's publication, put-if-absent at the
+                                           first free seq: its record with ``seq``;
+                                           readers list the log, and its order is the
+                                           key's order (first published wins)
     leases/zarr.json                       group of the writers' leases
     leases/<session>/zarr.json             a live writer's lease (a group, in its
-                                           attrs: writer, renewed_ns, expires_ns)
+                                           attrs: writer, a renewal counter)
 
-A writer session is ``<writer_id>~<random>`` and names its shards
-``<session>~<random>``. Before writing a shard it writes its lease (valid
-:data:`LEASE_S`), renews it every :data:`LEASE_RENEW_S` while any shard of it is
-uncommitted, and deletes it when closed. Garbage collection removes an uncommitted
-shard only when its session's lease expired more than :data:`LEASE_MARGIN_S` ago;
-a shard with no lease (an older writer's ``<writer>~<host>~<pid>~<random>``, or a
-lease already gone) only when its newest object is older than
-``LEASE_S + LEASE_MARGIN_S``. Host names and pids decide nothing: two containers
-can share both. Readers, ``verify`` and Zarr clients ignore ``leases/`` (readers
-and ``verify`` look only at key groups; to Zarr it is a group of empty groups).
+A writer session is ``<writer_id>~<random>`` and names its runs
+``<session>~<random>``. The protocol (who writes what, the states of a run, the
+invariants) is ``docs/store-protocol.md``. Readers, ``verify`` and Zarr clients
+ignore ``leases/``.
 """
 
 from __future__ import annotations
@@ -45,14 +43,17 @@ from typing import Any
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STORE_KIND = "embedcache-store"
 KEY_KIND = "embedcache-key"
 SHARDS_KIND = "embedcache-shards"
 SHARD_KIND = "embedcache-shard"
 COMMITS_KIND = "embedcache-commits"
 COMMIT_KIND = "embedcache-commit"
+LOG_KIND = "embedcache-log"
 LEASES_KIND = "embedcache-leases"
+# where a run's commit record would go: the collector's claim of an uncommitted run
+TOMBSTONE_KIND = "embedcache-tombstone"
 LEASE_KIND = "embedcache-lease"
 LEASES = "leases"
 # a lease lives this long after each renewal, renewed this often while its writer
@@ -101,6 +102,19 @@ def commits_prefix(digest: str) -> str:
 
 def record_path(digest: str, shard: str) -> str:
     return f"{digest}/commits/{shard}/{META}"
+
+
+def log_prefix(digest: str) -> str:
+    return f"{digest}/log"
+
+
+def log_name(seq: int) -> str:
+    """A log entry's folder: zero-padded, so a listing sorts by sequence."""
+    return f"{seq:012d}"
+
+
+def log_path(digest: str, seq: int) -> str:
+    return f"{digest}/log/{log_name(seq)}/{META}"
 
 
 def new_session_name(writer_id: str) -> str:
@@ -170,7 +184,7 @@ def check_schema(attrs: dict[str, Any], where: str) -> None:
     if version == SCHEMA_VERSION:
         return
     written = attrs.get("embedcache_version", "?")
-    if version in (1, 2, 3):
+    if version in (1, 2, 3, 4):
         msg = (
             f"{where} was written with store schema_version {version} by embedcache "
             f"{written}; "
@@ -208,6 +222,20 @@ class CommitRecord:
     lacks: tuple[str, ...] = ()
     # the shard's bytes where ``files`` was cut to its metadata (:meth:`for_reading`)
     stored_bytes: int | None = None
+    # the key's log entry that published the run (None in the claim at
+    # ``commits/<run>``, written before the sequence is won)
+    seq: int | None = None
+    # where the run sits in the key's order: a merged run takes the place of the
+    # earliest run it merged (None: its own seq)
+    place: int | None = None
+    # 0 for a put's run; a merge of runs of levels <= l is level l + 1: any
+    # writer's merge policy reads it here, not in one process's memory
+    level: int = 0
+
+    def order(self) -> tuple[int, int]:
+        """The run's position among the key's visible runs: first wins."""
+        seq = -1 if self.seq is None else self.seq
+        return (seq if self.place is None else self.place, seq)
 
     def nbytes(self) -> int:
         """The bytes of the shard's objects."""
@@ -247,14 +275,22 @@ class CommitRecord:
                     for rel, (size, digest) in sorted(self.files.items())
                 },
                 "embedcache_version": embedcache_version(),
+                **({} if self.seq is None else {"seq": self.seq}),
+                **({} if self.place is None else {"place": self.place}),
+                "level": self.level,
             }
         )
 
     @classmethod
-    def from_doc(cls, data: bytes, *, shard: str, dim: int, where: str) -> CommitRecord:
-        """Parse and check a record; CorruptStoreError if it is malformed."""
+    def from_doc(
+        cls, data: bytes, *, shard: str | None, dim: int, where: str
+    ) -> CommitRecord:
+        """Parse and check a record (of run ``shard``, if given; a log entry names
+        its run); CorruptStoreError if it is malformed."""
         try:
             attrs = group_attrs(data, where, kind=COMMIT_KIND)
+            if shard is None:
+                shard = str(attrs["shard"])
             if attrs["shard"] != shard:
                 raise ValueError(f"names shard {attrs['shard']!r}")  # noqa: EM102
             if attrs["dim"] != dim:
@@ -269,6 +305,9 @@ class CommitRecord:
                 supersedes=tuple(str(s) for s in attrs["supersedes"]),
                 aliases=tuple(str(a) for a in attrs.get("aliases", ())),
                 lacks=tuple(str(s) for s in attrs.get("lacks", ())),
+                seq=None if attrs.get("seq") is None else int(attrs["seq"]),
+                place=None if attrs.get("place") is None else int(attrs["place"]),
+                level=int(attrs.get("level", 0)),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()
@@ -279,6 +318,28 @@ class CommitRecord:
                 f"{where}: commit record is malformed ({err}); the shard is not trusted"
             )
             raise CorruptStoreError(msg) from err
+
+
+def tombstone_doc(run: str, collector: str) -> bytes:
+    """The claim a collector puts (if absent) where run ``run``'s record would go,
+    before it deletes anything of the run: a late commit of it then fails."""
+    return group_doc(
+        {
+            "kind": TOMBSTONE_KIND,
+            "schema_version": SCHEMA_VERSION,
+            "run": run,
+            "claimed_by": collector,  # for people; no decision reads it
+        }
+    )
+
+
+def is_tombstone(data: bytes) -> bool:
+    """Whether a document at a record's place is a collector's claim."""
+    try:
+        attrs = json.loads(data)["attributes"]["embedcache"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(attrs, dict) and attrs.get("kind") == TOMBSTONE_KIND
 
 
 def key_attrs(key: ModelKey, dim: int) -> dict[str, Any]:

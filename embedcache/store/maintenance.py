@@ -15,17 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import commit_shard, retire
+from embedcache.store.commits import claim, commit_shard, publish, retire
 from embedcache.store.layout import (
     LEASES,
-    commits_prefix,
+    CommitRecord,
     lease_path,
     record_path,
     session_of,
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.lease import lease_expiry
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.views import (
     RETRIES,
@@ -40,15 +39,13 @@ if TYPE_CHECKING:
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
-    from embedcache.store.layout import CommitRecord
-    from embedcache.store.lease import LeasePolicy
-    from embedcache.store.views import KeyView
+    from embedcache.store.views import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
-# a writer merges its own shards once this many pile up at one level, so a long
-# embedding run that commits every batch still leaves few shards to open
-AUTO_MERGE = 16
+# a writer merges the key's runs once this many are visible at one level, so
+# many short writers, or a long run that commits every batch, leave few runs
+AUTO_MERGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,20 +55,12 @@ class Leftover:
     shard: str
     paths: tuple[str, ...]  # its commit record (if any) and its shard folder
     removable: bool
-
-
-@dataclass(frozen=True, slots=True)
-class OwnRun:
-    """A run this writer committed, and its level: a put's run is level 0, a
-    merge of runs of level ``l`` is level ``l + 1``."""
-
-    shard: str
-    level: int
+    superseded: bool = False  # committed, and replaced by a merged run
 
 
 def merge(
     backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
-) -> CommitRecord:
+) -> CommitRecord | None:
     """Commit one shard holding the winning rows of ``shard_ids``; retire them.
 
     The merged run keeps the rows in the chosen shards' stored order (whole-key
@@ -90,6 +79,8 @@ def merge(
         extra = {old for old, sup in snap.hidden.items() if sup in chosen} - chosen
         chosen |= extra
         grew = bool(extra)
+    if not chosen:  # merged away by another process meanwhile
+        return None
     positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
     lacked = [frozenset(snap.records[s].lacks) for s in chosen]
     lacked_by_all = frozenset.intersection(*lacked) if lacked else frozenset()
@@ -105,7 +96,10 @@ def merge(
         writer,
         merged_rows(backend, view, snap, positions, kept, cache),
         supersedes=chosen,
-        order_ns=min(snap.records[s].order_ns for s in chosen),
+        # the merged run takes the earliest merged run's place: what readers were
+        # served from any of them stays what they are served
+        place=min(snap.records[s].order()[0] for s in chosen),
+        level=1 + max(snap.records[s].level for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
         lacks=(before | lacked_by_all) - chosen,
     )
@@ -114,37 +108,48 @@ def merge(
     # it lacks)
     adopt(view, merged)
     refresh(backend, view)
-    retire(backend, view.digest, sorted(chosen))
+    retire(backend, view.digest, sorted(chosen), _seqs(snap, chosen))
     refresh(backend, view)
     return merged.record
 
 
-def merge_own(
-    backend: Backend,
-    view: KeyView,
-    writer: Writer,
-    own: list[OwnRun],
-    *,
-    auto_merge: int,
+def _seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
+    """The log entries that published ``runs``."""
+    records = [snap.records.get(r) for r in runs]
+    return sorted(r.seq for r in records if r is not None and r.seq is not None)
+
+
+def merge_levels(
+    backend: Backend, view: KeyView, writer: Writer, *, fan_in: int
 ) -> None:
-    """Merge this writer's shards level by level once ``auto_merge`` pile up."""
-    level = 0
-    while True:
-        at = [run for run in own if run.level == level]
-        if len(at) < auto_merge:
-            return
-        own[:] = [run for run in own if run.level != level]
-        visible = {s.record.shard for s in view.shards}
-        live = [run for run in at if run.shard in visible]
-        if len(live) < 2:
+    """Merge the key's visible runs level by level once ``fan_in`` of one level
+    are visible, whoever wrote them: a run's level is in its record, so many
+    short-lived writers leave a number of runs logarithmic in the rows.
+
+    Best effort: a failed merge is logged and leaves the runs as they are.
+    """
+    if fan_in < 2:
+        return
+    snap = view.snap if view.snap.listing is not None else refresh(backend, view)
+    for _ in range(MAX_MERGES):
+        by_level: dict[int, list[str]] = {}
+        for shard in snap.shards:
+            by_level.setdefault(shard.record.level, []).append(shard.record.shard)
+        full = [lv for lv, runs in sorted(by_level.items()) if len(runs) >= fan_in]
+        if not full:
             return
         try:
-            merged = merge(backend, view, writer, [run.shard for run in live])
-        except (CorruptStoreError, StoreError, ShardRetiredError) as err:
-            logger.warning("could not merge shards of %s: %s", view.key.short(), err)
+            merged = merge(backend, view, writer, by_level[full[0]])
+        except Exception as err:  # noqa: BLE001 (best effort: the put stands)
+            logger.warning("could not merge runs of %s: %s", view.key.short(), err)
             return
-        own.append(OwnRun(merged.shard, level + 1))
-        level += 1
+        if merged is None:
+            return
+        snap = view.snap
+
+
+# merges one merge_levels call makes at most (each lifts a level)
+MAX_MERGES = 8
 
 
 def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
@@ -159,97 +164,129 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
             view.forget_listing()
             refresh(backend, view)
             continue
-        logger.info("compacted %s into shard %s", view.key.short(), merged.shard)
+        if merged is not None:
+            logger.info("compacted %s into run %s", view.key.short(), merged.shard)
         break
     else:
         raise retries_exhausted(backend, view.key)
-    collect(backend, view, find_garbage(backend, view, writer))
-    collect_leases(backend, writer.lease.policy)
+    collect(backend, view, writer, find_garbage(backend, view, writer))
+    collect_leases(backend, writer)
     refresh(backend, view)
 
 
 def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftover]:
-    """Every leftover under one key (the view must be fresh)."""
-    policy = writer.lease.policy
-    now = policy.clock()
+    """Every leftover under one key (the view must be fresh).
+
+    An uncommitted run is dead once this collector has seen it, and its session's
+    lease, unchanged for ``seconds + margin_seconds`` of its own monotonic clock
+    (``lease.Sightings``): no two hosts' clocks are compared. A collector that
+    has just started therefore judges nothing dead; a long-lived one (a service,
+    a writer's later commits) collects what it saw sit still.
+    """
+    policy, seen = writer.lease.policy, writer.sightings
+    assert seen is not None
     prefix = shards_prefix(view.digest) + "/"
-    newest: dict[str, float] = {}
+    listed: dict[str, list[tuple[str, int, float]]] = {}
     for entry in backend.list(prefix):
         name, _, rest = entry.path[len(prefix) :].partition("/")
         if rest:
-            newest[name] = max(newest.get(name, 0.0), entry.modified)
+            listed.setdefault(name, []).append((rest, entry.size, entry.modified))
     # a local folder may hold only obstore's hidden staging files (a writer killed
-    # during its first write): age unknown, so only an expired lease lets it go
+    # during its first write): it is judged by its lease alone
     folders, _ = backend.list_dir(prefix)
-    for name in set(folders) - newest.keys():
-        newest[name] = now
+    for name in set(folders) - listed.keys():
+        listed[name] = []
     # a folder named in a committed record's supersedes whose own record is gone
-    # was retired half way (records go first): never a shard still being written
+    # was retired half way (records go first): never a run still being written
     retired = {old for r in view.records.values() for old in r.supersedes}
     uncommitted = sorted(
-        n for n in newest if n not in view.records and n not in view.hidden
+        n for n in listed if n not in view.records and n not in view.hidden
     )
-    expiry = _lease_expiries(backend, {session_of(n) for n in uncommitted} - {None})
+    leases = _lease_docs(backend, {session_of(n) for n in uncommitted} - {None})
     out = []
-    for name in sorted(newest.keys() | view.hidden.keys()):
-        folder = (shard_prefix(view.digest, name),) if name in newest else ()
-        if name in view.hidden:  # superseded by a committed shard
+    for name in sorted(listed.keys() | view.hidden.keys()):
+        folder = (shard_prefix(view.digest, name),) if name in listed else ()
+        if name in view.hidden:  # superseded by a committed run
             out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
         elif name in retired and name not in view.records:
-            out.append(Leftover(name, folder, True))
-        elif name not in view.records:  # never committed
-            # no lease (an older writer's shard, or the lease is gone): as if its
-            # newest object had renewed one
-            until = expiry.get(session_of(name) or "")
-            if until is None:
-                until = newest[name] + policy.seconds
-            dead = now > until + policy.margin_seconds and name not in writer.writing
+            paths = (record_path(view.digest, name), *folder)
+            out.append(Leftover(name, paths, True, superseded=True))
+        elif name not in view.records:  # never committed (or claimed already)
+            lease = leases.get(session_of(name) or "")
+            still = seen.unchanged_for(f"run {name}", (lease, tuple(listed[name])))
+            dead = still > policy.dead_after and name not in writer.writing
             out.append(Leftover(name, folder, dead))
     return out
 
 
-def _lease_expiries(backend: Backend, sessions: Iterable[str]) -> dict[str, float]:
-    """Until when each session's lease runs (sessions without a lease left out)."""
+def _lease_docs(backend: Backend, sessions: Iterable[str]) -> dict[str, bytes]:
+    """The lease document of each session that has one."""
     sessions = sorted(sessions)
     paths = [lease_path(s) for s in sessions]
-    out = {}
-    for session, path, doc in zip(
-        sessions, paths, backend.read_many(paths), strict=True
-    ):
-        until = None if doc is None else lease_expiry(doc, backend.describe(path))
-        if until is not None:
-            out[session] = until
-    return out
+    docs = backend.read_many(paths)
+    return {s: doc for s, doc in zip(sessions, docs, strict=True) if doc is not None}
 
 
-def collect_leases(backend: Backend, policy: LeasePolicy) -> None:
-    """Remove leases that expired more than the margin ago (their writers are gone)."""
+def collect_leases(backend: Backend, writer: Writer) -> None:
+    """Remove leases this collector saw unchanged for a whole lease and margin."""
     sessions, _ = backend.list_dir(LEASES)
-    expiry = _lease_expiries(backend, sessions)
-    now = policy.clock()
-    # a folder without a readable lease is a lease being deleted, or not ours
-    gone = [s for s, until in expiry.items() if now > until + policy.margin_seconds]
+    docs = _lease_docs(backend, set(sessions) - {writer.lease.name})
+    seen, policy = writer.sightings, writer.lease.policy
+    assert seen is not None
+    gone = [
+        s
+        for s, doc in docs.items()
+        if seen.unchanged_for(f"lease {s}", doc) > policy.dead_after
+    ]
+    # a folder without a lease document is a lease being deleted, or not ours
     backend.delete_prefixes(f"{LEASES}/{s}" for s in gone)
+    seen.forget(f"lease {s}" for s in gone)
     if gone:
         logger.info("removed %d expired writer leases", len(gone))
 
 
-def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> None:
-    """Remove the removable leftovers."""
-    removable = [lo.shard for lo in leftovers if lo.removable]
-    superseded = [s for s in removable if s in view.hidden]
-    retire(backend, view.digest, superseded)
-    uncommitted = [s for s in removable if s not in view.hidden]
-    # checked just now: a dead writer cannot commit any more
-    exists = backend.map(
-        backend.exists, [record_path(view.digest, s) for s in uncommitted]
-    )
-    dead = [
-        s for s, committed in zip(uncommitted, exists, strict=True) if not committed
+def collect(
+    backend: Backend, view: KeyView, writer: Writer, leftovers: Iterable[Leftover]
+) -> None:
+    """Remove the removable leftovers; an uncommitted run only once claimed."""
+    leftovers = [lo for lo in leftovers if lo.removable]
+    superseded = [
+        lo.shard for lo in leftovers if lo.shard in view.hidden or lo.superseded
     ]
+    retire(backend, view.digest, superseded, _seqs(view.snap, superseded))
+    uncommitted = [lo.shard for lo in leftovers if lo.shard not in superseded]
+    # the fence: a tombstone where the record would go, so a paused writer's late
+    # commit fails instead of publishing a run whose objects are going
+    claimed = backend.map(
+        lambda s: claim(backend, view.digest, s, writer.writer_id), uncommitted
+    )
+    dead = [s for s, ok in zip(uncommitted, claimed, strict=True) if ok]
     backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
-    backend.delete_prefixes(f"{commits_prefix(view.digest)}/{s}" for s in dead)
-    if removable:
+    # committed, but its writer stopped before it won a place in the log: it is
+    # published now (its record is there, its objects durable)
+    for run in [s for s, ok in zip(uncommitted, claimed, strict=True) if not ok]:
+        _publish_orphan(backend, view, run)
+    assert writer.sightings is not None
+    writer.sightings.forget(f"run {s}" for s in uncommitted)
+    if leftovers:
         logger.info(
-            "removed %d leftover shards of %s", len(removable), view.key.short()
+            "removed %d leftover runs of %s",
+            len(superseded) + len(dead),
+            view.key.short(),
         )
+
+
+def _publish_orphan(backend: Backend, view: KeyView, run: str) -> None:
+    path = record_path(view.digest, run)
+    doc = backend.read_or_none(path)
+    if doc is None:
+        return  # retired meanwhile
+    try:
+        record = CommitRecord.from_doc(
+            doc, shard=run, dim=view.dim, where=backend.describe(path)
+        )
+    except (CorruptStoreError, StoreError) as err:
+        logger.warning("run %s has a record that cannot be published: %s", run, err)
+        return
+    publish(backend, view.digest, record, start=view.snap.top + 1)
+    logger.info("published run %s, left unpublished by its writer", run)

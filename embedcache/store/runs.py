@@ -16,7 +16,8 @@ import bisect
 import math
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import google_crc32c
 import numpy as np
@@ -28,10 +29,26 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from embedcache.store.backend import Backend
-    from embedcache.store.shards import Shard
+    from embedcache.store.layout import CommitRecord
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(slots=True)
+class Shard:
+    """A committed run, opened: its record, fences, vectors array (the class keeps
+    its old name: the store's objects still say ``shards/``).
+
+    Never holds every hash.
+    """
+
+    record: CommitRecord
+    prefix: str
+    vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
+    fences: np.ndarray | None = None  # (blocks,) S32: first hash of each block
+    bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
+
 
 # rows per block of the sorted index: one 32 KiB chunk of sorted hashes is what a
 # look-up of one hash reads from a run (fences: 32 bytes per 1,024 rows)

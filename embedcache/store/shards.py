@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,11 +31,12 @@ from embedcache.store.chunks import (
 from embedcache.store.layout import (
     HASH_WIDTH,
     SHARD_META_FILES,
+    log_prefix,
     parse_json,
-    record_path,
     sha256,
     shard_prefix,
 )
+from embedcache.store.runs import Shard
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -59,20 +59,6 @@ _ARRAY_CONFIG = {"write_empty_chunks": True}
 INDEX_ARRAYS = ("sorted_hashes", "sorted_rows", "fences", "bloom")
 
 
-@dataclass(slots=True)
-class Shard:
-    """A committed shard (a sorted run), opened: its record, fences, vectors array.
-
-    Never holds every hash.
-    """
-
-    record: CommitRecord
-    prefix: str
-    vectors: Any = None  # zarr.Array (n, dim) float32, opened at the first read
-    fences: np.ndarray | None = None  # (blocks,) S32: first hash of each block
-    bloom: np.ndarray | None = None  # (words,) uint64, loaded for large look-ups
-
-
 def chunk_rows(n: int, row_bytes: int) -> int:
     return max(1, min(max(n, 1), CHUNK_BYTES // row_bytes, CHUNK_MAX_ROWS))
 
@@ -89,10 +75,12 @@ def corrupt(
     msg = (
         f"{backend.describe(path)}: {problem}. Shard {shard} is not trusted and no data "
         f"is served from it. Run `embedcache store verify --store {backend.location}`; "
-        "to drop the shard (its rows will be recomputed) delete its commit record "
-        f"{backend.describe(record_path(digest, shard))}."
+        "readers skip it (its rows are recomputed); to drop it for good delete the "
+        f"entry naming it in {backend.describe(log_prefix(digest))}."
     )
-    return CorruptStoreError(msg)
+    err = CorruptStoreError(msg)
+    err.run = shard  # type: ignore[attr-defined] (which run to quarantine)
+    return err
 
 
 def check_array_meta(meta: dict[str, Any], shape: tuple[int, ...], dtype: str) -> None:

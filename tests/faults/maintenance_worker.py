@@ -57,6 +57,15 @@ def kill_at(point: str) -> None:
                 die()
         write(self, path, data, **options)
 
+    published = []
+
+    def create_log_or_die(self: Backend, path: str, data: bytes) -> bool:
+        if "/log/" in path and path.count("/") == 3:  # <digest>/log/<seq>/zarr.json
+            published.append(path)
+            if len(published) == 2:
+                die()
+        return create(self, path, data)
+
     def delete_or_die(self: Backend, prefixes: object) -> None:
         die()
         delete_prefixes(self, prefixes)
@@ -75,6 +84,8 @@ def kill_at(point: str) -> None:
         "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
         # the second shard's index half written (its sorted hashes, not the rest)
         "migrate-mid-index": (Backend, "write", write_index_or_die),
+        # the second run's log entry not created yet (a schema-4 key's only step)
+        "migrate-mid-log": (Backend, "create", create_log_or_die),
     }
     owner, name, fn = wraps[point]
     setattr(owner, name, fn)

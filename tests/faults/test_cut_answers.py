@@ -62,7 +62,8 @@ def test_embedding_through_cut_answers_completes_in_one_run(faulty, proxy, cut):
     proxy.calm()
     assert result.n_computed == len(seqs)
     records = commit_records(direct)
-    assert n_cut == len(records) > 1  # each record's first answer was cut
+    # each record's first answer was cut (merges after puts retire some records)
+    assert n_cut >= len(records) > 0
     assert sum(r["n_rows"] for r in records) == len(seqs)  # no row committed twice
     fresh = direct.open()
     assert fresh.verify() == []

@@ -11,15 +11,14 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from embedcache.store import EmbeddingStore, LeasePolicy, layout, migrate_store
+from embedcache.store import EmbeddingStore, layout, migrate_store
 from tests.store.conftest import StoreHandle
-from tests.store.worker import KEY, dataset
+from tests.store.worker import KEY, dataset, watching_collector
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WORKER = Path(__file__).with_name("maintenance_worker.py")
@@ -99,7 +98,7 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
         assert handle.paths(layout.lease_path(session))
     # the killed compaction's leftover goes once its lease expired by the margin
     # (a collector whose clock is an hour ahead), and the lease with it
-    later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + 3600))
+    later = watching_collector(handle)
     later.compact()
     assert later.garbage() == []
     assert handle.paths("leases/*/zarr.json") == []
@@ -125,17 +124,35 @@ def test_migrate_killed_at_each_point_is_finished_by_the_next_run(
     else:
         from make_store_schema2 import expected
 
+    migrate_killed_then_again(tmp_path, schema, point, expected())
+
+
+def migrate_killed_then_again(tmp_path, schema: int, point: str, expected) -> None:
+    """Kill a migration of the schema's fixture at ``point``, run it again, and
+    check every row of ``expected`` reads back, once, from a clean store."""
     root = tmp_path / "old"
     shutil.copytree(FIXTURES / f"store-schema{schema}", root)
     run_killed(root, "migrate", point)
-    migrate_store(root)
+    assert migrate_store(root).from_version == schema
     store = EmbeddingStore(root)
     listed = store.keys()
     infos = {info.key: info for info in listed}
-    for key, (hashes, vectors) in expected().items():
+    for key, (hashes, vectors) in expected.items():
         got, found = store.get(key, hashes)
         assert found.all()
         np.testing.assert_array_equal(got, vectors)
         assert infos[key].n_vectors == len(hashes)
     assert store.verify() == []
     assert store.garbage() == []
+
+
+@pytest.mark.parametrize(
+    "point", ["migrate-mid-log", "migrate-before-root", "migrate-before-cleanup"]
+)
+def test_migrate_from_4_killed_at_each_point_is_finished_by_the_next_run(
+    tmp_path, point
+):
+    sys.path.insert(0, str(FIXTURES))
+    from make_store_schema4 import expected
+
+    migrate_killed_then_again(tmp_path, 4, point, expected())

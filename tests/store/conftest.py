@@ -146,3 +146,12 @@ def process_handle(request, tmp_path):
     if request.param == "local":
         return StoreHandle("local", str(tmp_path / "store"))
     return request.getfixturevalue("s3_handle")
+
+
+@pytest.fixture
+def world():
+    """A shared in-memory bucket for simulated hosts, with faults (faulty_backend)."""
+    from tests.store.faulty_backend import World, installed
+
+    with installed():
+        yield World()

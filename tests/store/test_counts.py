@@ -65,7 +65,7 @@ def test_a_key_its_writers_filled_in_turn_is_counted_from_its_records(
     for lo in (130, 160, 190):  # 130-139 are stored already
         later.put(KEY, hashes(lo, lo + 30), vectors(30))
     info = EmbeddingStore(memory).keys()[0]
-    assert info.n_shards >= 4  # merged runs of both writers, and a put's run
+    assert info.n_shards >= 2  # merged runs (of both writers), and a put's run
     assert info.n_vectors == 220  # hashes 0-219, each once
     assert merged_counts == []  # no run read
 
@@ -95,7 +95,7 @@ def test_records_that_do_not_say_what_they_lack_are_counted_by_merging(
     store = EmbeddingStore(tmp_path, auto_merge=0)
     for lo in (0, 30, 60):
         store.put(KEY, hashes(lo, lo + 40), vectors(40))  # 30-39, 60-69 skipped
-    for record in tmp_path.glob("*/commits/*/zarr.json"):  # as earlier versions
+    for record in tmp_path.glob("*/log/*/zarr.json"):  # as earlier versions
         doc = json.loads(record.read_text())
         del doc["attributes"]["embedcache"]["lacks"]
         record.write_text(json.dumps(doc))
