@@ -93,6 +93,60 @@ def test_a_paused_writers_late_commit_never_makes_the_key_unreadable(world):
     assert reader.verify() == []
 
 
+def is_commit_record(data: bytes) -> bool:
+    try:
+        attrs = json.loads(data)["attributes"]["embedcache"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(attrs, dict) and attrs.get("kind") == "embedcache-commit"
+
+
+def damage(world, paths: list[str], how: str) -> None:
+    """Damage one run, given every object it added: its fences go, a vector chunk
+    loses a bit, or its commit record becomes unparsable."""
+    objects = world.objects()
+    host = world.host("vandal")
+    if how == "fences":
+        (target,) = (p for p in paths if "/fences/c/" in p)
+        host.delete(target)
+    elif how == "vectors":
+        target = min(p for p in paths if "/vectors/c/" in p)
+        data = bytearray(objects[target])
+        data[0] ^= 0x01
+        host.put(target, bytes(data))
+    else:
+        (target,) = (p for p in paths if is_commit_record(objects[p]))
+        host.put(target, b"{not json")
+
+
+@pytest.mark.parametrize("how", ["fences", "vectors", "record"])
+def test_one_bad_run_is_skipped_not_fatal(world, how):
+    """Finding 1 (one broken record made the key unreadable). A run whose object is
+    missing, fails its checksum, or whose record is unparsable is skipped: its rows
+    read as absent, every other row reads, a put stores them again, and verify
+    names the fault."""
+    hashes, vectors = dataset(30)
+    writer = world.host("writer").open(auto_merge=0)
+    writer.put(KEY, hashes[:10], vectors[:10])
+    before = set(world.objects())
+    writer.put(KEY, hashes[10:20], vectors[10:20])
+    damage(world, sorted(set(world.objects()) - before), how)
+    writer.put(KEY, hashes[20:], vectors[20:])
+
+    reader = fresh_reader(world)
+    got, found = reader.get(KEY, hashes)
+    assert found[:10].all()
+    assert found[20:].all()
+    assert not found[10:20].any()
+    np.testing.assert_array_equal(got[found], vectors[found])
+    assert reader.verify() != []
+    # as an embed run does: look up, compute what is missing, put it
+    again = fresh_reader(world)
+    assert not again.get(KEY, hashes[10:20])[1].any()
+    assert again.put(KEY, hashes[10:20], vectors[10:20]) == 10
+    assert_serves(fresh_reader(world), hashes, vectors)
+
+
 # --- 2: first served, forever served -----------------------------------------------------
 
 
