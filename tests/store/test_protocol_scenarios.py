@@ -334,6 +334,31 @@ def test_a_collector_an_hour_ahead_keeps_a_live_writers_run(world):
     assert_serves(fresh_reader(world), hashes, vectors)
 
 
+@pytest.mark.parametrize("lag", ["hide-newest", "stale"])
+def test_a_lagging_list_never_gets_a_committed_run_deleted(world, lag):
+    """A collector's LIST lags (an eventually consistent bucket): it misses the
+    newest run's record, or answers an old listing. Time passes, it compacts and
+    collects twice (or gives up cleanly): no committed row is lost."""
+    hashes, vectors = dataset(30)
+    collector_host = world.host("collector")
+    collector = collector_host.open(auto_merge=0)
+    with world.host("writer").open(auto_merge=0) as writer:
+        for i in range(0, 30, 10):
+            writer.put(KEY, hashes[i : i + 10], vectors[i : i + 10])
+            if i == 10 and lag == "stale":
+                collector_host.stale_list(calls=20)
+    if lag == "hide-newest":
+        collector_host.lag_list(hide_newest=3)  # the last record, and the lease gone
+    for _ in range(2):
+        try:
+            collector.compact()
+        except StoreError as err:  # it may give up, cleanly, while its view lags
+            assert not isinstance(err, CorruptStoreError), err  # noqa: PT017
+        world.advance(4000.0)
+    collector_host.calm()
+    assert_serves(fresh_reader(world), hashes, vectors)
+
+
 def test_a_folder_of_staging_files_without_a_lease_is_collected(tmp_path):
     """Finding 6. A writer killed in its first write leaves a run folder holding
     only the local store's staging file, and its lease is gone. A collector that
