@@ -12,6 +12,7 @@ shards after, so a reader that finds an object missing can tell a retired shard
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,10 +25,13 @@ from embedcache.store.layout import (
     SHARD_KIND,
     CommitRecord,
     commits_prefix,
+    is_tombstone,
     new_shard_name,
     record_path,
     shard_prefix,
+    tombstone_doc,
 )
+from embedcache.store.lease import Sightings
 from embedcache.store.shard_writes import write_shard
 from embedcache.store.shards import Shard
 
@@ -39,20 +43,36 @@ if TYPE_CHECKING:
     from embedcache.store.shard_writes import ShardRows
     from embedcache.store.views import KeyView
 
+logger = logging.getLogger(__name__)
 
 # a record names at most this many runs its shard lacks, the largest: a key of
 # many runs would otherwise hold records that grow with the square of its runs
 MAX_LACKS = 256
 
 
+# a commit whose run a collector claimed (or whose lease was lost) is written
+# again under a new run name at most this many times
+COMMIT_ATTEMPTS = 3
+
+
+class RunClaimedError(StoreError):
+    """A run's commit failed cleanly: a collector claimed it (a tombstone is where
+    its record would go), or its session's lease was lost, so one may have."""
+
+
 @dataclass(slots=True)
 class Writer:
-    """Who writes: names this session's shards, holds its lease while it writes them,
-    and remembers those in progress."""
+    """Who writes: names this session's runs, holds its lease while it writes them,
+    remembers those in progress, and what it saw of other writers' leases."""
 
     writer_id: str
     lease: Lease
     writing: set[str] = field(default_factory=set)
+    sightings: Sightings | None = None
+
+    def __post_init__(self) -> None:
+        if self.sightings is None:
+            self.sightings = Sightings(self.lease.policy.clock)
 
     def owner_attrs(self) -> dict[str, Any]:
         return {
@@ -64,6 +84,20 @@ class Writer:
             "pid": os.getpid(),
             "created_ns": time.time_ns(),
         }
+
+    def fresh_session(self) -> None:
+        """Go on under a new session if this one's lease was ever lost."""
+        if self.lease.lost:
+            old, self.lease = self.lease, self.lease.successor()
+            old.close()
+            logger.warning(
+                "writer session %s lost its lease; going on as %s",
+                old.name,
+                self.lease.name,
+            )
+
+    def close(self) -> None:
+        self.lease.close()
 
 
 def commit_shard(
@@ -77,18 +111,53 @@ def commit_shard(
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
 ) -> Shard:
-    """Write a complete shard, make it durable, then publish it with put-if-absent.
+    """Write a complete run, make it durable, then publish it with put-if-absent.
 
-    ``lacks``: shards known to hold none of its hashes (``CommitRecord.lacks``).
+    ``lacks``: runs known to hold none of its hashes (``CommitRecord.lacks``).
+    A run a collector claimed first (or whose lease was lost) is written again
+    under a new name (``rows`` is handed over again).
 
-    The shard returned holds its fences and filter (for ``views.adopt``), not its
+    The run returned holds its fences and filter (for ``views.adopt``), not its
     hashes.
     """
+    err: RunClaimedError | None = None
+    for _ in range(COMMIT_ATTEMPTS):
+        writer.fresh_session()
+        try:
+            return _commit_once(
+                backend,
+                view,
+                writer,
+                rows,
+                supersedes=supersedes,
+                order_ns=order_ns,
+                aliases=aliases,
+                lacks=lacks,
+            )
+        except RunClaimedError as claimed:
+            logger.warning("%s; writing it again under a new name", claimed)
+            err = claimed
+    assert err is not None
+    raise err
+
+
+def _commit_once(
+    backend: Backend,
+    view: KeyView,
+    writer: Writer,
+    rows: ShardRows,
+    *,
+    supersedes: Iterable[str],
+    order_ns: int | None,
+    aliases: Iterable[str],
+    lacks: Iterable[str],
+) -> Shard:
     shard = new_shard_name(writer.lease.name)
     prefix = shard_prefix(view.digest, shard)
     path = record_path(view.digest, shard)
     writer.lease.hold()  # before the first object: a collector sees a live writer
     writer.writing.add(shard)
+    record: CommitRecord | None = None
     try:
         files, vectors, fences, bloom = write_shard(
             backend,
@@ -114,16 +183,47 @@ def commit_shard(
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)
         if not backend.create(path, record.to_doc()):
-            # shard names carry 48 random bits: only a reused name gets here, and
+            found = backend.read_or_none(path)
+            if found is not None and is_tombstone(found):
+                msg = (
+                    f"run {shard} was claimed by a collector before its commit "
+                    f"({backend.describe(path)} holds a tombstone)"
+                )
+                raise RunClaimedError(msg)
+            # run names carry 48 random bits: only a reused name gets here, and
             # the objects under it may be the winner's, so they are left alone
             msg = (
                 f"{backend.describe(path)} exists already: another writer committed "
-                f"a shard of the same name. Give each writer its own writer_id."
+                f"a run of the same name. Give each writer its own writer_id."
             )
+            record = None
             raise StoreError(msg)
-    except BaseException:
-        _drop_uncommitted(backend, prefix, path)
-        raise
+    except BaseException as err:
+        if record is None:  # no record was sent: nothing can commit the run
+            _delete_quietly(backend, prefix)
+            if isinstance(err, Exception) and _claimed(backend, path):
+                # its objects vanished under it: a collector claimed it
+                msg = f"run {shard} was claimed by a collector while it was written"
+                raise RunClaimedError(msg) from err
+            raise
+        claimed: bool | None = None
+        try:
+            claimed = claim(backend, view.digest, shard, writer.writer_id)
+        except Exception as lost:  # noqa: BLE001 (the first error is the one to tell)
+            # the create may still land: the run stays, a collector claims it later
+            logger.warning("could not claim the failed run %s: %s", shard, lost)
+        if claimed is None:
+            raise
+        if not claimed:
+            if not isinstance(err, Exception):
+                raise
+            # the record landed after all (a lost answer): the commit stands
+            logger.warning(
+                "%s after the commit of %s landed: the commit stands", err, shard
+            )
+        else:
+            _delete_quietly(backend, prefix)
+            raise
     finally:
         writer.writing.discard(shard)
         writer.lease.release()
@@ -134,6 +234,34 @@ def commit_shard(
         fences=fences,
         bloom=bloom,
     )
+
+
+def claim(backend: Backend, digest: str, run: str, collector: str) -> bool:
+    """Fence a run off before deleting any of it: put a tombstone (if absent)
+    where its commit record would go.
+
+    True if the run is now claimed (by this call or an earlier one): a late
+    commit of it fails, and its objects may go. False if it was committed (or
+    its record is gone since, retired): leave it to ``retire``.
+    """
+    path = record_path(digest, run)
+    if backend.create(path, tombstone_doc(run, collector)):
+        return True
+    found = backend.read_or_none(path)
+    return found is not None and is_tombstone(found)
+
+
+def _claimed(backend: Backend, path: str) -> bool:
+    try:
+        found = backend.read_or_none(path)
+    except Exception:  # noqa: BLE001 (the first error is the one to tell)
+        return False
+    return found is not None and is_tombstone(found)
+
+
+def _delete_quietly(backend: Backend, prefix: str) -> None:
+    with contextlib.suppress(Exception):
+        backend.delete_prefix(prefix)
 
 
 def _largest(names: set[str], view: KeyView) -> tuple[str, ...]:
@@ -150,17 +278,9 @@ def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:
     msg = (
         f"the lease of writer {writer.lease.name} was not renewed for "
         f"{writer.lease.policy.seconds:g} s while it wrote {backend.describe(prefix)}, "
-        "so garbage collection may have removed the shard; it was not committed. "
-        "Run again when the store answers: only the missing vectors are computed."
+        "so garbage collection may have claimed the run; it was not committed"
     )
-    return StoreError(msg)
-
-
-def _drop_uncommitted(backend: Backend, prefix: str, path: str) -> None:
-    """Remove a shard whose commit failed, unless its record made it after all."""
-    with contextlib.suppress(Exception):
-        if not backend.exists(path):
-            backend.delete_prefix(prefix)
+    return RunClaimedError(msg)
 
 
 def retire(backend: Backend, digest: str, shards: Iterable[str]) -> None:

@@ -136,7 +136,7 @@ class EmbeddingStore:
             writer_id, Lease(self._backend, session, writer_id, policy)
         )
         # the lease goes when the store does, or at exit, if close() was not called
-        self._closer = weakref.finalize(self, self._writer.lease.close)
+        self._closer = weakref.finalize(self, self._writer.close)
         self._auto_merge = auto_merge
         # writers (put, compact) take _lock; readers take only _views_lock, for the
         # moment of finding a key's view, then read the view's immutable snapshot
@@ -153,7 +153,7 @@ class EmbeddingStore:
 
     def close(self) -> None:
         """Delete this writer's lease (the store stays usable; a new put takes one)."""
-        self._writer.lease.close()
+        self._writer.close()
 
     def __enter__(self) -> Self:
         return self

@@ -53,6 +53,8 @@ SHARD_KIND = "embedcache-shard"
 COMMITS_KIND = "embedcache-commits"
 COMMIT_KIND = "embedcache-commit"
 LEASES_KIND = "embedcache-leases"
+# where a run's commit record would go: the collector's claim of an uncommitted run
+TOMBSTONE_KIND = "embedcache-tombstone"
 LEASE_KIND = "embedcache-lease"
 LEASES = "leases"
 # a lease lives this long after each renewal, renewed this often while its writer
@@ -279,6 +281,28 @@ class CommitRecord:
                 f"{where}: commit record is malformed ({err}); the shard is not trusted"
             )
             raise CorruptStoreError(msg) from err
+
+
+def tombstone_doc(run: str, collector: str) -> bytes:
+    """The claim a collector puts (if absent) where run ``run``'s record would go,
+    before it deletes anything of the run: a late commit of it then fails."""
+    return group_doc(
+        {
+            "kind": TOMBSTONE_KIND,
+            "schema_version": SCHEMA_VERSION,
+            "run": run,
+            "claimed_by": collector,  # for people; no decision reads it
+        }
+    )
+
+
+def is_tombstone(data: bytes) -> bool:
+    """Whether a document at a record's place is a collector's claim."""
+    try:
+        attrs = json.loads(data)["attributes"]["embedcache"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(attrs, dict) and attrs.get("kind") == TOMBSTONE_KIND
 
 
 def key_attrs(key: ModelKey, dim: int) -> dict[str, Any]:

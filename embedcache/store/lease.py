@@ -1,14 +1,21 @@
-"""Writer leases: a live writer says so, and garbage collection believes only that.
+"""Writer leases: a live writer says so by changing its lease object.
 
-A writer session (one :class:`~embedcache.store.commits.Writer`) names its shards
-``<session>~<random>`` and keeps a lease object at ``leases/<session>/zarr.json``
-(a Zarr group whose attrs say until when it lives). The lease is written before the
-session's first shard object and renewed every :attr:`LeasePolicy.renew_seconds` by
-a background thread for as long as the session holds an uncommitted shard; closing
-the session deletes it. Garbage collection removes an uncommitted shard only once
-its lease has expired by :attr:`LeasePolicy.margin_seconds` (a shard without a
-lease, from an older writer, by the age of its newest object), never by host name
-and pid, which two containers can share.
+A writer session (one :class:`~embedcache.store.commits.Writer`) names its runs
+``<session>~<random>`` and keeps a lease object at ``leases/<session>/zarr.json``.
+The lease is written before the session's first run object and rewritten every
+:attr:`LeasePolicy.renew_seconds` by a background thread for as long as the session
+holds an uncommitted run (each renewal writes new bytes: a counter); closing the
+session deletes it.
+
+No two hosts' clocks are ever compared. A collector calls a lease expired once the
+lease object has stayed unchanged for ``seconds + margin_seconds`` on its *own*
+monotonic clock since it first saw it that way (:class:`Sightings`). A writer calls
+its own lease lost once no renewal landed for ``seconds`` on its own monotonic
+clock; a lost lease stays lost (:attr:`Lease.lost`): its session never commits
+again, the writer goes on under a new session. Safety does not rest on leases: a
+collector claims a run with a tombstone before deleting it (``commits``), so a
+writer the collector misjudged fails its commit cleanly. The lease only spares
+live writers' work.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from embedcache.errors import CorruptStoreError
 from embedcache.store.layout import (
     HOST,
     LEASE_KIND,
@@ -34,11 +40,11 @@ from embedcache.store.layout import (
     SCHEMA_VERSION,
     group_doc,
     lease_path,
-    parse_json,
+    new_session_name,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from embedcache.store.backend import Backend
 
@@ -49,15 +55,20 @@ logger = logging.getLogger(__name__)
 class LeasePolicy:
     """How long a lease lives, how often it is renewed, and the collector's margin.
 
-    ``clock`` (unix seconds) is injectable so tests need not wait minutes. The
-    margin covers clock skew between a writer and the collector and a renewal
-    that is late (a busy machine, a retried request).
+    ``clock`` is the observer's own monotonic clock (seconds), injectable so tests
+    need not wait minutes; values from two processes are never compared. The
+    margin covers a renewal that is late (a busy machine, a retried request).
     """
 
     seconds: float = LEASE_S
     renew_seconds: float = LEASE_RENEW_S
     margin_seconds: float = LEASE_MARGIN_S
-    clock: Callable[[], float] = field(default=time.time, compare=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+
+    @property
+    def dead_after(self) -> float:
+        """How long a collector must see a lease (or a leaseless run) unchanged."""
+        return self.seconds + self.margin_seconds
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_seconds < self.seconds or self.margin_seconds < 0:
@@ -77,8 +88,13 @@ def lease_doc(
     seconds: float,
     host: str = HOST,
     pid: int | None = None,
+    renewals: int = 0,
 ) -> bytes:
-    """A lease document: valid ``seconds`` from ``now`` (unix seconds)."""
+    """A lease document: its ``renewals`` counter makes each renewal new bytes.
+
+    ``now`` (unix seconds) and the expiry are for people reading the store; no
+    decision reads them.
+    """
     return group_doc(
         {
             "kind": LEASE_KIND,
@@ -88,25 +104,39 @@ def lease_doc(
             # host and pid are for people reading the store, never for decisions
             "host": host,
             "pid": os.getpid() if pid is None else pid,
+            "renewals": renewals,
             "renewed_ns": int(now * 1e9),
             "expires_ns": int((now + seconds) * 1e9),
         }
     )
 
 
-def lease_expiry(data: bytes, where: str) -> float | None:
-    """Until when (unix seconds) a lease document says its writer lives; None if
-    the document is not a lease (it is then ignored, as a missing lease).
+class Sightings:
+    """What one collector saw of objects, and since when (its own monotonic clock).
 
-    The schema version is not checked: a lease only ever says "alive until".
+    :meth:`unchanged_for` answers how long an object has shown the same
+    ``fingerprint`` (its bytes, or a listing of a run's folder) to this observer.
+    A first sighting is 0 s: a collector that has just started judges nothing dead.
     """
-    try:
-        attrs = parse_json(data, where)["attributes"]["embedcache"]
-        if attrs["kind"] != LEASE_KIND:
-            return None
-        return int(attrs["expires_ns"]) / 1e9
-    except (CorruptStoreError, KeyError, TypeError, ValueError):
-        return None
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._seen: dict[str, tuple[object, float]] = {}
+        self._lock = threading.Lock()
+
+    def unchanged_for(self, name: str, fingerprint: object) -> float:
+        now = self.clock()
+        with self._lock:
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != fingerprint:
+                self._seen[name] = (fingerprint, now)
+                return 0.0
+            return now - seen[1]
+
+    def forget(self, names: Iterable[str]) -> None:
+        with self._lock:
+            for name in names:
+                self._seen.pop(name, None)
 
 
 class Lease:
@@ -128,13 +158,25 @@ class Lease:
         self._lock = threading.Lock()
         self._holders = 0
         self._renewed: float | None = None  # clock of the last renewal that landed
+        self._renewals = 0
         self._written = False
+        # sticky: once no renewal landed for a whole lease, a collector may have
+        # claimed this session's runs; it never commits again
+        self.lost = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
     def hold(self) -> None:
         """A shard is about to be written: make sure the lease is fresh and kept so."""
         with self._lock:
+            if not self._holders and not self.lost:
+                # nothing was uncommitted since the last renewal: a lease that ran
+                # out while idle guarded nothing, and is simply taken again
+                stale = self._renewed is not None and (
+                    self.policy.clock() - self._renewed >= self.policy.renew_seconds
+                )
+                if stale:
+                    self._renewed = None
             self._holders += 1
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(
@@ -152,28 +194,48 @@ class Lease:
                 self.release()
                 raise
 
+    def successor(self) -> Lease:
+        """A new session's lease for this writer (after this one was lost)."""
+        return Lease(
+            self._backend,
+            new_session_name(self._writer_id),
+            self._writer_id,
+            self.policy,
+        )
+
     def release(self) -> None:
         with self._lock:
             self._holders -= 1
 
     def lapsed(self) -> bool:
-        """Whether the lease may have expired (no renewal landed for a whole lease)."""
+        """Whether the lease was ever lost: no renewal landed for a whole lease
+        (on this process's monotonic clock: a pause counts)."""
         renewed = self._renewed
-        return renewed is None or self.policy.clock() > renewed + self.policy.seconds
+        if (
+            self.lost
+            or renewed is None
+            or self.policy.clock() > renewed + self.policy.seconds
+        ):
+            self.lost = True
+        return self.lost
 
     def renew(self) -> None:
-        """Write the lease again, valid for :attr:`LeasePolicy.seconds` from now."""
+        """Write the lease again, unless it was lost (then it stays lost)."""
+        if self._renewed is not None and self.lapsed():
+            return  # a renewal after a pause must not revive a claimed session
         group = f"{LEASES}/{META}"
         if not self._written and not self._backend.exists(group):
             # the folder is a group, so a Zarr client sees a sound hierarchy
             attrs = {"kind": LEASES_KIND, "schema_version": SCHEMA_VERSION}
             self._backend.create(group, group_doc(attrs))
         now = self.policy.clock()
+        self._renewals += 1
         doc = lease_doc(
             writer_id=self._writer_id,
             session=self.name,
-            now=now,
+            now=time.time(),
             seconds=self.policy.seconds,
+            renewals=self._renewals,
         )
         self._backend.write(self.path, doc)
         self._written = True

@@ -15,17 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import commit_shard, retire
+from embedcache.store.commits import claim, commit_shard, retire
 from embedcache.store.layout import (
     LEASES,
-    commits_prefix,
     lease_path,
     record_path,
     session_of,
     shard_prefix,
     shards_prefix,
 )
-from embedcache.store.lease import lease_expiry
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.views import (
     RETRIES,
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
-    from embedcache.store.lease import LeasePolicy
     from embedcache.store.views import KeyView
 
 logger = logging.getLogger(__name__)
@@ -163,93 +160,101 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
         break
     else:
         raise retries_exhausted(backend, view.key)
-    collect(backend, view, find_garbage(backend, view, writer))
-    collect_leases(backend, writer.lease.policy)
+    collect(backend, view, writer, find_garbage(backend, view, writer))
+    collect_leases(backend, writer)
     refresh(backend, view)
 
 
 def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftover]:
-    """Every leftover under one key (the view must be fresh)."""
-    policy = writer.lease.policy
-    now = policy.clock()
+    """Every leftover under one key (the view must be fresh).
+
+    An uncommitted run is dead once this collector has seen it, and its session's
+    lease, unchanged for ``seconds + margin_seconds`` of its own monotonic clock
+    (``lease.Sightings``): no two hosts' clocks are compared. A collector that
+    has just started therefore judges nothing dead; a long-lived one (a service,
+    a writer's later commits) collects what it saw sit still.
+    """
+    policy, seen = writer.lease.policy, writer.sightings
+    assert seen is not None
     prefix = shards_prefix(view.digest) + "/"
-    newest: dict[str, float] = {}
+    listed: dict[str, list[tuple[str, int, float]]] = {}
     for entry in backend.list(prefix):
         name, _, rest = entry.path[len(prefix) :].partition("/")
         if rest:
-            newest[name] = max(newest.get(name, 0.0), entry.modified)
+            listed.setdefault(name, []).append((rest, entry.size, entry.modified))
     # a local folder may hold only obstore's hidden staging files (a writer killed
-    # during its first write): age unknown, so only an expired lease lets it go
+    # during its first write): it is judged by its lease alone
     folders, _ = backend.list_dir(prefix)
-    for name in set(folders) - newest.keys():
-        newest[name] = now
+    for name in set(folders) - listed.keys():
+        listed[name] = []
     # a folder named in a committed record's supersedes whose own record is gone
-    # was retired half way (records go first): never a shard still being written
+    # was retired half way (records go first): never a run still being written
     retired = {old for r in view.records.values() for old in r.supersedes}
     uncommitted = sorted(
-        n for n in newest if n not in view.records and n not in view.hidden
+        n for n in listed if n not in view.records and n not in view.hidden
     )
-    expiry = _lease_expiries(backend, {session_of(n) for n in uncommitted} - {None})
+    leases = _lease_docs(backend, {session_of(n) for n in uncommitted} - {None})
     out = []
-    for name in sorted(newest.keys() | view.hidden.keys()):
-        folder = (shard_prefix(view.digest, name),) if name in newest else ()
-        if name in view.hidden:  # superseded by a committed shard
+    for name in sorted(listed.keys() | view.hidden.keys()):
+        folder = (shard_prefix(view.digest, name),) if name in listed else ()
+        if name in view.hidden:  # superseded by a committed run
             out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
         elif name in retired and name not in view.records:
             out.append(Leftover(name, folder, True))
-        elif name not in view.records:  # never committed
-            # no lease (an older writer's shard, or the lease is gone): as if its
-            # newest object had renewed one
-            until = expiry.get(session_of(name) or "")
-            if until is None:
-                until = newest[name] + policy.seconds
-            dead = now > until + policy.margin_seconds and name not in writer.writing
+        elif name not in view.records:  # never committed (or claimed already)
+            lease = leases.get(session_of(name) or "")
+            still = seen.unchanged_for(f"run {name}", (lease, tuple(listed[name])))
+            dead = still > policy.dead_after and name not in writer.writing
             out.append(Leftover(name, folder, dead))
     return out
 
 
-def _lease_expiries(backend: Backend, sessions: Iterable[str]) -> dict[str, float]:
-    """Until when each session's lease runs (sessions without a lease left out)."""
+def _lease_docs(backend: Backend, sessions: Iterable[str]) -> dict[str, bytes]:
+    """The lease document of each session that has one."""
     sessions = sorted(sessions)
     paths = [lease_path(s) for s in sessions]
-    out = {}
-    for session, path, doc in zip(
-        sessions, paths, backend.read_many(paths), strict=True
-    ):
-        until = None if doc is None else lease_expiry(doc, backend.describe(path))
-        if until is not None:
-            out[session] = until
-    return out
+    docs = backend.read_many(paths)
+    return {s: doc for s, doc in zip(sessions, docs, strict=True) if doc is not None}
 
 
-def collect_leases(backend: Backend, policy: LeasePolicy) -> None:
-    """Remove leases that expired more than the margin ago (their writers are gone)."""
+def collect_leases(backend: Backend, writer: Writer) -> None:
+    """Remove leases this collector saw unchanged for a whole lease and margin."""
     sessions, _ = backend.list_dir(LEASES)
-    expiry = _lease_expiries(backend, sessions)
-    now = policy.clock()
-    # a folder without a readable lease is a lease being deleted, or not ours
-    gone = [s for s, until in expiry.items() if now > until + policy.margin_seconds]
+    docs = _lease_docs(backend, set(sessions) - {writer.lease.name})
+    seen, policy = writer.sightings, writer.lease.policy
+    assert seen is not None
+    gone = [
+        s
+        for s, doc in docs.items()
+        if seen.unchanged_for(f"lease {s}", doc) > policy.dead_after
+    ]
+    # a folder without a lease document is a lease being deleted, or not ours
     backend.delete_prefixes(f"{LEASES}/{s}" for s in gone)
+    seen.forget(f"lease {s}" for s in gone)
     if gone:
         logger.info("removed %d expired writer leases", len(gone))
 
 
-def collect(backend: Backend, view: KeyView, leftovers: Iterable[Leftover]) -> None:
-    """Remove the removable leftovers."""
+def collect(
+    backend: Backend, view: KeyView, writer: Writer, leftovers: Iterable[Leftover]
+) -> None:
+    """Remove the removable leftovers; an uncommitted run only once claimed."""
     removable = [lo.shard for lo in leftovers if lo.removable]
     superseded = [s for s in removable if s in view.hidden]
     retire(backend, view.digest, superseded)
     uncommitted = [s for s in removable if s not in view.hidden]
-    # checked just now: a dead writer cannot commit any more
-    exists = backend.map(
-        backend.exists, [record_path(view.digest, s) for s in uncommitted]
+    # the fence: a tombstone where the record would go, so a paused writer's late
+    # commit fails instead of publishing a run whose objects are going
+    claimed = backend.map(
+        lambda s: claim(backend, view.digest, s, writer.writer_id), uncommitted
     )
-    dead = [
-        s for s, committed in zip(uncommitted, exists, strict=True) if not committed
-    ]
+    dead = [s for s, ok in zip(uncommitted, claimed, strict=True) if ok]
     backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
-    backend.delete_prefixes(f"{commits_prefix(view.digest)}/{s}" for s in dead)
+    assert writer.sightings is not None
+    writer.sightings.forget(f"run {s}" for s in dead)
     if removable:
         logger.info(
-            "removed %d leftover shards of %s", len(removable), view.key.short()
+            "removed %d leftover runs of %s",
+            len(superseded) + len(dead),
+            view.key.short(),
         )

@@ -21,6 +21,7 @@ from embedcache.store.layout import (
     commits_prefix,
     group_attrs,
     is_key_digest,
+    is_tombstone,
     parse_key_doc,
     record_path,
     sha256,
@@ -99,8 +100,8 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
     for name in sorted(list_records(backend, digest)):
         path = record_path(digest, name)
         data = backend.read_or_none(path)
-        if data is None:
-            continue  # retired since listed
+        if data is None or is_tombstone(data):
+            continue  # retired since listed, or a collector's claim
         try:
             where = backend.describe(path)
             records[name] = CommitRecord.from_doc(

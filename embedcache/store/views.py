@@ -21,7 +21,12 @@ import numpy as np
 
 from embedcache.errors import StoreError
 from embedcache.store.index import argsort_keys
-from embedcache.store.layout import CommitRecord, commits_prefix, record_path
+from embedcache.store.layout import (
+    CommitRecord,
+    commits_prefix,
+    is_tombstone,
+    record_path,
+)
 from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
 from embedcache.store.shards import (
     MissingObjectError,
@@ -58,6 +63,7 @@ class Snapshot:
     shards: tuple[Shard, ...] = ()  # visible runs, in commit order
     records: Mapping[str, CommitRecord] = field(default_factory=dict)
     hidden: Mapping[str, str] = field(default_factory=dict)  # superseded -> superseder
+    claimed: frozenset[str] = frozenset()  # tombstones: runs collected, not commits
     listing: frozenset[str] | None = None  # record names listed; None: list again
     listed_at: float = -math.inf  # time.monotonic() of that listing
     stamp: tuple[int, float] | None = None  # local store: commits folder's mtime
@@ -211,11 +217,15 @@ def _rebuild(
 ) -> Snapshot:
     """The state of ``names``: known runs kept, new records and fences read."""
     records = {n: snap.records[n] for n in names if n in snap.records}
-    new = sorted(names - records.keys())
+    claimed = snap.claimed & names
+    new = sorted(names - records.keys() - claimed)
     docs = backend.read_many(record_path(view.digest, n) for n in new)
     for name, doc in zip(new, docs, strict=True):
         if doc is None:
             continue  # retired since listed
+        if is_tombstone(doc):  # a collector's claim: the run is garbage
+            claimed |= {name}
+            continue
         where = backend.describe(record_path(view.digest, name))
         records[name] = CommitRecord.from_doc(
             doc, shard=name, dim=view.dim, where=where
@@ -247,9 +257,10 @@ def _rebuild(
         shards=tuple(loaded[r.shard] for r in visible),
         records=records,
         hidden=hidden,
-        listing=frozenset(records),
+        claimed=claimed,
+        listing=frozenset(records) | claimed,
         listed_at=now,
-        stamp=stamp if frozenset(records) == names else None,
+        stamp=stamp if frozenset(records) | claimed == names else None,
     )
 
 

@@ -11,15 +11,14 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from embedcache.store import EmbeddingStore, LeasePolicy, layout, migrate_store
+from embedcache.store import EmbeddingStore, layout, migrate_store
 from tests.store.conftest import StoreHandle
-from tests.store.worker import KEY, dataset
+from tests.store.worker import KEY, dataset, watching_collector
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WORKER = Path(__file__).with_name("maintenance_worker.py")
@@ -99,7 +98,7 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
         assert handle.paths(layout.lease_path(session))
     # the killed compaction's leftover goes once its lease expired by the margin
     # (a collector whose clock is an hour ahead), and the lease with it
-    later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + 3600))
+    later = watching_collector(handle)
     later.compact()
     assert later.garbage() == []
     assert handle.paths("leases/*/zarr.json") == []

@@ -33,11 +33,9 @@ from embedcache.store import (
     EmbeddingStore,
     Fault,
     KeyInfo,
-    LeasePolicy,
-    layout,
     maintenance,
 )
-from tests.store.worker import KEY, dataset
+from tests.store.worker import KEY, dataset, watching_collector
 
 KEY_A = ModelKey(model_id="m/a", revision="a" * 40, adapter="t", adapter_version="1")
 KEY_B = dataclasses.replace(KEY_A, rc_mode="average")
@@ -331,17 +329,11 @@ def test_uncommitted_leftovers_are_garbage_not_faults(handle):
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
     store.compact()
     assert store.garbage() == [handle.location(leftover)]  # recent: may be at work
-    # judged by the age of its newest object: gone once lease + margin passed
-    ahead = layout.LEASE_S + layout.LEASE_MARGIN_S + 60
-    later = handle.open(lease=LeasePolicy(clock=lambda: time.time() + ahead))
+    # gone once a collector saw it unchanged for a lease and margin of its clock
+    later = watching_collector(handle)
     later.compact()
     assert later.garbage() == []
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
-
-
-def later_clock() -> float:
-    """A collector's clock past any lease of this run, and its margin."""
-    return time.time() + layout.LEASE_S + layout.LEASE_MARGIN_S + 60
 
 
 # --- concurrency and crash safety ---------------------------------------------------
@@ -443,7 +435,7 @@ def test_kill_minus_9_at_random_moments_loses_no_committed_row(process_handle):
         assert total == N_ROWS - n_before  # resuming wrote only what was missing
         # a collector past the killed writer's lease and margin also removes its
         # leftovers (its lease would keep them until then)
-        reopened = process_handle.open(lease=LeasePolicy(clock=later_clock))
+        reopened = watching_collector(process_handle)
         reopened.compact()
         assert reopened.garbage() == []
         got, found = reopened.get(KEY, hashes)

@@ -17,20 +17,10 @@ from embedcache.errors import StoreError
 from embedcache.store import EmbeddingStore, LeasePolicy, commits, layout
 from embedcache.store.backend import Backend
 from embedcache.store.lease import Lease, lease_doc
-from tests.store.worker import KEY, dataset
+from tests.store.worker import KEY, Clock, dataset
 
 OTHER = "other~0123456789ab"  # a writer session in another container
 SHARD = f"{OTHER}~00000000cafe"
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def backend_of(handle) -> Backend:
@@ -126,38 +116,46 @@ def test_gc_keeps_a_leftover_while_its_lease_is_fresh_and_removes_it_after(
     clock = Clock()
     store = handle.open(lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes, vectors)
-    renewed = clock.now
     if owner.startswith("our host"):
         host, pid = layout.HOST, dead_pid()
     else:
         host, pid = "otherhost", os.getpid()
-    folder = put_leftover(handle, lease_renewed=renewed, host=host, pid=pid)
-    assert store.garbage() == [handle.location(folder)]
-    expiry = renewed + layout.LEASE_S
-    for t in (renewed + 1, expiry + 1, expiry + layout.LEASE_MARGIN_S - 1):
-        clock.now = t
+    # the lease says it expired long ago by the writer's clock: never read
+    folder = put_leftover(handle, lease_renewed=0.0, host=host, pid=pid)
+    assert store.garbage() == [handle.location(folder)]  # first seen now
+    first = clock.now
+    for t in (1, layout.LEASE_S + 1, layout.LEASE_S + layout.LEASE_MARGIN_S - 1):
+        clock.now = first + t
         store.compact()
         assert store.garbage() == [handle.location(folder)], t  # kept
     assert handle.paths(layout.lease_path(OTHER))  # a live lease is never removed
-    clock.now = expiry + layout.LEASE_MARGIN_S + 1
+    clock.now = first + layout.LEASE_S + layout.LEASE_MARGIN_S + 1
     store.compact()
     assert store.garbage() == []
     assert not handle.paths(f"{folder}/*")
-    assert not handle.paths(layout.lease_path(OTHER))  # the expired lease went too
+    # the run is claimed: a tombstone where its record would go
+    tomb = handle.read(layout.record_path(KEY.digest, SHARD))
+    assert layout.is_tombstone(tomb)
+    clock.now += 2  # the lease was first seen by the first compact(), 1 s later
+    store.compact()
+    assert not handle.paths(layout.lease_path(OTHER))  # the dead lease went too
     assert store.verify() == []
     np.testing.assert_array_equal(handle.open().get(KEY, hashes)[0], vectors)
 
 
 def test_a_renewed_lease_keeps_its_leftover(handle):
-    """A writer whose lease is renewed keeps its shard however old its objects."""
+    """A writer whose lease keeps changing keeps its run however old its objects,
+    whatever times its lease names."""
     hashes, vectors = dataset(10)
     clock = Clock()
     store = handle.open(lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes, vectors)
-    folder = put_leftover(handle, lease_renewed=clock.now + 3600)
-    clock.now += 3600 + layout.LEASE_MARGIN_S  # objects an hour old; lease fresh
-    store.compact()
-    assert store.garbage() == [handle.location(folder)]
+    folder = put_leftover(handle, lease_renewed=0.0)
+    for renewal in range(1, 30):
+        clock.now += layout.LEASE_RENEW_S
+        put_leftover(handle, lease_renewed=renewal)  # a renewal: new bytes
+        store.compact()
+        assert store.garbage() == [handle.location(folder)]
 
 
 def test_a_margin_is_configurable(handle):
@@ -166,9 +164,22 @@ def test_a_margin_is_configurable(handle):
     store = handle.open(lease=LeasePolicy(margin_seconds=10, clock=clock))
     store.put(KEY, hashes, vectors)
     put_leftover(handle, lease_renewed=clock.now)
+    assert len(store.garbage()) == 1
     clock.now += layout.LEASE_S + 11
     store.compact()
     assert store.garbage() == []
+
+
+def test_a_fresh_collector_judges_nothing_dead(handle):
+    """However old a leftover looks, a collector that has just started keeps it:
+    it has not seen it sit still (no other clock is consulted)."""
+    hashes, vectors = dataset(10)
+    handle.open().put(KEY, hashes, vectors)
+    folder = put_leftover(handle, lease_renewed=0.0)
+    for _ in range(2):
+        store = handle.open()
+        store.compact()
+        assert store.garbage() == [handle.location(folder)]
 
 
 def test_the_lease_is_renewed_during_a_long_write_and_stops_when_idle(handle):

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore
+from embedcache.store import EmbeddingStore, LeasePolicy, layout
 
 KEY = ModelKey(
     model_id="test/worker", revision="0" * 40, adapter="test", adapter_version="1"
@@ -28,6 +28,27 @@ def dataset(n: int) -> tuple[list[str], np.ndarray]:
     hashes = [hashlib.sha256(f"seq-{i}".encode()).hexdigest() for i in range(n)]
     vectors = np.random.default_rng(1234).standard_normal((n, DIM)).astype(np.float32)
     return hashes, vectors
+
+
+class Clock:
+    """A monotonic clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watching_collector(handle, **kwargs) -> EmbeddingStore:
+    """A store that has watched ``handle``'s leftovers and leases sit unchanged for
+    a whole lease and margin on its own clock: its next ``compact()`` removes every
+    dead one (a collector never judges by another host's clock)."""
+    clock = Clock()
+    store = handle.open(lease=LeasePolicy(clock=clock), **kwargs)
+    store.compact()  # the first sighting of every leftover and lease
+    clock.now += layout.LEASE_S + layout.LEASE_MARGIN_S + 1
+    return store
 
 
 def main() -> int:
