@@ -9,6 +9,7 @@ process between two steps of a put. Expectations are stated as what a reader get
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -22,6 +23,8 @@ import pytest
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import EmbeddingStore, LeasePolicy, migrate_store
 from tests.store.faulty_backend import (
+    Killed,
+    World,
     data_read,
     in_thread,
     wait_paused_or_done,
@@ -379,3 +382,96 @@ def test_a_folder_of_staging_files_without_a_lease_is_collected(tmp_path):
     assert not orphan.exists()
     assert collector.garbage() == []
     assert_serves(EmbeddingStore(root, refresh_seconds=0), hashes, vectors)
+
+
+# --- kills between any two object writes --------------------------------------------------
+
+
+def put_in_two(world, hashes, vectors, *, kill_at: int | None) -> EmbeddingStore:
+    """One writer puts the first half and closes; a second puts the other half,
+    killed after its ``kill_at``-th object write; the second (keep it until the
+    end: a killed process's lease stays, and its store would delete it when
+    garbage collected)."""
+    with world.host("first").open(auto_merge=0) as first:
+        first.put(KEY, hashes[:10], vectors[:10])
+    victim_host = world.host("victim")
+    victim = victim_host.open(auto_merge=0)
+    if kill_at is not None:
+        victim_host.kill_after(kill_at)
+    with contextlib.suppress(Killed):
+        victim.put(KEY, hashes[10:], vectors[10:])
+    return victim
+
+
+def collect_twice(world) -> EmbeddingStore:
+    """A collector that looks, waits past every lease and margin, and looks again."""
+    collector = world.host(f"collector-{len(world.hosts)}").open(auto_merge=0)
+    collector.compact()
+    world.advance(4000.0)
+    collector.compact()
+    return collector
+
+
+def n_writes_of(scenario) -> int:
+    """How many object writes the victim host makes in an unkilled run."""
+    world = World()
+    with scenario(world, kill_at=None):
+        return sum(r.is_write for r in world.hosts["victim"].requests)
+
+
+def test_a_put_killed_after_any_write_leaves_a_sound_store(world):
+    """A writer killed after each of its object writes in turn: its rows are all
+    there or none, every other row reads, collection leaves no garbage, and the
+    put run again stores what is missing."""
+    hashes, vectors = dataset(20)
+    n = n_writes_of(lambda w, kill_at: put_in_two(w, hashes, vectors, kill_at=kill_at))
+    assert n > 5
+    for k in range(1, n + 1):
+        world = World()
+        victim = put_in_two(world, hashes, vectors, kill_at=k)
+        got, found = fresh_reader(world).get(KEY, hashes)
+        assert found[:10].all(), k
+        assert found[10:].all() or not found[10:].any(), k
+        np.testing.assert_array_equal(got[found], vectors[found])
+        collector = collect_twice(world)
+        assert collector.garbage() == [], k
+        world.host(f"again-{k}").open(auto_merge=0).put(KEY, hashes, vectors)
+        assert_serves(fresh_reader(world), hashes, vectors)
+        world.hosts["victim"].revive()
+        del victim
+
+
+def compact_killed(world, hashes, vectors, *, kill_at: int | None) -> EmbeddingStore:
+    """A writer puts three runs and closes; another process compacts, killed after
+    its ``kill_at``-th object write; that process's store (as ``put_in_two``)."""
+    with world.host("writer").open(auto_merge=0) as writer:
+        for i in range(0, 30, 10):
+            writer.put(KEY, hashes[i : i + 10], vectors[i : i + 10])
+    victim_host = world.host("victim")
+    victim = victim_host.open(auto_merge=0)
+    if kill_at is not None:
+        victim_host.kill_after(kill_at)
+    with contextlib.suppress(Killed):
+        victim.compact()
+    return victim
+
+
+def test_a_compaction_killed_after_any_write_leaves_a_sound_store(world):
+    """A compaction killed after each of its object writes in turn: every row
+    reads throughout, and a later collection leaves one run and no garbage."""
+    hashes, vectors = dataset(30)
+    n = n_writes_of(
+        lambda w, kill_at: compact_killed(w, hashes, vectors, kill_at=kill_at)
+    )
+    assert n > 5
+    for k in range(1, n + 1):
+        world = World()
+        victim = compact_killed(world, hashes, vectors, kill_at=k)
+        assert_serves(fresh_reader(world), hashes, vectors)
+        collector = collect_twice(world)
+        assert collector.garbage() == [], k
+        reader = fresh_reader(world)
+        assert_serves(reader, hashes, vectors)
+        assert n_runs(reader) == 1, k
+        world.hosts["victim"].revive()
+        del victim
