@@ -208,15 +208,25 @@ class StoreProtocol(RuleBasedStateMachine):
         self._settle(actor, outcome, rows)
 
     @precondition(lambda self: self._idle_writers())
-    @rule(data=st.data(), rows=ROWS, after=st.booleans())
-    def put_stopping_at_its_commit(
-        self, data: st.DataObject, rows: list[int], *, after: bool
+    @rule(
+        data=st.data(),
+        rows=ROWS,
+        at=st.one_of(st.just(0), st.integers(1, 12)),
+        after=st.booleans(),
+    )
+    def put_stopping(
+        self, data: st.DataObject, rows: list[int], at: int, *, after: bool
     ) -> None:
         """A put stops (SIGSTOP, a VM migration) just before, or just after, the
-        request that publishes its run; other rules run meanwhile."""
+        request that publishes its run (``at`` 0) or its ``at``-th object write;
+        other rules run meanwhile."""
         actor = self.writers[data.draw(st.sampled_from(self._idle_writers()))]
         vecs = self._vectors(actor, rows)
-        pause = actor.host.pause_at_commit(after=after)
+        pause = (
+            actor.host.pause_at_commit(after=after)
+            if at == 0
+            else actor.host.pause_at_write(at, after=after)
+        )
         outcome = in_thread(
             lambda: actor.store.put(KEY, [HASHES[r] for r in rows], vecs),
             name=f"stopped put {actor.number}",
