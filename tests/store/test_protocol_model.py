@@ -411,7 +411,7 @@ class StoreProtocol(RuleBasedStateMachine):
 _LONG = int(os.environ.get("EMBEDCACHE_MODEL_EXAMPLES", "0"))
 _SHRINK = bool(_LONG or os.environ.get("EMBEDCACHE_MODEL_SHRINK"))
 StoreProtocol.TestCase.settings = settings(
-    max_examples=_LONG or 60,
+    max_examples=_LONG or 40,
     stateful_step_count=int(os.environ.get("EMBEDCACHE_MODEL_STEPS", "50"))
     if _LONG
     else 25,
