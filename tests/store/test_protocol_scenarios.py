@@ -198,6 +198,21 @@ def test_many_short_lived_writers_leave_a_logarithmic_number_of_runs(world):
     assert n_runs(reader) <= bound
 
 
+def test_120_short_runs_of_100_rows_leave_at_most_16_runs(world):
+    """Issue 41, done when: 120 separate processes each add 100 new rows to one
+    store (one put each, with the store's default merge policy) and leave at most
+    16 runs; every row reads."""
+    n_processes, per = 120, 100
+    hashes, vectors = dataset(n_processes * per)
+    for p in range(n_processes):
+        rows = slice(p * per, (p + 1) * per)
+        with world.host(f"embed-{p}").open() as store:
+            assert store.put(KEY, hashes[rows], vectors[rows]) == per
+    reader = fresh_reader(world)
+    assert n_runs(reader) <= 16
+    assert_serves(reader, hashes, vectors)
+
+
 # --- 4: migrate refusing a key ------------------------------------------------------------
 
 
