@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import EmbeddingStore, LeasePolicy, migrate_store
+from tests.store.conftest import WORKER
 from tests.store.faulty_backend import (
     Killed,
     World,
@@ -209,6 +211,31 @@ def test_120_short_runs_of_100_rows_leave_at_most_16_runs(world):
         with world.host(f"embed-{p}").open() as store:
             assert store.put(KEY, hashes[rows], vectors[rows]) == per
     reader = fresh_reader(world)
+    assert n_runs(reader) <= 16
+    assert_serves(reader, hashes, vectors)
+
+
+@pytest.mark.slow
+def test_120_writer_processes_on_a_folder_leave_at_most_16_runs(tmp_path):
+    """The same with 120 real processes (``worker.py``) on a local folder, one
+    after another, each with the store's default merge policy (minutes)."""
+    root = tmp_path / "store"
+    n_processes, per = 120, 100
+    for p in range(n_processes):
+        subprocess.run(
+            [
+                sys.executable,
+                str(WORKER),
+                str(root),
+                *("--start", str(p * per), "--stop", str((p + 1) * per)),
+                *("--batch", str(per), "--auto-merge", "16"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    hashes, vectors = dataset(n_processes * per)
+    reader = EmbeddingStore(root, refresh_seconds=0)
     assert n_runs(reader) <= 16
     assert_serves(reader, hashes, vectors)
 
