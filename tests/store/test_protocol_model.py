@@ -211,24 +211,28 @@ class StoreProtocol(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         rows=ROWS,
-        at=st.one_of(st.just(0), st.integers(1, 12)),
+        at=st.one_of(st.sampled_from([0, -1]), st.integers(1, 12)),
         after=st.booleans(),
     )
     def put_stopping(
         self, data: st.DataObject, rows: list[int], at: int, *, after: bool
     ) -> None:
-        """A put stops (SIGSTOP, a VM migration) just before, or just after, the
-        request that publishes its run (``at`` 0) or its ``at``-th object write;
-        other rules run meanwhile."""
+        """A put stops (SIGSTOP, a VM migration) just before, or just after: its
+        first put-if-absent once its data is written (``at`` 0), its ``at``-th
+        object write, or (``at`` -1) its first request once its rows read; other
+        rules run meanwhile."""
         actor = self.writers[data.draw(st.sampled_from(self._idle_writers()))]
         vecs = self._vectors(actor, rows)
-        pause = (
-            actor.host.pause_at_commit(after=after)
-            if at == 0
-            else actor.host.pause_at_write(at, after=after)
-        )
+        hashes = [HASHES[r] for r in rows]
+        if at == 0:
+            pause = actor.host.pause_at_commit(after=after)
+        elif at > 0:
+            pause = actor.host.pause_at_write(at, after=after)
+        else:
+            watcher = self._other("watcher", 0.0).store
+            pause = actor.host.pause(lambda _: watcher.contains(KEY, hashes).all())
         outcome = in_thread(
-            lambda: actor.store.put(KEY, [HASHES[r] for r in rows], vecs),
+            lambda: actor.store.put(KEY, hashes, vecs),
             name=f"stopped put {actor.number}",
         )
         if wait_paused_or_done(pause, outcome):
