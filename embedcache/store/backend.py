@@ -78,7 +78,10 @@ _IN_POOL = threading.local()  # set in the threads of a backend's kept pool
 
 def _fsync(path: Path) -> None:
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
-    fd = os.open(path, flags)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:  # deleted meanwhile (retired): nothing to keep
+        return
     try:
         os.fsync(fd)
     finally:

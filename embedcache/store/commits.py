@@ -12,10 +12,11 @@ shards after, so a reader that finds an object missing can tell a retired shard
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import StoreError
@@ -26,6 +27,9 @@ from embedcache.store.layout import (
     CommitRecord,
     commits_prefix,
     is_tombstone,
+    log_name,
+    log_path,
+    log_prefix,
     new_shard_name,
     record_path,
     shard_prefix,
@@ -107,7 +111,7 @@ def commit_shard(
     rows: ShardRows,
     *,
     supersedes: Iterable[str] = (),
-    order_ns: int | None = None,
+    place: int | None = None,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
 ) -> Shard:
@@ -130,7 +134,7 @@ def commit_shard(
                 writer,
                 rows,
                 supersedes=supersedes,
-                order_ns=order_ns,
+                place=place,
                 aliases=aliases,
                 lacks=lacks,
             )
@@ -148,7 +152,7 @@ def _commit_once(
     rows: ShardRows,
     *,
     supersedes: Iterable[str],
-    order_ns: int | None,
+    place: int | None,
     aliases: Iterable[str],
     lacks: Iterable[str],
 ) -> Shard:
@@ -173,7 +177,8 @@ def _commit_once(
             writer=writer.writer_id,
             n_rows=rows.n,
             dim=view.dim,
-            order_ns=now if order_ns is None else order_ns,
+            order_ns=now,  # for people: the order is the log's
+            place=place,
             committed_ns=now,
             supersedes=tuple(sorted(supersedes)),
             aliases=tuple(sorted(set(aliases))),
@@ -227,6 +232,8 @@ def _commit_once(
     finally:
         writer.writing.discard(shard)
         writer.lease.release()
+    # committed: the run is the writer's for good; now its place in the key's order
+    record = publish(backend, view.digest, record, start=view.snap.top + 1)
     return Shard(
         record=record,
         prefix=prefix,
@@ -234,6 +241,38 @@ def _commit_once(
         fences=fences,
         bloom=bloom,
     )
+
+
+def publish(
+    backend: Backend, digest: str, record: CommitRecord, *, start: int
+) -> CommitRecord:
+    """Give a committed run the next free place in the key's log: put-if-absent
+    of ``log/<seq>`` holding its record, from ``start`` up; the storage decides
+    who gets which seq, so the order is the order the claims landed in, whatever
+    the writers' clocks say. Returns the record with its seq.
+
+    A seq is never used twice: retiring deletes log entries, but only ones below
+    a later entry (the merged run's), so the claim starts past the last entry
+    listed now, not in a hole a view remembers as free.
+    """
+    names, _ = backend.list_dir(log_prefix(digest))
+    top = max((int(n) for n in names if n.isdigit()), default=0)
+    seq = max(start, top + 1, 1)
+    while True:
+        entry = replace(record, seq=seq)
+        if backend.create(log_path(digest, seq), entry.to_doc()):
+            return entry
+        found = backend.read_or_none(log_path(digest, seq))
+        if found is not None and _names_run(found, record.shard):
+            return entry  # published already (a helper, a retried request)
+        seq += 1
+
+
+def _names_run(doc: bytes, run: str) -> bool:
+    try:
+        return json.loads(doc)["attributes"]["embedcache"]["shard"] == run
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def claim(backend: Backend, digest: str, run: str, collector: str) -> bool:
@@ -283,9 +322,15 @@ def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:
     return RunClaimedError(msg)
 
 
-def retire(backend: Backend, digest: str, shards: Iterable[str]) -> None:
-    """Delete superseded shards: every record first, then the objects."""
+def retire(
+    backend: Backend, digest: str, shards: Iterable[str], seqs: Iterable[int] = ()
+) -> None:
+    """Delete superseded runs: their log entries (``seqs``) first, so readers stop
+    seeing them, then every claim, then the objects."""
     shards = list(shards)
+    backend.delete_many(log_path(digest, seq) for seq in seqs)
+    if backend.local is not None:
+        backend.delete_prefixes(f"{log_prefix(digest)}/{log_name(seq)}" for seq in seqs)
     backend.delete_many(record_path(digest, shard) for shard in shards)
     backend.delete_prefixes(shard_prefix(digest, shard) for shard in shards)
     if backend.local is not None:  # a record folder may hold staging leftovers

@@ -11,6 +11,7 @@ from embedcache.errors import StoreError
 from embedcache.store.backend import Backend, is_url, open_object_store
 from embedcache.store.layout import (
     COMMITS_KIND,
+    LOG_KIND,
     META,
     SCHEMA_VERSION,
     SHARDS_KIND,
@@ -21,6 +22,7 @@ from embedcache.store.layout import (
     group_doc,
     is_key_digest,
     key_attrs,
+    log_prefix,
     parse_key_doc,
     shards_prefix,
 )
@@ -128,6 +130,7 @@ def _create_key(backend: Backend, key: ModelKey, dim: int) -> None:
     for folder, kind in (
         (shards_prefix(key.digest), SHARDS_KIND),
         (commits_prefix(key.digest), COMMITS_KIND),
+        (log_prefix(key.digest), LOG_KIND),
     ):
         attrs = {"kind": kind, "schema_version": SCHEMA_VERSION}
         backend.create(f"{folder}/{META}", group_doc(attrs))

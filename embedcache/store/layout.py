@@ -45,13 +45,14 @@ from typing import Any
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STORE_KIND = "embedcache-store"
 KEY_KIND = "embedcache-key"
 SHARDS_KIND = "embedcache-shards"
 SHARD_KIND = "embedcache-shard"
 COMMITS_KIND = "embedcache-commits"
 COMMIT_KIND = "embedcache-commit"
+LOG_KIND = "embedcache-log"
 LEASES_KIND = "embedcache-leases"
 # where a run's commit record would go: the collector's claim of an uncommitted run
 TOMBSTONE_KIND = "embedcache-tombstone"
@@ -103,6 +104,19 @@ def commits_prefix(digest: str) -> str:
 
 def record_path(digest: str, shard: str) -> str:
     return f"{digest}/commits/{shard}/{META}"
+
+
+def log_prefix(digest: str) -> str:
+    return f"{digest}/log"
+
+
+def log_name(seq: int) -> str:
+    """A log entry's folder: zero-padded, so a listing sorts by sequence."""
+    return f"{seq:012d}"
+
+
+def log_path(digest: str, seq: int) -> str:
+    return f"{digest}/log/{log_name(seq)}/{META}"
 
 
 def new_session_name(writer_id: str) -> str:
@@ -172,7 +186,7 @@ def check_schema(attrs: dict[str, Any], where: str) -> None:
     if version == SCHEMA_VERSION:
         return
     written = attrs.get("embedcache_version", "?")
-    if version in (1, 2, 3):
+    if version in (1, 2, 3, 4):
         msg = (
             f"{where} was written with store schema_version {version} by embedcache "
             f"{written}; "
@@ -210,6 +224,17 @@ class CommitRecord:
     lacks: tuple[str, ...] = ()
     # the shard's bytes where ``files`` was cut to its metadata (:meth:`for_reading`)
     stored_bytes: int | None = None
+    # the key's log entry that published the run (None in the claim at
+    # ``commits/<run>``, written before the sequence is won)
+    seq: int | None = None
+    # where the run sits in the key's order: a merged run takes the place of the
+    # earliest run it merged (None: its own seq)
+    place: int | None = None
+
+    def order(self) -> tuple[int, int]:
+        """The run's position among the key's visible runs: first wins."""
+        seq = -1 if self.seq is None else self.seq
+        return (seq if self.place is None else self.place, seq)
 
     def nbytes(self) -> int:
         """The bytes of the shard's objects."""
@@ -249,14 +274,21 @@ class CommitRecord:
                     for rel, (size, digest) in sorted(self.files.items())
                 },
                 "embedcache_version": embedcache_version(),
+                **({} if self.seq is None else {"seq": self.seq}),
+                **({} if self.place is None else {"place": self.place}),
             }
         )
 
     @classmethod
-    def from_doc(cls, data: bytes, *, shard: str, dim: int, where: str) -> CommitRecord:
-        """Parse and check a record; CorruptStoreError if it is malformed."""
+    def from_doc(
+        cls, data: bytes, *, shard: str | None, dim: int, where: str
+    ) -> CommitRecord:
+        """Parse and check a record (of run ``shard``, if given; a log entry names
+        its run); CorruptStoreError if it is malformed."""
         try:
             attrs = group_attrs(data, where, kind=COMMIT_KIND)
+            if shard is None:
+                shard = str(attrs["shard"])
             if attrs["shard"] != shard:
                 raise ValueError(f"names shard {attrs['shard']!r}")  # noqa: EM102
             if attrs["dim"] != dim:
@@ -271,6 +303,8 @@ class CommitRecord:
                 supersedes=tuple(str(s) for s in attrs["supersedes"]),
                 aliases=tuple(str(a) for a in attrs.get("aliases", ())),
                 lacks=tuple(str(s) for s in attrs.get("lacks", ())),
+                seq=None if attrs.get("seq") is None else int(attrs["seq"]),
+                place=None if attrs.get("place") is None else int(attrs["place"]),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()

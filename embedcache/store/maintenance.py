@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import claim, commit_shard, retire
+from embedcache.store.commits import claim, commit_shard, publish, retire
 from embedcache.store.layout import (
     LEASES,
+    CommitRecord,
     lease_path,
     record_path,
     session_of,
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
-    from embedcache.store.layout import CommitRecord
-    from embedcache.store.views import KeyView
+    from embedcache.store.views import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Leftover:
     shard: str
     paths: tuple[str, ...]  # its commit record (if any) and its shard folder
     removable: bool
+    superseded: bool = False  # committed, and replaced by a merged run
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class OwnRun:
 
 def merge(
     backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
-) -> CommitRecord:
+) -> CommitRecord | None:
     """Commit one shard holding the winning rows of ``shard_ids``; retire them.
 
     The merged run keeps the rows in the chosen shards' stored order (whole-key
@@ -87,6 +88,8 @@ def merge(
         extra = {old for old, sup in snap.hidden.items() if sup in chosen} - chosen
         chosen |= extra
         grew = bool(extra)
+    if not chosen:  # merged away by another process meanwhile
+        return None
     positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
     lacked = [frozenset(snap.records[s].lacks) for s in chosen]
     lacked_by_all = frozenset.intersection(*lacked) if lacked else frozenset()
@@ -102,7 +105,9 @@ def merge(
         writer,
         merged_rows(backend, view, snap, positions, kept, cache),
         supersedes=chosen,
-        order_ns=min(snap.records[s].order_ns for s in chosen),
+        # the merged run takes the earliest merged run's place: what readers were
+        # served from any of them stays what they are served
+        place=min(snap.records[s].order()[0] for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
         lacks=(before | lacked_by_all) - chosen,
     )
@@ -111,9 +116,15 @@ def merge(
     # it lacks)
     adopt(view, merged)
     refresh(backend, view)
-    retire(backend, view.digest, sorted(chosen))
+    retire(backend, view.digest, sorted(chosen), _seqs(snap, chosen))
     refresh(backend, view)
     return merged.record
+
+
+def _seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
+    """The log entries that published ``runs``."""
+    records = [snap.records.get(r) for r in runs]
+    return sorted(r.seq for r in records if r is not None and r.seq is not None)
 
 
 def merge_own(
@@ -131,14 +142,16 @@ def merge_own(
         if len(at) < auto_merge:
             return
         own[:] = [run for run in own if run.level != level]
-        visible = {s.record.shard for s in view.shards}
+        visible = {s.record.shard for s in refresh(backend, view).shards}
         live = [run for run in at if run.shard in visible]
         if len(live) < 2:
             return
         try:
             merged = merge(backend, view, writer, [run.shard for run in live])
-        except (CorruptStoreError, StoreError, ShardRetiredError) as err:
-            logger.warning("could not merge shards of %s: %s", view.key.short(), err)
+        except Exception as err:  # noqa: BLE001 (best effort: the put stands)
+            logger.warning("could not merge runs of %s: %s", view.key.short(), err)
+            return
+        if merged is None:
             return
         own.append(OwnRun(merged.shard, level + 1))
         level += 1
@@ -156,7 +169,8 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
             view.forget_listing()
             refresh(backend, view)
             continue
-        logger.info("compacted %s into shard %s", view.key.short(), merged.shard)
+        if merged is not None:
+            logger.info("compacted %s into run %s", view.key.short(), merged.shard)
         break
     else:
         raise retries_exhausted(backend, view.key)
@@ -200,7 +214,8 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
         if name in view.hidden:  # superseded by a committed run
             out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
         elif name in retired and name not in view.records:
-            out.append(Leftover(name, folder, True))
+            paths = (record_path(view.digest, name), *folder)
+            out.append(Leftover(name, paths, True, superseded=True))
         elif name not in view.records:  # never committed (or claimed already)
             lease = leases.get(session_of(name) or "")
             still = seen.unchanged_for(f"run {name}", (lease, tuple(listed[name])))
@@ -239,10 +254,12 @@ def collect(
     backend: Backend, view: KeyView, writer: Writer, leftovers: Iterable[Leftover]
 ) -> None:
     """Remove the removable leftovers; an uncommitted run only once claimed."""
-    removable = [lo.shard for lo in leftovers if lo.removable]
-    superseded = [s for s in removable if s in view.hidden]
-    retire(backend, view.digest, superseded)
-    uncommitted = [s for s in removable if s not in view.hidden]
+    leftovers = [lo for lo in leftovers if lo.removable]
+    superseded = [
+        lo.shard for lo in leftovers if lo.shard in view.hidden or lo.superseded
+    ]
+    retire(backend, view.digest, superseded, _seqs(view.snap, superseded))
+    uncommitted = [lo.shard for lo in leftovers if lo.shard not in superseded]
     # the fence: a tombstone where the record would go, so a paused writer's late
     # commit fails instead of publishing a run whose objects are going
     claimed = backend.map(
@@ -250,11 +267,31 @@ def collect(
     )
     dead = [s for s, ok in zip(uncommitted, claimed, strict=True) if ok]
     backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
+    # committed, but its writer stopped before it won a place in the log: it is
+    # published now (its record is there, its objects durable)
+    for run in [s for s, ok in zip(uncommitted, claimed, strict=True) if not ok]:
+        _publish_orphan(backend, view, run)
     assert writer.sightings is not None
-    writer.sightings.forget(f"run {s}" for s in dead)
-    if removable:
+    writer.sightings.forget(f"run {s}" for s in uncommitted)
+    if leftovers:
         logger.info(
             "removed %d leftover runs of %s",
             len(superseded) + len(dead),
             view.key.short(),
         )
+
+
+def _publish_orphan(backend: Backend, view: KeyView, run: str) -> None:
+    path = record_path(view.digest, run)
+    doc = backend.read_or_none(path)
+    if doc is None:
+        return  # retired meanwhile
+    try:
+        record = CommitRecord.from_doc(
+            doc, shard=run, dim=view.dim, where=backend.describe(path)
+        )
+    except (CorruptStoreError, StoreError) as err:
+        logger.warning("run %s has a record that cannot be published: %s", run, err)
+        return
+    publish(backend, view.digest, record, start=view.snap.top + 1)
+    logger.info("published run %s, left unpublished by its writer", run)

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
-from embedcache.store.commits import retire
+from embedcache.store.commits import publish, retire
 from embedcache.store.groups import open_backend
 from embedcache.store.layout import (
     COMMITS_KIND,
     KEY_KIND,
+    LOG_KIND,
     META,
     SCHEMA_VERSION,
     SHARDS_KIND,
@@ -37,7 +38,10 @@ from embedcache.store.layout import (
     commits_prefix,
     group_doc,
     is_key_digest,
+    is_tombstone,
     key_attrs,
+    log_path,
+    log_prefix,
     parse_json,
     record_path,
     shard_prefix,
@@ -85,10 +89,10 @@ def migrate_store(
     version = attrs.get("schema_version")
     if version == SCHEMA_VERSION:
         return Migration(from_version=SCHEMA_VERSION, n_keys=0, n_shards=0)
-    if version not in (1, 2, 3):
+    if version not in (1, 2, 3, 4):
         msg = (
             f"{backend.describe(META)} has schema_version {version!r}; migrate "
-            f"converts 1, 2 or 3 to {SCHEMA_VERSION}"
+            f"converts 1, 2, 3 or 4 to {SCHEMA_VERSION}"
         )
         raise StoreError(msg)
     folders, _ = backend.list_dir("")
@@ -163,21 +167,43 @@ def _migrate_key(backend: Backend, digest: str) -> int | None:
     for folder, kind in (
         (shards_prefix(digest), SHARDS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
+        (log_prefix(digest), LOG_KIND),
     ):
         group = group_doc({"kind": kind, "schema_version": SCHEMA_VERSION})
         if not backend.create(f"{folder}/{META}", group):
             backend.write(f"{folder}/{META}", group)
-    for record in visible:
-        indexed = _with_index(backend, digest, record)
-        if not backend.create(record_path(digest, record.shard), indexed.to_doc()):
-            backend.write(record_path(digest, record.shard), indexed.to_doc())
-        backend.sync([record_path(digest, record.shard)])
+    published = visible
+    if attrs.get("schema_version") != 4:  # a schema-4 key's records stand
+        published = [_with_index(backend, digest, r) for r in visible]
+        for record in published:
+            at = record_path(digest, record.shard)
+            if not backend.create(at, record.to_doc()):
+                backend.write(at, record.to_doc())
+            backend.sync([at])
+    _write_log(backend, digest, published)
     # superseded shards' records are of the old schema: they go before the flip
     retire(backend, digest, sorted(hidden & records.keys()))
     backend.write(path, group_doc(key_attrs(key, dim)))
     backend.sync([path])
     _remove_v1_leftovers(backend, digest, hidden)
     return len(visible)
+
+
+def _write_log(backend: Backend, digest: str, visible: list[CommitRecord]) -> None:
+    """Publish the runs in the key's log, in the order old readers served them
+    (``order_ns``, then name): what they were served stays what is served. An
+    interrupted migration's entries are kept and the rest added after them."""
+    names, _ = backend.list_dir(log_prefix(digest))
+    seqs = sorted(int(n) for n in names if n.isdigit())
+    docs = backend.read_many(log_path(digest, q) for q in seqs)
+    done = set()
+    for doc in docs:
+        if doc is not None:
+            done.add(parse_json(doc, digest)["attributes"]["embedcache"]["shard"])
+    top = max(seqs, default=0)
+    for record in sorted(visible, key=lambda r: (r.order_ns, r.shard)):
+        if record.shard not in done:
+            top = publish(backend, digest, record, start=top + 1).seq or top
 
 
 _INDEX_DOC = "fences/zarr.json"
@@ -207,9 +233,11 @@ def _v2_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitReco
         where = backend.describe(path)
         doc = parse_json(data, where)
         attrs = doc.get("attributes", {}).get("embedcache")
+        if is_tombstone(data):
+            continue  # a collector's claim of a run never committed
         old = isinstance(attrs, dict) and attrs.get("schema_version") in (2, 3)
-        if old:
-            attrs["schema_version"] = SCHEMA_VERSION  # same fields: read as 4
+        if isinstance(attrs, dict) and attrs.get("schema_version") in (2, 3, 4):
+            attrs["schema_version"] = SCHEMA_VERSION  # same fields: read as 5
         record = CommitRecord.from_doc(
             json.dumps(doc).encode(), shard=name, dim=dim, where=where
         )

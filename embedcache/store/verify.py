@@ -14,6 +14,7 @@ import numpy as np
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.layout import (
     COMMITS_KIND,
+    LOG_KIND,
     META,
     SHARDS_KIND,
     STORE_KIND,
@@ -21,9 +22,9 @@ from embedcache.store.layout import (
     commits_prefix,
     group_attrs,
     is_key_digest,
-    is_tombstone,
+    log_path,
+    log_prefix,
     parse_key_doc,
-    record_path,
     sha256,
     shard_prefix,
     shards_prefix,
@@ -91,30 +92,31 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
     for folder, kind in (
         (shards_prefix(digest), SHARDS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
+        (log_prefix(digest), LOG_KIND),
     ):
         path = f"{folder}/{META}"
         fault = _group_fault(backend, path, kind, "the folder is not a zarr group")
         if fault is not None:
             faults.append(fault)
-    records = {}
+    records: dict[str, CommitRecord] = {}
     for name in sorted(list_records(backend, digest)):
-        path = record_path(digest, name)
+        path = log_path(digest, int(name))
         data = backend.read_or_none(path)
-        if data is None or is_tombstone(data):
-            continue  # retired since listed, or a collector's claim
+        if data is None:
+            continue  # retired since listed
         try:
             where = backend.describe(path)
-            records[name] = CommitRecord.from_doc(
-                data, shard=name, dim=dim, where=where
-            )
+            record = CommitRecord.from_doc(data, shard=None, dim=dim, where=where)
         except CorruptStoreError as err:
             faults.append(Fault(backend.describe(path), str(err)))
+            continue
+        records.setdefault(record.shard, record)
     hidden = {old for r in records.values() for old in r.supersedes}
     for name, record in sorted(records.items()):
         if name in hidden:
             continue
         found = verify_shard(backend, digest, record)
-        if found and not backend.exists(record_path(digest, name)):
+        if found and not backend.exists(log_path(digest, record.seq or 0)):
             continue  # retired while we read it: not a fault
         faults.extend(found)
     return faults

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embedcache.errors import StoreError
+from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import (
     CommitRecord,
-    commits_prefix,
-    is_tombstone,
-    record_path,
+    log_name,
+    log_path,
+    log_prefix,
 )
 from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
 from embedcache.store.shards import (
@@ -38,7 +38,7 @@ from embedcache.store.shards import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from embedcache.specs import ModelKey
     from embedcache.store.backend import Backend
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETRIES = 5
+# seqs below a listing's last one read directly when the listing lacks them
+LAG_WINDOW = 64
 
 
 class ShardRetiredError(Exception):
@@ -63,8 +65,8 @@ class Snapshot:
     shards: tuple[Shard, ...] = ()  # visible runs, in commit order
     records: Mapping[str, CommitRecord] = field(default_factory=dict)
     hidden: Mapping[str, str] = field(default_factory=dict)  # superseded -> superseder
-    claimed: frozenset[str] = frozenset()  # tombstones: runs collected, not commits
-    listing: frozenset[str] | None = None  # record names listed; None: list again
+    listing: frozenset[str] | None = None  # log entries listed; None: list again
+    top: int = 0  # the largest seq seen in the key's log
     listed_at: float = -math.inf  # time.monotonic() of that listing
     stamp: tuple[int, float] | None = None  # local store: commits folder's mtime
 
@@ -107,33 +109,34 @@ class KeyView:
 
 
 def list_records(backend: Backend, digest: str) -> frozenset[str]:
-    """Names of the shards with (or just getting) a commit record under the key.
+    """Names of the key's log entries (zero-padded seqs): the published runs.
 
-    One directory listing, not a walk: a record folder whose ``zarr.json`` is not
-    there (yet) is skipped when its record is read.
+    One directory listing, not a walk: a folder whose ``zarr.json`` is not there
+    (yet, or any more) is skipped when its entry is read.
     """
-    folders, _ = backend.list_dir(commits_prefix(digest))
-    return frozenset(folders)
+    folders, _ = backend.list_dir(log_prefix(digest))
+    return frozenset(n for n in folders if n.isdigit())
 
 
 def missing_or_retired(
-    backend: Backend, digest: str, shard: str, path: str
+    backend: Backend, view: KeyView, record: CommitRecord, path: str
 ) -> Exception:
-    """A committed shard lacks ``path``: retired if its record is gone, else lost."""
-    if not backend.exists(record_path(digest, shard)):
-        return ShardRetiredError(shard)
-    return corrupt(backend, path, "object is missing", digest, shard)
+    """A published run lacks ``path``: retired if its log entry is gone (retiring
+    deletes the entries first), else lost."""
+    if record.seq is None or not backend.exists(log_path(view.digest, record.seq)):
+        return ShardRetiredError(record.shard)
+    return corrupt(backend, path, "object is missing", view.digest, record.shard)
 
 
 def _commits_stamp(backend: Backend, digest: str) -> tuple[int, float] | None:
-    """A local store's cheap change check: the commits folder's mtime, and now.
+    """A local store's cheap change check: the log folder's mtime, and now.
 
-    Creating or removing a record's folder changes it. None on object stores.
+    Creating or removing a log entry's folder changes it. None on object stores.
     """
     if backend.local is None:
         return None
     try:
-        return (backend.local / commits_prefix(digest)).stat().st_mtime_ns, time.time()
+        return (backend.local / log_prefix(digest)).stat().st_mtime_ns, time.time()
     except OSError:
         return None
 
@@ -216,28 +219,35 @@ def _rebuild(
     stamp: tuple[int, float] | None,
 ) -> Snapshot:
     """The state of ``names``: known runs kept, new records and fences read."""
-    records = {n: snap.records[n] for n in names if n in snap.records}
-    claimed = snap.claimed & names
-    new = sorted(names - records.keys() - claimed)
-    docs = backend.read_many(record_path(view.digest, n) for n in new)
-    for name, doc in zip(new, docs, strict=True):
+    known = {r.seq: r for r in snap.records.values() if r.seq is not None}
+    seqs = {int(n) for n in names}
+    # a lagging LIST can hide an entry while showing a later one: the seqs
+    # missing near the end are read directly (a GET sees every landed create)
+    top = max(seqs, default=0)
+    low = max(snap.top, top - LAG_WINDOW)
+    seqs |= set(range(low + 1, top)) - seqs
+    new = sorted(seqs - known.keys())
+    docs = backend.read_many(log_path(view.digest, n) for n in new)
+    found = {q: r for q, r in known.items() if log_name(q) in names}
+    for seq, doc in zip(new, docs, strict=True):
         if doc is None:
-            continue  # retired since listed
-        if is_tombstone(doc):  # a collector's claim: the run is garbage
-            claimed |= {name}
-            continue
-        where = backend.describe(record_path(view.digest, name))
-        records[name] = CommitRecord.from_doc(
-            doc, shard=name, dim=view.dim, where=where
-        ).for_reading()
+            continue  # retired since listed, or a gap
+        where = backend.describe(log_path(view.digest, seq))
+        record = CommitRecord.from_doc(doc, shard=None, dim=view.dim, where=where)
+        if record.seq != seq:
+            msg = f"{where}: log entry names seq {record.seq}"
+            raise CorruptStoreError(msg)
+        found[seq] = record.for_reading()
+    records: dict[str, CommitRecord] = {}
+    for seq in sorted(found):  # a run published twice (a helper) sits at its first
+        records.setdefault(found[seq].shard, found[seq])
     hidden: dict[str, str] = {}
     for record in sorted(records.values(), key=lambda r: r.shard):
         for old in record.supersedes:
             if old in records:
                 hidden.setdefault(old, record.shard)
     visible = sorted(
-        (r for s, r in records.items() if s not in hidden),
-        key=lambda r: (r.order_ns, r.shard),
+        (r for s, r in records.items() if s not in hidden), key=CommitRecord.order
     )
     loaded = {s.record.shard: s for s in snap.shards}
 
@@ -245,9 +255,7 @@ def _rebuild(
         try:
             return open_shard(backend, view.digest, record)
         except MissingObjectError as err:
-            raise missing_or_retired(
-                backend, view.digest, record.shard, err.path
-            ) from None
+            raise missing_or_retired(backend, view, record, err.path) from None
 
     opened = backend.map(load, [r for r in visible if r.shard not in loaded])
     loaded.update((s.record.shard, s) for s in opened)
@@ -257,10 +265,12 @@ def _rebuild(
         shards=tuple(loaded[r.shard] for r in visible),
         records=records,
         hidden=hidden,
-        claimed=claimed,
-        listing=frozenset(records) | claimed,
+        # entries listed but not read (being created, or retired) are left out,
+        # so the next listing differs and reads them again
+        listing=frozenset(log_name(q) for q in found),
+        top=max(snap.top, max(found, default=0)),  # the last entry read
         listed_at=now,
-        stamp=stamp if frozenset(records) | claimed == names else None,
+        stamp=stamp if len(found) == len(names) else None,
     )
 
 
@@ -271,7 +281,7 @@ def lookup(
     try:
         return probe(backend, snap.shards, q, view.cache)
     except ChunkError as err:
-        raise _index_error(backend, view, err) from None
+        raise _index_error(backend, view, err, snap.shards) from None
 
 
 def sorted_index(
@@ -282,13 +292,18 @@ def sorted_index(
     try:
         return read_sorted(backend, shard, lo, hi, cache)
     except ChunkError as err:
-        raise _index_error(backend, view, err) from None
+        raise _index_error(backend, view, err, [shard]) from None
 
 
-def _index_error(backend: Backend, view: KeyView, err: ChunkError) -> Exception:
+def _index_error(
+    backend: Backend, view: KeyView, err: ChunkError, runs: Sequence[Shard]
+) -> Exception:
     shard = err.path.split("/")[2]
+    record = next((s.record for s in runs if s.record.shard == shard), None)
     if err.missing:
-        return missing_or_retired(backend, view.digest, shard, err.path)
+        if record is None:  # not a run of this snapshot: cannot be told apart
+            return ShardRetiredError(shard)
+        return missing_or_retired(backend, view, record, err.path)
     return corrupt(backend, err.path, err.problem, view.digest, shard)
 
 
@@ -315,9 +330,7 @@ def read_vectors(
                 backend, view.digest, shard, rows[part], out, dest[part], view.cache
             )
         except MissingObjectError as err:
-            raise missing_or_retired(
-                backend, view.digest, shard.record.shard, err.path
-            ) from None
+            raise missing_or_retired(backend, view, shard.record, err.path) from None
 
     backend.map(run, parts)
 
@@ -362,7 +375,7 @@ def read_many(
                 read_rows(backend, view.digest, shard, rows[part], out, part)
             except MissingObjectError as err:
                 raise missing_or_retired(
-                    backend, view.digest, shard.record.shard, err.path
+                    backend, view, shard.record, err.path
                 ) from None
     return which >= 0
 
@@ -379,9 +392,7 @@ def stored_keys(
     try:
         return read_keys(backend, view.digest, shard, lo, hi)
     except MissingObjectError as err:
-        raise missing_or_retired(
-            backend, view.digest, shard.record.shard, err.path
-        ) from None
+        raise missing_or_retired(backend, view, shard.record, err.path) from None
 
 
 def adopt(view: KeyView, shard: Shard) -> None:
@@ -393,21 +404,24 @@ def adopt(view: KeyView, shard: Shard) -> None:
     if shard.fences is None or shard.bloom is None:
         msg = f"shard {shard.record.shard} has no fences and filter to adopt"
         raise ValueError(msg)
-    shard = replace(shard, record=shard.record.for_reading())
+    record = shard.record.for_reading()
+    shard = replace(shard, record=record)
+    assert record.seq is not None
     with view.lock:
         snap = view.snap
-        if shard.record.shard in snap.records:  # a refresh listed it meanwhile
+        if record.shard in snap.records:  # a refresh listed it meanwhile
             return
-        shards = sorted(
-            [*snap.shards, shard], key=lambda s: (s.record.order_ns, s.record.shard)
-        )
+        if snap.listing is None or record.seq != snap.top + 1:
+            # runs published between this view's listing and ours may come before
+            # it: only a listing tells (the view reads it at its next look-up)
+            view.snap = replace(snap, listing=None, listed_at=-math.inf)
+            return
         view.snap = replace(
             snap,
-            shards=tuple(shards),
-            records={**snap.records, shard.record.shard: shard.record},
-            listing=None
-            if snap.listing is None
-            else snap.listing | {shard.record.shard},
+            shards=tuple(sorted([*snap.shards, shard], key=lambda s: s.record.order())),
+            records={**snap.records, record.shard: record},
+            listing=snap.listing | {log_name(record.seq)},
+            top=record.seq,
             stamp=None,  # our own change: the folder's next mtime is not news
         )
 

@@ -298,7 +298,7 @@ def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
     for i in range(0, 90, 30):
         store.put(KEY_A, hs[i : i + 30], vs[i : i + 30])
 
-    def crash(backend, digest, shards):
+    def crash(backend, digest, shards, seqs=()):
         raise KeyboardInterrupt  # the merged shard is committed; nothing retired yet
 
     monkeypatch.setattr(maintenance, "retire", crash)

@@ -95,7 +95,7 @@ def test_records_that_do_not_say_what_they_lack_are_counted_by_merging(
     store = EmbeddingStore(tmp_path, auto_merge=0)
     for lo in (0, 30, 60):
         store.put(KEY, hashes(lo, lo + 40), vectors(40))  # 30-39, 60-69 skipped
-    for record in tmp_path.glob("*/commits/*/zarr.json"):  # as earlier versions
+    for record in tmp_path.glob("*/log/*/zarr.json"):  # as earlier versions
         doc = json.loads(record.read_text())
         del doc["attributes"]["embedcache"]["lacks"]
         record.write_text(json.dumps(doc))

@@ -76,10 +76,11 @@ def test_every_folder_is_a_zarr_group(busy_store):
             assert lease.attrs["embedcache"]["kind"] == LEASE_KIND
     for digest in (KEY_A.digest, KEY_B.digest):
         key = root[digest]
-        assert sorted(key.group_keys()) == ["commits", "shards"]
-        for name, record in key["commits"].groups():
-            attrs = record.attrs["embedcache"]
-            assert attrs["shard"] == name
+        assert sorted(key.group_keys()) == ["commits", "log", "shards"]
+        for _, entry in key["log"].groups():
+            attrs = entry.attrs["embedcache"]
+            name = attrs["shard"]
+            assert key["commits"][name].attrs["embedcache"]["shard"] == name
             shard = key["shards"][name]
             n = attrs["n_rows"]
             assert shard["vectors"].shape == (n, key.attrs["embedcache"]["dim"])

@@ -13,7 +13,7 @@ import pytest
 
 from embedcache.cli import main
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store import EmbeddingStore, migrate, migrate_store
+from embedcache.store import SCHEMA_VERSION, EmbeddingStore, migrate, migrate_store
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = DATA / "store-schema1"
@@ -47,7 +47,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
     assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 4: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 1 to 5: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(old_store, create=False)
     assert_reads_everything(store)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
@@ -65,7 +65,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     store.compact()
     assert_reads_everything(EmbeddingStore(old_store))
     again = migrate_store(old_store)
-    assert (again.from_version, again.n_keys) == (4, 0)
+    assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
 def test_migrate_works_on_an_object_store(s3_handle):
@@ -147,7 +147,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
 
     chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
     assert main(["store", "migrate", "--store", str(store_2)]) == 0
-    assert "from schema_version 2 to 4: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 2 to 5: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(store_2, create=False)
     for key, (hashes, vectors) in expected_2().items():
         got, found = store.get(key, hashes[::-1])
@@ -169,7 +169,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}  # noqa: SIM118
     assert after == {KEY_A2: 2100, KEY_B2: 10}
     again = migrate_store(store_2)
-    assert (again.from_version, again.n_keys) == (4, 0)
+    assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
 def test_migrate_2_works_on_an_object_store(s3_handle):
@@ -221,7 +221,7 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
     sorted_before = {p: p.read_bytes() for p in store_3.rglob("*/sorted_hashes/c/*/*")}
     blooms = {p: p.read_bytes() for p in store_3.rglob("*/bloom/c/*")}
     assert main(["store", "migrate", "--store", str(store_3)]) == 0
-    assert "from schema_version 3 to 4: 2 keys, 3 shards" in capsys.readouterr().out
+    assert "from schema_version 3 to 5: 2 keys, 3 shards" in capsys.readouterr().out
     store = EmbeddingStore(store_3, create=False)
     for key, (hashes, vectors) in expected_3().items():
         got, found = store.get(key, hashes[::-1])
@@ -242,7 +242,7 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
     assert kept
     assert all(p.read_bytes() != blooms[p] for p in kept)
     again = migrate_store(store_3)
-    assert (again.from_version, again.n_keys) == (4, 0)
+    assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
 def test_an_interrupted_migration_from_3_is_run_again(store_3, monkeypatch):
