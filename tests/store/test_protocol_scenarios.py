@@ -108,7 +108,7 @@ def is_commit_record(data: bytes) -> bool:
 
 def damage(world, paths: list[str], how: str) -> None:
     """Damage one run, given every object it added: its fences go, a vector chunk
-    loses a bit, or its commit record becomes unparsable."""
+    loses a bit, or its commit records become unparsable."""
     objects = world.objects()
     host = world.host("vandal")
     if how == "fences":
@@ -119,9 +119,11 @@ def damage(world, paths: list[str], how: str) -> None:
         data = bytearray(objects[target])
         data[0] ^= 0x01
         host.put(target, bytes(data))
-    else:
-        (target,) = (p for p in paths if is_commit_record(objects[p]))
-        host.put(target, b"{not json")
+    else:  # every record of it (a claim and a log entry, say)
+        records = [p for p in paths if is_commit_record(objects[p])]
+        assert records
+        for target in records:
+            host.put(target, b"{not json")
 
 
 @pytest.mark.parametrize("how", ["fences", "vectors", "record"])
