@@ -4,11 +4,14 @@ Hypothesis drives writers, readers, compactors (which also collect garbage) and 
 clock over one in-memory bucket (``faulty_backend``), each actor a process on a host
 of its own with its own clock offset. A rule is one whole operation of one actor,
 with at most one fault injected into it: a kill after its k-th object write, a lost
-answer after a write landed (final, or transient so the store retries), a lagging
-LIST. A put may also stop at the step that publishes its run, in a thread, while
-other rules run; a later rule lets it go on, or kills it there. Only one actor
-works at a time, so every interleaving is chosen by the state machine, and
-examples shrink.
+answer after a write landed (its first put-if-absent, or its k-th write), a lagging
+LIST (hiding the newest objects, or answering an old listing). A put may also stop,
+in a thread, at its first put-if-absent once its data is written, at its k-th
+write, or at its first request once its rows read; a reader may stop at its first
+read of a run's data. Other rules run meanwhile; a later rule lets the put go on,
+or kills it there. Only one actor works at a time, so every interleaving is chosen
+by the state machine, and examples shrink. Short-lived writers (open, put once,
+close) and long-lived ones (put, then close by a rule) mix.
 
 The model is what was acknowledged: the rows whose put returned. Each writer
 computes its own vectors for a row, so a reader can tell whose it was served.
