@@ -257,6 +257,17 @@ class Host(MemoryStore):
 
         return self.pause(match, after=after)
 
+    def pause_at_write(self, n: int, *, after: bool = False) -> Pause:
+        """Hold the host's ``n``-th write from now (1: the next)."""
+        seen = [0]
+
+        def match(r: Request) -> bool:
+            if r.is_write:
+                seen[0] += 1
+            return seen[0] == n and r.is_write
+
+        return self.pause(match, after=after)
+
     def kill_after(self, n_writes: int) -> None:
         """The host dies right after its ``n_writes``-th write from now landed."""
         with self._lock:

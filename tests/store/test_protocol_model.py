@@ -4,11 +4,14 @@ Hypothesis drives writers, readers, compactors (which also collect garbage) and 
 clock over one in-memory bucket (``faulty_backend``), each actor a process on a host
 of its own with its own clock offset. A rule is one whole operation of one actor,
 with at most one fault injected into it: a kill after its k-th object write, a lost
-answer after a write landed (final, or transient so the store retries), a lagging
-LIST. A put may also stop at the step that publishes its run, in a thread, while
-other rules run; a later rule lets it go on, or kills it there. Only one actor
-works at a time, so every interleaving is chosen by the state machine, and
-examples shrink.
+answer after a write landed (its first put-if-absent, or its k-th write), a lagging
+LIST (hiding the newest objects, or answering an old listing). A put may also stop,
+in a thread, at its first put-if-absent once its data is written, at its k-th
+write, or at its first request once its rows read; a reader may stop at its first
+read of a run's data. Other rules run meanwhile; a later rule lets the put go on,
+or kills it there. Only one actor works at a time, so every interleaving is chosen
+by the state machine, and examples shrink. Short-lived writers (open, put once,
+close) and long-lived ones (put, then close by a rule) mix.
 
 The model is what was acknowledged: the rows whose put returned. Each writer
 computes its own vectors for a row, so a reader can tell whose it was served.
@@ -208,17 +211,31 @@ class StoreProtocol(RuleBasedStateMachine):
         self._settle(actor, outcome, rows)
 
     @precondition(lambda self: self._idle_writers())
-    @rule(data=st.data(), rows=ROWS, after=st.booleans())
-    def put_stopping_at_its_commit(
-        self, data: st.DataObject, rows: list[int], *, after: bool
+    @rule(
+        data=st.data(),
+        rows=ROWS,
+        at=st.one_of(st.sampled_from([0, -1]), st.integers(1, 12)),
+        after=st.booleans(),
+    )
+    def put_stopping(
+        self, data: st.DataObject, rows: list[int], at: int, *, after: bool
     ) -> None:
-        """A put stops (SIGSTOP, a VM migration) just before, or just after, the
-        request that publishes its run; other rules run meanwhile."""
+        """A put stops (SIGSTOP, a VM migration) just before, or just after: its
+        first put-if-absent once its data is written (``at`` 0), its ``at``-th
+        object write, or (``at`` -1) its first request once its rows read; other
+        rules run meanwhile."""
         actor = self.writers[data.draw(st.sampled_from(self._idle_writers()))]
         vecs = self._vectors(actor, rows)
-        pause = actor.host.pause_at_commit(after=after)
+        hashes = [HASHES[r] for r in rows]
+        if at == 0:
+            pause = actor.host.pause_at_commit(after=after)
+        elif at > 0:
+            pause = actor.host.pause_at_write(at, after=after)
+        else:
+            watcher = self._other("watcher", 0.0).store
+            pause = actor.host.pause(lambda _: watcher.contains(KEY, hashes).all())
         outcome = in_thread(
-            lambda: actor.store.put(KEY, [HASHES[r] for r in rows], vecs),
+            lambda: actor.store.put(KEY, hashes, vecs),
             name=f"stopped put {actor.number}",
         )
         if wait_paused_or_done(pause, outcome):
@@ -401,7 +418,7 @@ class StoreProtocol(RuleBasedStateMachine):
 _LONG = int(os.environ.get("EMBEDCACHE_MODEL_EXAMPLES", "0"))
 _SHRINK = bool(_LONG or os.environ.get("EMBEDCACHE_MODEL_SHRINK"))
 StoreProtocol.TestCase.settings = settings(
-    max_examples=_LONG or 60,
+    max_examples=_LONG or 40,
     stateful_step_count=int(os.environ.get("EMBEDCACHE_MODEL_STEPS", "50"))
     if _LONG
     else 25,
