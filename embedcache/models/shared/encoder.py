@@ -329,7 +329,9 @@ class EncoderAdapter:
         """One forward pass of ``encoded`` padded on the right to ``length`` tokens."""
         import torch
 
-        ids = torch.full((len(encoded), length), self.tokenizer.pad_id, dtype=torch.long)
+        ids = torch.full(
+            (len(encoded), length), self.tokenizer.pad_id, dtype=torch.long
+        )
         attention = torch.zeros((len(encoded), length), dtype=torch.bool)
         special = torch.zeros((len(encoded), length), dtype=torch.bool)
         for row, e in enumerate(encoded):
