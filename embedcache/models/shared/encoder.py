@@ -13,8 +13,9 @@ Padding is always on the right and padded positions never enter a pooled vector
 (causal models need no mask for this: no real position attends to a later padded
 one). Each sequence is padded to the bucket of its own length
 (:func:`~embedcache.models.shared.padding.padded_length`), never to its batch's
-longest, so its vector does not depend on its batch, bit for bit. The reverse-complement pass of
-``rc_mode="average"`` runs in the same forward batch as the sequences themselves.
+longest, so its vector does not depend on its batch, bit for bit. The
+reverse-complement pass of ``rc_mode="average"`` runs in the same call as the
+sequences themselves (each strand in its own length's bucket).
 """
 
 from __future__ import annotations
