@@ -160,19 +160,14 @@ def test_unforced_kind_is_the_detected_one(monkeypatch):
     assert "forced" not in cpu_features.describe_auto("cpu")
 
 
-def test_forced_kind_reaches_a_subprocess(monkeypatch, tmp_path):
+def test_forced_kind_reaches_a_subprocess(monkeypatch):
     """The CI-style run: a command the suite starts sees the forced kind too."""
-    import subprocess
-    import sys
+    from tests.cli.helpers import run_cli
 
     monkeypatch.setenv(cpu_features.FORCED_KIND_VAR, "AMX")
-    out = subprocess.run(
-        [sys.executable, "-m", "embedcache.cli", "models"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "CPU kind AMX; --dtype auto computes in bfloat16" in out
+    done = run_cli(["models"])
+    assert done.returncode == 0, done.stderr
+    assert "CPU kind AMX; --dtype auto computes in bfloat16" in done.stdout
 
 
 def test_a_forced_kind_that_names_no_kind_is_refused(monkeypatch):

@@ -233,7 +233,7 @@ def test_bfloat16_is_close_to_float32(adapters):
 
 def test_key_records_family(adapters):
     key = adapters["gena_base"].key
-    assert (key.adapter, key.adapter_version, key.rc_mode) == ("gena", "1", "none")
+    assert (key.adapter, key.adapter_version, key.rc_mode) == ("gena", "2", "none")
 
 
 class TestGenaContract(contract.AdapterContract):

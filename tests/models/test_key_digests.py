@@ -4,6 +4,11 @@ The digests below were printed by the adapters before the package was laid out b
 stage (issue 19); a stored vector is found again only if its key digest is the same.
 Changing one means every existing store loses that model's vectors: do it only on
 purpose, with a store migration.
+
+Changed on purpose once: issue 43 pads each sequence to a bucket of its own length,
+which moves the fp32 bits of every token-based family (dnabert2, ntv2, hyena,
+generator, gena here; adapter version 1 -> 2). No migration: the old vectors depended
+on their batch and cannot be made the new ones; they stay under the old keys.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ PINNED_ROWS = """
 9f484b8e252accc7780f8295adf5aea1beb8e87566c560d56e53253b10c00437 gc -
 c3c8dfba24ef598732bc42cbaa10e8fef21b76f72649f191e87152a88cea4b47 caduceus/ph -
 20f5b69d5a4c56d2f4fd22297447a6f88897fc26aec29f59ee022f976d6bc281 caduceus/ph bf16,rc
-e6bede14834d8f9692e81d9c5390090ac3d71bfd6be6cc2a298cb4c35d254d30 dnabert2/dnabert2 -
-b1484ad7964ba21add3ff80fe7476d5485f7ef4a02664dd65da4e5bd803c4f21 ntv2/ntv2 bf16,rc
-6ea2b30dec5dc090d3374764d537ffb40742ac875695b01ce5b7416026bbfe0e hyena/tiny -
-df935763d6121e4c9bf0580f541a0c33a9bc6da39ca1388c749a8cf6a4776cc6 generator/tiny bf16,rc
-2583599c47bd9af86e2eab53cb222f4e1a4da40e315de3a160744bf350b77c7a gena/gena_base -
+5fb63413a1de9c79bf00421e5a3f21256c9b2436891d4fbc45a1cd33735bf483 dnabert2/dnabert2 -
+97f3a6a63aeb7fafb80512ad3d199f0c0b037bcd8ae2aeeecce57c37bb9149cf ntv2/ntv2 bf16,rc
+1926864e6752cc0dc982847b50c9f4cc54a8b25b9ae301b70c913075861a28e0 hyena/tiny -
+7a88a89fe789bd620d4c89f41a164561a2ed6afe79c112612b7e54afa9236681 generator/tiny bf16,rc
+bc508dd2c79ebb6a6c9e4b0862afe056969798d5aea710591bac38361b1b0e26 gena/gena_base -
 """
 PINNED = {
     (model, tuple(flags.split(",")) if flags != "-" else ()): digest

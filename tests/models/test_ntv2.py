@@ -206,7 +206,7 @@ def test_context_is_the_tokenizers_2048_tokens():
 
 def test_key_records_family_and_revision(adapters):
     key = adapters["ntv2"].key
-    assert (key.adapter, key.adapter_version) == ("ntv2", "1")
+    assert (key.adapter, key.adapter_version) == ("ntv2", "2")
     assert key.revision.startswith("sha256:")
     assert key.rc_mode == "none"
 

@@ -9,10 +9,13 @@ A family supplies three things and this module does the rest:
 - :class:`EncoderTraits`: its name and version, whether it is causal, whether its first
   token is a classification token, its context length and key options.
 
-Padding is always on the right and padded positions never enter a pooled vector, so
-a sequence's vector does not depend on its batch (causal models need no mask for
-this: no real position attends to a later padded one). The reverse-complement pass of
-``rc_mode="average"`` runs in the same forward batch as the sequences themselves.
+Padding is always on the right and padded positions never enter a pooled vector
+(causal models need no mask for this: no real position attends to a later padded
+one). Each sequence is padded to the bucket of its own length
+(:func:`~embedcache.models.shared.padding.padded_length`), never to its batch's
+longest, so its vector does not depend on its batch, bit for bit. The
+reverse-complement pass of ``rc_mode="average"`` runs in the same call as the
+sequences themselves (each strand in its own length's bucket).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from embedcache.hashing import reverse_complement
 from embedcache.models.base import DEFAULT_TOKEN_BUDGET
 from embedcache.models.options import LAST_LAYER
 from embedcache.models.shared.checkpoint import config_digest
+from embedcache.models.shared.padding import padded_length
 from embedcache.specs import ModelKey
 
 if TYPE_CHECKING:
@@ -167,6 +171,8 @@ class EncoderAdapter:
     """
 
     needs_equal_lengths = False
+    # sequences padded to the bucket of their own length: batch by bucket
+    pads_to_buckets = True
 
     def __init__(
         self,
@@ -303,6 +309,8 @@ class EncoderAdapter:
         return pooled.cpu().numpy().astype(np.float32, copy=False)
 
     def _pool(self, seqs: Sequence[str]) -> torch.Tensor:
+        """(len(keys), len(seqs), dim) pooled vectors, each sequence padded to the
+        bucket of its own length (:func:`padded_length`), one forward pass a bucket."""
         import torch
 
         encoded = self._encode_many(seqs)
@@ -315,9 +323,35 @@ class EncoderAdapter:
                 "explicitly (--truncate right) to cut it"
             )
             raise SequenceTooLongError(msg)
-        ids = torch.full((len(seqs), longest), self.tokenizer.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(seqs), longest), dtype=torch.bool)
-        special = torch.zeros((len(seqs), longest), dtype=torch.bool)
+        exclude = self.options.special_tokens == "exclude"
+        for row, e in enumerate(encoded):
+            if not len(e) or (exclude and all(e.special)):
+                msg = (
+                    f"sequence {row} of the batch (length {len(seqs[row])}) has no "
+                    "tokens left to pool once special tokens are excluded"
+                )
+                raise InvalidSequenceError(msg)
+        buckets: dict[int, list[int]] = {}
+        for row, e in enumerate(encoded):
+            length = padded_length(len(e), limit=self.max_tokens)
+            buckets.setdefault(length, []).append(row)
+        if len(buckets) == 1:
+            [(length, _)] = buckets.items()
+            return self._pool_padded(encoded, length)
+        out = torch.empty((len(self.layers), len(seqs), self.dim), dtype=torch.float32)
+        for length, rows in buckets.items():
+            out[:, rows] = self._pool_padded([encoded[i] for i in rows], length)
+        return out
+
+    def _pool_padded(self, encoded: list[Encoded], length: int) -> torch.Tensor:
+        """One forward pass of ``encoded`` padded on the right to ``length`` tokens."""
+        import torch
+
+        ids = torch.full(
+            (len(encoded), length), self.tokenizer.pad_id, dtype=torch.long
+        )
+        attention = torch.zeros((len(encoded), length), dtype=torch.bool)
+        special = torch.zeros((len(encoded), length), dtype=torch.bool)
         for row, e in enumerate(encoded):
             ids[row, : len(e)] = torch.tensor(e.ids, dtype=torch.long)
             attention[row, : len(e)] = True
@@ -327,14 +361,6 @@ class EncoderAdapter:
             if self.options.special_tokens == "exclude"
             else attention
         )
-        empty = ~mask.any(dim=1)
-        if bool(empty.any()):
-            row = int(empty.nonzero()[0, 0])
-            msg = (
-                f"sequence {row} of the batch (length {len(seqs[row])}) has no tokens "
-                "left to pool once special tokens are excluded"
-            )
-            raise InvalidSequenceError(msg)
         hidden = self.network(
             ids.to(self.device), attention.to(self.device), list(self.layers)
         )

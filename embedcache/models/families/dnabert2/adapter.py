@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FAMILY = "dnabert2"
-ADAPTER_VERSION = "1"
+# 2: each sequence padded to the bucket of its own length, not its batch's
+# longest (issue 43): fp32 bits changed; now the same in any batch
+ADAPTER_VERSION = "2"
 # tensors of the published checkpoints that the embedding never uses: the masked-LM
 # head (DNABERT-2), the [CLS] pooler (DNABERT-S), a fine-tuned classifier
 HEADS = ("cls.", "classifier.", "pooler.", "bert.pooler.")

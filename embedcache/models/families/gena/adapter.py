@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FAMILY = "gena"
-ADAPTER_VERSION = "1"
+# 2: each sequence padded to the bucket of its own length, not its batch's
+# longest (issue 43): fp32 bits changed; now the same in any batch
+ADAPTER_VERSION = "2"
 # tensors of the published checkpoints the embedding never uses: the masked-LM (and
 # next-sentence) heads and the [CLS] pooler
 HEADS = ("cls.", "bert.pooler.")

@@ -7,7 +7,9 @@ from __future__ import annotations
 from embedcache.models.shared.encoder import DEFAULT_TOKEN_BUDGET
 
 FAMILY = "hf-encoder"
-ADAPTER_VERSION = "1"
+# 2: each sequence padded to the bucket of its own length, not its batch's
+# longest: fp32 bits changed; now the same in any batch
+ADAPTER_VERSION = "2"
 # tokenizers report this (or larger) when they know no limit
 _NO_LIMIT = 10**8
 # models whose learned positions start after the padding index (RoBERTa heritage)

@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FAMILY = "hyenadna"
-ADAPTER_VERSION = "1"
+# 2: each sequence padded to the bucket of its own length, not its batch's
+# longest (issue 43): fp32 bits changed; now the same in any batch
+ADAPTER_VERSION = "2"
 SEP_ID = 1
 PAD_ID = 4
 # padded tokens per forward pass (the RC strand included): see benchmarks/hyena_bench.py
