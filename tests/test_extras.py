@@ -20,13 +20,14 @@ import pytest
 from embedcache.extras import EXTRA_OF_MODULE
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-    "optional-dependencies"
-]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+EXTRAS = PYPROJECT["project"]["optional-dependencies"]
+# extras for working on embedcache (tests, the docs site), not roles of its users
+DEV_GROUPS = set(PYPROJECT["tool"]["deptry"]["optional_dependencies_dev_groups"])
 # installed for what they run, not imported (deptry's DEP002 ignores say the same)
 NOT_IMPORTED = {"jupyterlab", "ipykernel"}
 # roles without a command of their own: `all` and `dev` bundle, notebooks is `make lab`
-COMMANDLESS = {"all", "dev", "notebooks"}
+COMMANDLESS = {"all", "notebooks", *DEV_GROUPS}
 
 
 def _name(requirement: str) -> str:
@@ -67,7 +68,7 @@ def test_every_imported_distribution_of_an_extra_is_in_the_table():
             modules_of.setdefault(_name(dist), set()).add(module)
     modules_of["dask"] |= {"distributed"}
     missing = []
-    for extra in set(EXTRAS) - {"all", "dev"}:
+    for extra in set(EXTRAS) - {"all", *DEV_GROUPS}:
         for req in EXTRAS[extra]:
             dist = _name(req)
             if dist in {"embedcache", *NOT_IMPORTED}:
@@ -78,7 +79,7 @@ def test_every_imported_distribution_of_an_extra_is_in_the_table():
 
 
 def test_all_brings_every_role():
-    roles = set(EXTRAS) - {"all", "dev"}
+    roles = set(EXTRAS) - {"all", *DEV_GROUPS}
     assert _expanded("all") == set().union(*(_expanded(r) for r in roles))
 
 
