@@ -15,6 +15,8 @@ takes any shape.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numba
 import numpy as np
 
@@ -25,6 +27,11 @@ from embedcache.models.families.caduceus.kernels import (
     _store_row,
 )
 from embedcache.models.families.caduceus.simd import LANES, N_STATE, recur16
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from embedcache.models.shared.tuning import Tuner
 
 CHANNEL_BLOCK = 64
 TIME_BLOCK = 32
@@ -170,3 +177,98 @@ def scan_gated_blocked_avx512(
 ) -> None:
     """:func:`scan_gated_blocked` with AVX-512 exp steps; call only where avx512f."""
     _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, True)
+
+
+def synthetic_inputs(
+    *,
+    n_seq: int,
+    length: int,
+    d_inner: int,
+    d_state: int,
+    dt_rank: int,
+    bf16: bool,
+    seed: int = 0,
+) -> tuple[Any, ...]:
+    """Random scan inputs in the layouts the network passes (views of x_proj's output),
+    two directions, the second reversed; the output array last."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+
+    def f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    dbl = [f32(n_seq, length, dt_rank + 2 * d_state) for _ in range(2)]
+    a = (
+        -np.exp(f32(2, d_state, d_inner, scale=0.5))
+        * np.arange(1, d_state + 1)[:, None]
+    )
+    xz = torch.from_numpy(f32(n_seq, length, 2 * d_inner))
+    out = torch.empty((n_seq, length, d_inner), dtype=torch.float32)
+    return (
+        tuple(f32(n_seq, length, d_inner) for _ in range(2)),
+        tuple(x[..., :dt_rank] for x in dbl),
+        tuple(x[..., dt_rank : dt_rank + d_state] for x in dbl),
+        tuple(x[..., dt_rank + d_state :] for x in dbl),
+        (a / np.log(2.0)).astype(np.float32),
+        f32(2, d_inner),
+        f32(2, dt_rank, d_inner, scale=0.3),
+        f32(2, d_inner, scale=0.5) - 2.0,
+        np.array([False, True]),
+        xz.bfloat16().view(torch.int16).numpy() if bf16 else xz.numpy(),
+        out.bfloat16().view(torch.int16).numpy() if bf16 else out.numpy(),
+    )
+
+
+def candidates(*, d_state: int, d_inner: int) -> dict[str, Callable[..., None]]:
+    """The scan kernels that take this shape, by name; ``loop`` first (the reference)."""
+    from embedcache.models.families.caduceus.kernels import scan_gated
+    from embedcache.models.shared.cpu_features import cpu_flags
+
+    found: dict[str, Callable[..., None]] = {"loop": scan_gated}
+    if fits(d_state=d_state, d_inner=d_inner):
+        found["blocked"] = scan_gated_blocked
+        if "avx512f" in (cpu_flags() or ()):
+            found["blocked-avx512"] = scan_gated_blocked_avx512
+    return found
+
+
+def choose_kernel(
+    *, d_state: int, d_inner: int, dt_rank: int, bf16: bool, tuner: Tuner
+) -> Callable[..., None]:
+    """The fastest scan kernel for this shape on this machine (see ``tuning``)."""
+    from embedcache.models.shared.tuning import Candidate, Problem
+
+    kernels = candidates(d_state=d_state, d_inner=d_inner)
+
+    def runner(kernel: Callable[..., None]) -> Callable[[tuple[Any, ...]], np.ndarray]:
+        def run(args: tuple[Any, ...]) -> np.ndarray:
+            kernel(*args)
+            out = args[-1]
+            if bf16:  # bfloat16 bits -> the float32 values they stand for
+                return (out.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            return out.copy()
+
+        return run
+
+    def make_input() -> tuple[Any, ...]:
+        return synthetic_inputs(
+            n_seq=2,
+            length=128,
+            d_inner=d_inner,
+            d_state=d_state,
+            dt_rank=dt_rank,
+            bf16=bf16,
+        )
+
+    problem = Problem(
+        "scan",
+        "bfloat16" if bf16 else "float32",
+        shape=f"d_inner={d_inner},d_state={d_state},dt_rank={dt_rank}",
+    )
+    name = tuner.choose(
+        problem,
+        [Candidate(name, runner(kernel)) for name, kernel in kernels.items()],
+        make_input,
+    )
+    return kernels[name]

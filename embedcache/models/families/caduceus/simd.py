@@ -162,7 +162,7 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
 
 
 @intrinsic
-def recur16(  # noqa: PLR0913
+def recur16(
     typingctx: Any,  # noqa: ANN401 (numba intrinsic protocol)
     state: types.Type,
     a: types.Type,
