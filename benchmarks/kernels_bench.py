@@ -133,6 +133,49 @@ def bench_attention(args: argparse.Namespace) -> None:
             )
 
 
+def bench_caduceus_adapter(args: argparse.Namespace) -> None:
+    """Caduceus-ph end to end in process: main's scan (forced ``scan=loop``) against
+    the tuned one, interleaved rounds, each dtype; vectors must be equal."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.caduceus_bench import make_checkpoint
+    from embedcache.models.families.caduceus.adapter import load_caduceus_adapter
+    from embedcache.models.shared.tuning import ENV_VAR
+
+    rng = np.random.default_rng(0)
+    seqs = [
+        "".join(rng.choice(list("ACGT"), size=args.length)) for _ in range(args.n_seqs)
+    ]
+    path = make_checkpoint(Path(tempfile.mkdtemp(prefix="kernels-bench-")) / "ph")
+    print(
+        f"Caduceus-ph (d_model 256, 16 layers), {args.n_seqs} x {args.length} bp, rc average"
+    )
+    for dtype in ("float32", "bfloat16"):
+        adapters = {}
+        for label, tune in (("main's scan (scan=loop)", "scan=loop"), ("tuned", "")):
+            os.environ[ENV_VAR] = tune
+            adapters[label] = load_caduceus_adapter(
+                path, rc_mode="average", dtype=dtype
+            )
+            adapters[label].embed_batch(seqs[:2])  # compile or load the kernels
+        os.environ.pop(ENV_VAR, None)
+        vectors = {label: a.embed_batch(seqs) for label, a in adapters.items()}
+        best = time_side_by_side(
+            {label: (lambda a=a: a.embed_batch(seqs)) for label, a in adapters.items()},
+            rounds=args.rounds,
+        )
+        (w0, c0), n_tokens = next(iter(best.values())), args.n_seqs * args.length
+        same = np.array_equal(*vectors.values())
+        for label, (wall, cpu) in best.items():
+            print(
+                f"  {dtype:<9} {label:<24} wall {n_tokens / wall:8.0f} tokens/s x{w0 / wall:5.2f} "
+                f"| cpu {n_tokens / cpu:8.0f} tokens/s x{c0 / cpu:5.2f}"
+            )
+        print(f"  {dtype:<9} vectors equal bit for bit: {same}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=["caduceus", "encoder"], default="caduceus")
@@ -141,13 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--end-to-end", action="store_true")
+    parser.add_argument(
+        "--adapter",
+        action="store_true",
+        help="caduceus: the adapter in process, main's scan beside the tuned one",
+    )
     args = parser.parse_args(argv)
     import numba
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     torch.set_num_threads(args.threads)
     print(f"{cpu_kind_line()}; torch {torch.__version__}, numba {numba.__version__}")
-    if args.family == "caduceus":
+    if args.family == "caduceus" and args.adapter:
+        bench_caduceus_adapter(args)
+    elif args.family == "caduceus":
         bench_scan(args)
     else:
         bench_attention(args)

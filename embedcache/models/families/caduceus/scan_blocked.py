@@ -26,7 +26,7 @@ from embedcache.models.families.caduceus.kernels import (
     _softplus,
     _store_row,
 )
-from embedcache.models.families.caduceus.simd import LANES, N_STATE, recur16
+from embedcache.models.families.caduceus.simd import LANES, N_STATE, fused16, recur16
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -118,15 +118,143 @@ def _block(
         _store_row(y[t], out[g, t, c0 : c0 + w])
 
 
+@numba.njit(inline="always")
+def _address(arr, i, j, k):
+    """The byte address of ``arr[i, j, k]`` (any strides)."""
+    s = arr.strides
+    return arr.ctypes.data + i * s[0] + j * s[1] + k * s[2]
+
+
 @numba.njit(inline="always", fastmath=True)
-def _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, avx512):
+def _block_fused(
+    us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, g, c0, w, avx512
+):
+    """:func:`_block` with delta, delta * u, B and C computed or read inside
+    :func:`.simd.fused16`: only the D skip and the gate are left to numba loops."""
+    length, n_chan = out.shape[1], out.shape[2]
+    n_sub = w // LANES
+    state = np.empty((n_sub, N_STATE, LANES), dtype=np.float32)
+    a_loc = np.empty((n_sub, N_STATE, LANES), dtype=np.float32)
+    y = np.zeros((length, w), dtype=np.float32)
+    acc = np.empty((TIME_BLOCK, w), dtype=np.float32)
+    for p in range(len(us)):
+        u, dt, b, c = us[p], dts[p], bs[p], cs[p]
+        for sb in range(n_sub):
+            for n in range(N_STATE):
+                for lane in range(LANES):
+                    a_loc[sb, n, lane] = a_log2[p, n, c0 + sb * LANES + lane]
+        state[:] = 0.0
+        sign = -1 if reverse[p] else 1
+        row_step = sign * (dt.strides[1] // _FLOAT_BYTES)
+        u_step = sign * (u.strides[1] // _FLOAT_BYTES)
+        d_row = d[p, c0 : c0 + w]
+        for s0 in range(0, length, TIME_BLOCK):
+            n_steps = min(TIME_BLOCK, length - s0)
+            first = length - 1 - s0 if reverse[p] else s0
+            for sb in range(n_sub):
+                ch = c0 + sb * LANES
+                fused16(
+                    state[sb].ctypes.data,
+                    a_loc[sb].ctypes.data,
+                    _address(dt, g, first, 0),
+                    _address(b, g, first, 0),
+                    _address(c, g, first, 0),
+                    row_step,
+                    _address(u, g, first, ch),
+                    u_step,
+                    _address(dt_w, p, 0, ch),
+                    dt_w.strides[1] // _FLOAT_BYTES,
+                    dt_w.shape[1],
+                    dt_bias[p, ch:].ctypes.data,
+                    acc.ctypes.data + sb * LANES * _FLOAT_BYTES,
+                    w,
+                    n_steps,
+                    avx512,
+                )
+            for i in range(n_steps):
+                t = length - 1 - (s0 + i) if reverse[p] else s0 + i
+                z_row = xz[g, t, n_chan + c0 : n_chan + c0 + w]
+                u_row = u[g, t, c0 : c0 + w]
+                acc_row, y_row = acc[i], y[t]
+                for ci in range(w):
+                    gate = _silu(_load(z_row[ci]))
+                    y_row[ci] += (acc_row[ci] + d_row[ci] * u_row[ci]) * gate
+    for t in range(length):
+        _store_row(y[t], out[g, t, c0 : c0 + w])
+
+
+@numba.njit(inline="always")
+def _check_strides(us, dts, bs, cs, dt_w, dt_bias):
+    """fused16 reads rows as contiguous floats, dt, B and C rows one step apart."""
+    for p in range(len(us)):
+        rows = dts[p].strides[1]
+        if (
+            us[p].strides[2] != _FLOAT_BYTES
+            or dts[p].strides[2] != _FLOAT_BYTES
+            or bs[p].strides[2] != _FLOAT_BYTES
+            or cs[p].strides[2] != _FLOAT_BYTES
+            or bs[p].strides[1] != rows
+            or cs[p].strides[1] != rows
+            or dt_w.strides[2] != _FLOAT_BYTES
+            or dt_bias.strides[1] != _FLOAT_BYTES
+        ):
+            raise ValueError("fused scan: u, dt, B, C rows must be contiguous floats")  # noqa: EM101 (numba: a constant message)
+
+
+@numba.njit(inline="always", fastmath=True)
+def _one_block(
+    us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, g, c0, w, avx512, fused
+):
+    if fused:
+        _block_fused(
+            us,
+            dts,
+            bs,
+            cs,
+            a_log2,
+            d,
+            dt_w,
+            dt_bias,
+            reverse,
+            xz,
+            out,
+            g,
+            c0,
+            w,
+            avx512,
+        )
+    else:
+        _block(
+            us,
+            dts,
+            bs,
+            cs,
+            a_log2,
+            d,
+            dt_w,
+            dt_bias,
+            reverse,
+            xz,
+            out,
+            g,
+            c0,
+            w,
+            avx512,
+        )
+
+
+@numba.njit(inline="always", fastmath=True)
+def _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, avx512, fused):
+    if fused:
+        _check_strides(us, dts, bs, cs, dt_w, dt_bias)
     n_seq, n_chan = out.shape[0], out.shape[2]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
     for item in numba.prange(n_seq * n_block):
         g = item // n_block
         c0 = (item % n_block) * CHANNEL_BLOCK
+        # a constant width for full blocks lets LLVM unroll the channel loops
         if c0 + CHANNEL_BLOCK <= n_chan:
-            _block(
+            _one_block(
                 us,
                 dts,
                 bs,
@@ -142,9 +270,10 @@ def _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, avx512):
                 c0,
                 CHANNEL_BLOCK,
                 avx512,
+                fused,
             )
         else:
-            _block(
+            _one_block(
                 us,
                 dts,
                 bs,
@@ -160,6 +289,7 @@ def _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, avx512):
                 c0,
                 n_chan - c0,
                 avx512,
+                fused,
             )
 
 
@@ -168,7 +298,7 @@ def scan_gated_blocked(
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out
 ) -> None:
     """:func:`.kernels.scan_gated`, recurrence in portable 16-lane vectors."""
-    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, False)
+    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, False, False)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -176,7 +306,24 @@ def scan_gated_blocked_avx512(
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out
 ) -> None:
     """:func:`scan_gated_blocked` with AVX-512 exp steps; call only where avx512f."""
-    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, True)
+    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, True, False)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fused(
+    us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out
+) -> None:
+    """:func:`scan_gated_blocked` with delta, delta * u, B and C inside the vector
+    code (:func:`.simd.fused16`); u, dt, B, C rows must be contiguous floats."""
+    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, False, True)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fused_avx512(
+    us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out
+) -> None:
+    """:func:`scan_gated_fused` with AVX-512 exp steps; call only where avx512f."""
+    _scan(us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out, True, True)
 
 
 def synthetic_inputs(
@@ -228,8 +375,10 @@ def candidates(*, d_state: int, d_inner: int) -> dict[str, Callable[..., None]]:
     found: dict[str, Callable[..., None]] = {"loop": scan_gated}
     if fits(d_state=d_state, d_inner=d_inner):
         found["blocked"] = scan_gated_blocked
+        found["fused"] = scan_gated_fused
         if "avx512f" in (cpu_flags() or ()):
             found["blocked-avx512"] = scan_gated_blocked_avx512
+            found["fused-avx512"] = scan_gated_fused_avx512
     return found
 
 

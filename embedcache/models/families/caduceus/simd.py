@@ -17,6 +17,7 @@ otherwise); generic IR elsewhere, so the portable variant runs on any x86 or Arm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llvmlite import ir
@@ -24,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embedcache.models.families.caduceus.kernels import EXP2_COEF32
+from embedcache.models.families.caduceus.kernels import EXP2_COEF32, LOG2E32, SERIES32
 
 LANES = 16
 N_STATE = 16
@@ -105,60 +106,176 @@ def _exp2(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
     return builder.fmul(q, builder.bitcast(bits, _VF))
 
 
-def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) -> None:
-    """The loop over ``nt`` time steps, the 16 state vectors carried in phi nodes."""
-    state_a, a_a, delta_a, du_a, bc_a, acc_a, n_steps, stride = args
-    pv, pf = _VF.as_pointer(), _F32.as_pointer()
-    state_p, a_p = builder.inttoptr(state_a, pv), builder.inttoptr(a_a, pv)
-    delta_p, du_p = builder.inttoptr(delta_a, pf), builder.inttoptr(du_a, pf)
-    bc_p, acc_p = builder.inttoptr(bc_a, pf), builder.inttoptr(acc_a, pf)
+def _at(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
+    offset = ir.Constant(_I64, index) if isinstance(index, int) else index
+    return builder.gep(ptr, [offset])
 
-    def at(ptr: ir.Value, index: ir.Value | int) -> ir.Value:
-        return builder.gep(
-            ptr, [ir.Constant(_I64, index) if isinstance(index, int) else index]
-        )
 
-    a_rows = [builder.load(at(a_p, n), align=4) for n in range(N_STATE)]
-    start = [builder.load(at(state_p, n), align=4) for n in range(N_STATE)]
+def _load_vector(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value) -> ir.Value:
+    return builder.load(
+        builder.bitcast(_at(builder, ptr, index), _VF.as_pointer()), align=4
+    )
+
+
+def _emit_loop(
+    builder: ir.IRBuilder,
+    n_steps: ir.Value,
+    carried: list[ir.Value],
+    step: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+    name: str,
+) -> list[ir.Value]:
+    """``for i in range(n_steps)``: ``carried = step(i, carried)``; the final values."""
     entry = builder.block
-    head = builder.append_basic_block("steps.head")
-    body = builder.append_basic_block("steps.body")
-    done = builder.append_basic_block("steps.done")
+    head = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
     builder.branch(head)
     builder.position_at_end(head)
     i = builder.phi(_I64)
     i.add_incoming(ir.Constant(_I64, 0), entry)
-    states = [builder.phi(_VF) for _ in range(N_STATE)]
-    for phi, value in zip(states, start, strict=True):
+    phis = []
+    for value in carried:
+        phi = builder.phi(value.type)
         phi.add_incoming(value, entry)
+        phis.append(phi)
     builder.cbranch(builder.icmp_signed("<", i, n_steps), body, done)
-
     builder.position_at_end(body)
-    row = builder.mul(i, stride)
-    delta = builder.load(builder.bitcast(at(delta_p, row), pv), align=4)
-    du = builder.load(builder.bitcast(at(du_p, row), pv), align=4)
-    bc_row = builder.mul(i, ir.Constant(_I64, 2 * N_STATE))
-    acc = _splat(0.0)
-    updated = []
-    for n in range(N_STATE):
-        b_n = builder.load(at(bc_p, builder.add(bc_row, ir.Constant(_I64, n))))
-        c_n = builder.load(
-            at(bc_p, builder.add(bc_row, ir.Constant(_I64, N_STATE + n)))
-        )
-        decay = _exp2(builder, builder.fmul(delta, a_rows[n]), avx512=avx512)
-        drive = builder.fmul(du, _broadcast(builder, b_n))
-        s = _call(builder, "llvm.fma", decay, states[n], drive)
-        acc = _call(builder, "llvm.fma", s, _broadcast(builder, c_n), acc)
-        updated.append(s)
-    builder.store(acc, builder.bitcast(at(acc_p, row), pv), align=4)
+    updated = step(i, phis)
     i.add_incoming(builder.add(i, ir.Constant(_I64, 1)), builder.block)
-    for phi, value in zip(states, updated, strict=True):
+    for phi, value in zip(phis, updated, strict=True):
         phi.add_incoming(value, builder.block)
     builder.branch(head)
-
     builder.position_at_end(done)
-    for n, phi in enumerate(states):
-        builder.store(phi, at(state_p, n), align=4)
+    return phis
+
+
+def _emit_softplus(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
+    """:func:`.kernels._softplus` on 16 lanes, the same operations in the same order."""
+    fabs = _call(builder, "llvm.fabs", x)
+    e = _exp2(builder, builder.fmul(fabs, _splat(-LOG2E32)), avx512=avx512)
+    s = builder.fdiv(e, builder.fadd(_splat(2.0), e))
+    s.flags.append("fast")  # as numba's fastmath: reciprocal estimate + a Newton step
+    s2 = builder.fmul(s, s)
+    series = _splat(SERIES32[0])
+    for coef in SERIES32[1:]:
+        series = _call(builder, "llvm.fma", series, s2, _splat(coef))
+    positive = _call(builder, "llvm.maxnum", x, _splat(0.0))
+    result = _call(builder, "llvm.fma", builder.fmul(_splat(2.0), s), series, positive)
+    large = builder.fcmp_ordered(">", x, _splat(20.0))
+    return builder.select(large, x, result)
+
+
+def _emit_recurrence(
+    builder: ir.IRBuilder,
+    state_p: ir.Value,
+    a_p: ir.Value,
+    n_steps: ir.Value,
+    row_inputs: Callable[[ir.Value], tuple[ir.Value, ...]],
+    store_acc: Callable[[ir.Value, ir.Value], None],
+    *,
+    avx512: bool,
+) -> None:
+    """The time loop, the 16 state vectors carried in phi nodes; ``row_inputs(i)``
+    gives (delta, delta * u, B row pointer, C row pointer) for step ``i``."""
+    a_rows = [builder.load(_at(builder, a_p, n), align=4) for n in range(N_STATE)]
+    start = [builder.load(_at(builder, state_p, n), align=4) for n in range(N_STATE)]
+
+    def step(i: ir.Value, states: list[ir.Value]) -> list[ir.Value]:
+        delta, du, b_row, c_row = row_inputs(i)
+        acc = _splat(0.0)
+        updated = []
+        for n in range(N_STATE):
+            b_n = builder.load(_at(builder, b_row, n))
+            c_n = builder.load(_at(builder, c_row, n))
+            decay = _exp2(builder, builder.fmul(delta, a_rows[n]), avx512=avx512)
+            drive = builder.fmul(du, _broadcast(builder, b_n))
+            s = _call(builder, "llvm.fma", decay, states[n], drive)
+            acc = _call(builder, "llvm.fma", s, _broadcast(builder, c_n), acc)
+            updated.append(s)
+        store_acc(i, acc)
+        return updated
+
+    final = _emit_loop(builder, n_steps, start, step, "steps")
+    for n, value in enumerate(final):
+        builder.store(value, _at(builder, state_p, n), align=4)
+
+
+def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) -> None:
+    """:func:`recur16`: delta, delta * u and B, C staged in arrays by the caller."""
+    state_a, a_a, delta_a, du_a, bc_a, acc_a, n_steps, stride = args
+    pv, pf = _VF.as_pointer(), _F32.as_pointer()
+    delta_p, du_p = builder.inttoptr(delta_a, pf), builder.inttoptr(du_a, pf)
+    bc_p, acc_p = builder.inttoptr(bc_a, pf), builder.inttoptr(acc_a, pf)
+
+    def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
+        row = builder.mul(i, stride)
+        b_row = _at(builder, bc_p, builder.mul(i, ir.Constant(_I64, 2 * N_STATE)))
+        return (
+            _load_vector(builder, delta_p, row),
+            _load_vector(builder, du_p, row),
+            b_row,
+            _at(builder, b_row, N_STATE),
+        )
+
+    def store_acc(i: ir.Value, acc: ir.Value) -> None:
+        row = builder.mul(i, stride)
+        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
+
+    _emit_recurrence(
+        builder,
+        builder.inttoptr(state_a, pv),
+        builder.inttoptr(a_a, pv),
+        n_steps,
+        row_inputs,
+        store_acc,
+        avx512=avx512,
+    )
+
+
+def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) -> None:
+    """:func:`fused16`: delta (dt projection + softplus) and delta * u computed here
+    from the x_proj rows, B and C read in place; rows ``step`` floats apart (negative
+    when time runs backwards)."""
+    (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
+     bias_a, acc_a, acc_stride, n_steps) = args  # fmt: skip
+    pv, pf = _VF.as_pointer(), _F32.as_pointer()
+    dt_p, b_p, c_p = (builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a))
+    u_p, w_p = builder.inttoptr(u_a, pf), builder.inttoptr(w_a, pf)
+    bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
+    acc_p = builder.inttoptr(acc_a, pf)
+
+    def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
+        row = builder.mul(i, row_step)
+        dt_row = _at(builder, dt_p, row)
+
+        def rank_step(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
+            dt_k = _broadcast(builder, builder.load(_at(builder, dt_row, k)))
+            return [_call(builder, "llvm.fma", w_k, dt_k, carried[0])]
+
+        (pre,) = _emit_loop(builder, n_rank, [bias], rank_step, "rank")
+        delta = _emit_softplus(builder, pre, avx512=avx512)
+        u = _load_vector(builder, u_p, builder.mul(i, u_step))
+        return (
+            delta,
+            builder.fmul(delta, u),
+            _at(builder, b_p, row),
+            _at(builder, c_p, row),
+        )
+
+    def store_acc(i: ir.Value, acc: ir.Value) -> None:
+        row = builder.mul(i, acc_stride)
+        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
+
+    _emit_recurrence(
+        builder,
+        builder.inttoptr(state_a, pv),
+        builder.inttoptr(a_a, pv),
+        n_steps,
+        row_inputs,
+        store_acc,
+        avx512=avx512,
+    )
 
 
 @intrinsic
@@ -197,6 +314,42 @@ def recur16(
 
     def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> Any:  # noqa: ANN401
         _emit_steps(builder, list(args[:8]), avx512=use_avx512)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def fused16(
+    typingctx: Any,  # noqa: ANN401 (numba intrinsic protocol)
+    state: types.Type,
+    a: types.Type,
+    dt: types.Type,
+    b: types.Type,
+    c: types.Type,
+    row_step: types.Type,
+    u: types.Type,
+    u_step: types.Type,
+    w: types.Type,
+    w_stride: types.Type,
+    n_rank: types.Type,
+    bias: types.Type,
+    acc: types.Type,
+    acc_stride: types.Type,
+    n_steps: types.Type,
+    avx512: types.Type,
+) -> Any:  # noqa: ANN401
+    """:func:`recur16` computing its own inputs: ``delta = softplus(bias + sum_k
+    w[k] dt[k])`` (``w`` rows ``w_stride`` floats apart), ``delta * u``; B, C and dt
+    read from the x_proj rows, ``row_step`` floats apart, ``u`` rows ``u_step``."""
+    if not isinstance(avx512, types.BooleanLiteral):
+        return None
+    use_avx512 = bool(avx512.literal_value)
+    kinds = "aaaaaiaiaiiaaii"  # address or integer, per argument
+    sig = types.void(*(types.uintp if k == "a" else types.intp for k in kinds), avx512)
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> Any:  # noqa: ANN401
+        _emit_fused(builder, list(args[:15]), avx512=use_avx512)
         return context.get_dummy_value()
 
     return sig, codegen
