@@ -167,16 +167,23 @@ def _emit_softplus(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Va
 
 def _emit_recurrence(
     builder: ir.IRBuilder,
-    state_p: ir.Value,
-    a_p: ir.Value,
-    n_steps: ir.Value,
+    where: tuple[ir.Value, ...],
     row_inputs: Callable[[ir.Value], tuple[ir.Value, ...]],
-    store_acc: Callable[[ir.Value, ir.Value], None],
     *,
     avx512: bool,
 ) -> None:
     """The time loop, the 16 state vectors carried in phi nodes; ``row_inputs(i)``
-    gives (delta, delta * u, B row pointer, C row pointer) for step ``i``."""
+    gives (delta, delta * u, B row pointer, C row pointer) for step ``i``; ``where``:
+    the state, A and output addresses, the output's row stride, the step count."""
+    state_a, a_a, acc_a, acc_stride, n_steps = where
+    pv = _VF.as_pointer()
+    state_p, a_p = builder.inttoptr(state_a, pv), builder.inttoptr(a_a, pv)
+    acc_p = builder.inttoptr(acc_a, _F32.as_pointer())
+
+    def store_acc(i: ir.Value, acc: ir.Value) -> None:
+        row = builder.mul(i, acc_stride)
+        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
+
     a_rows = [builder.load(_at(builder, a_p, n), align=4) for n in range(N_STATE)]
     start = [builder.load(_at(builder, state_p, n), align=4) for n in range(N_STATE)]
 
@@ -203,9 +210,9 @@ def _emit_recurrence(
 def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) -> None:
     """:func:`recur16`: delta, delta * u and B, C staged in arrays by the caller."""
     state_a, a_a, delta_a, du_a, bc_a, acc_a, n_steps, stride = args
-    pv, pf = _VF.as_pointer(), _F32.as_pointer()
+    pf = _F32.as_pointer()
     delta_p, du_p = builder.inttoptr(delta_a, pf), builder.inttoptr(du_a, pf)
-    bc_p, acc_p = builder.inttoptr(bc_a, pf), builder.inttoptr(acc_a, pf)
+    bc_p = builder.inttoptr(bc_a, pf)
 
     def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
         row = builder.mul(i, stride)
@@ -217,18 +224,8 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
             _at(builder, b_row, N_STATE),
         )
 
-    def store_acc(i: ir.Value, acc: ir.Value) -> None:
-        row = builder.mul(i, stride)
-        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
-
     _emit_recurrence(
-        builder,
-        builder.inttoptr(state_a, pv),
-        builder.inttoptr(a_a, pv),
-        n_steps,
-        row_inputs,
-        store_acc,
-        avx512=avx512,
+        builder, (state_a, a_a, acc_a, stride, n_steps), row_inputs, avx512=avx512
     )
 
 
@@ -242,7 +239,6 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
     dt_p, b_p, c_p = (builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a))
     u_p, w_p = builder.inttoptr(u_a, pf), builder.inttoptr(w_a, pf)
     bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
-    acc_p = builder.inttoptr(acc_a, pf)
 
     def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
         row = builder.mul(i, row_step)
@@ -263,18 +259,8 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
             _at(builder, c_p, row),
         )
 
-    def store_acc(i: ir.Value, acc: ir.Value) -> None:
-        row = builder.mul(i, acc_stride)
-        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
-
     _emit_recurrence(
-        builder,
-        builder.inttoptr(state_a, pv),
-        builder.inttoptr(a_a, pv),
-        n_steps,
-        row_inputs,
-        store_acc,
-        avx512=avx512,
+        builder, (state_a, a_a, acc_a, acc_stride, n_steps), row_inputs, avx512=avx512
     )
 
 
