@@ -19,6 +19,7 @@ from embedcache.store.commits import claim, commit_shard, publish, retire
 from embedcache.store.layout import (
     LEASES,
     CommitRecord,
+    is_tombstone,
     lease_path,
     record_path,
     session_of,
@@ -263,9 +264,10 @@ def collect(
     dead = [s for s, ok in zip(uncommitted, claimed, strict=True) if ok]
     backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
     # committed, but its writer stopped before it won a place in the log: it is
-    # published now (its record is there, its objects durable)
+    # published now (its record is there, its objects durable), or retired if it
+    # is a merge whose runs a published run merged meanwhile
     for run in [s for s, ok in zip(uncommitted, claimed, strict=True) if not ok]:
-        _publish_orphan(backend, view, run)
+        _roll_forward(backend, view, run)
     assert writer.sightings is not None
     writer.sightings.forget(f"run {s}" for s in uncommitted)
     if leftovers:
@@ -276,7 +278,9 @@ def collect(
         )
 
 
-def _publish_orphan(backend: Backend, view: KeyView, run: str) -> None:
+def _roll_forward(backend: Backend, view: KeyView, run: str) -> None:
+    """Finish a committed run its writer left unpublished: publish it, unless it
+    is a merge every run of which is superseded by a published run already."""
     path = record_path(view.digest, run)
     doc = backend.read_or_none(path)
     if doc is None:
@@ -288,5 +292,25 @@ def _publish_orphan(backend: Backend, view: KeyView, run: str) -> None:
     except (CorruptStoreError, StoreError) as err:
         logger.warning("run %s has a record that cannot be published: %s", run, err)
         return
+    if _merged_already(backend, view, record):
+        # never published, so never served; its rows are held by the published
+        # runs that superseded its inputs: published, it would only duplicate them
+        retire(backend, view.digest, [run])
+        logger.info("retired run %s, a merge of runs merged again meanwhile", run)
+        return
     publish(backend, view.digest, record, start=view.snap.top + 1)
     logger.info("published run %s, left unpublished by its writer", run)
+
+
+def _merged_already(backend: Backend, view: KeyView, record: CommitRecord) -> bool:
+    """True if ``record`` merges runs and each of them is named in a published
+    record's supersedes (that run holds its winning rows) or was retired (its
+    record gone or a tombstone: retiring follows a superseder's publication)."""
+    if not record.supersedes:
+        return False
+    merged = {old for r in view.records.values() for old in r.supersedes}
+    rest = [s for s in record.supersedes if s not in merged]
+    if any(s in view.records for s in rest):
+        return False  # still visible: the run takes its place
+    docs = backend.read_many([record_path(view.digest, s) for s in rest])
+    return all(doc is None or is_tombstone(doc) for doc in docs)
