@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.peaks import cpu_kind_line, describe, machine_peaks
+from benchmarks.common import cpu_kind_line, describe, machine_peaks
 from benchmarks.shapes import build_bert_char, load_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
