@@ -233,6 +233,26 @@ class CliRun:
         return self.wall - self.engine
 
 
+def embed_process(
+    model: Path | str, store: Path, inputs: Path, output: Path, *options: str
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """``embedcache embed --model MODEL OPTIONS`` from ``inputs`` into ``store`` in a
+    fresh interpreter: its wall seconds and the finished process; exits the benchmark
+    if it fails."""
+    command = [
+        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model),
+        *options, "--store", str(store), "--input", str(inputs),
+        "--output", str(output), "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    return wall, done
+
+
 def embed_cli(
     folder: Path | str,
     seqs: Sequence[str],
@@ -241,24 +261,16 @@ def embed_cli(
     dtype: str,
     options: Sequence[str] = (),
 ) -> CliRun:
-    """``embedcache embed --model FOLDER OPTIONS --dtype DTYPE`` over ``seqs`` in a
-    fresh interpreter on a fresh store under ``work``; exits the benchmark if it fails
-    or computes less than every distinct sequence."""
+    """``embedcache embed --model FOLDER OPTIONS --dtype DTYPE`` over ``seqs`` on a
+    fresh store under ``work``; exits the benchmark if it computes less than every
+    distinct sequence."""
     work.mkdir(parents=True, exist_ok=True)
     inputs, output, store = work / "seqs.txt", work / "out.npy", work / "store"
     shutil.rmtree(store, ignore_errors=True)
     inputs.write_text("\n".join(seqs) + "\n")
-    command = [
-        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(folder),
-        *options, "--dtype", dtype, "--store", str(store),
-        "--input", str(inputs), "--output", str(output), "--no-progress",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    wall, done = embed_process(
+        folder, store, inputs, output, *options, "--dtype", dtype
+    )
     last = done.stdout.strip().splitlines()[-1]
     engine = ENGINE_LOG.search(done.stderr)
     if not last.startswith("computed=") or engine is None:
