@@ -17,7 +17,6 @@ Run: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -32,13 +31,13 @@ import torch.nn.functional as F
 from benchmarks.common import (
     MATMULS,
     against_naive,
+    bench_parser,
     both_dtypes,
     by_category,
     clocks,
-    cpu_kind_line,
-    describe,
     end_to_end,
     faster_dtype,
+    machine_line,
     machine_peaks,
     min_cosine,
     op_seconds,
@@ -144,8 +143,7 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
-    parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
+    parser = bench_parser(__doc__, "8 seqs, 1 round, 32 e2e")
     parser.add_argument("--n-seqs", type=int, default=32, help="adapter's, a round")
     parser.add_argument("--rounds", type=int, default=3, help="naive: 1 seq a round")
     parser.add_argument("--length", type=int, default=500)
@@ -160,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(tempfile.mkdtemp(prefix="caduceus-bench-"))
     build_caduceus_ph(path)
     peaks = machine_peaks()
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{cpu_kind_line()}; {describe(peaks)}; adapter dtypes {args.dtypes}"
-    )
+    print(f"{machine_line(peaks)}; adapter dtypes {args.dtypes}")
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
         f"{args.rounds} rounds of [naive 1 seq, adapter {args.dtypes} {args.n_seqs} seqs]"

@@ -10,6 +10,7 @@ matmuls (~50x slower than fp32 on an AVX2-only EPYC), so its bf16 rate is measur
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -77,8 +78,23 @@ def both_dtypes() -> str:
     return "float32,bfloat16" if faster_dtype() == "bfloat16" else "float32"
 
 
-def cpu_kind_line() -> str:
-    return f"CPU kind {cpu_kind()} (/proc/cpuinfo flags)"
+def machine_line(peaks: dict[str, float] | None = None) -> str:
+    """torch's version and threads, the CPU kind, the matmul peaks and the load."""
+    import torch
+
+    rates = f"; {describe(peaks)}" if peaks else ""
+    return (
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; CPU kind "
+        f"{cpu_kind()} (/proc/cpuinfo flags){rates}; load average {load()}"
+    )
+
+
+def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: the first line of its docstring and ``--quick``
+    (``quick``: what it cuts)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    return parser
 
 
 def describe(peaks: dict[str, float]) -> str:

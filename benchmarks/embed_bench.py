@@ -35,11 +35,11 @@ import torch
 
 from benchmarks.common import (
     CliRun,
-    cpu_kind_line,
+    bench_parser,
     describe,
     embed_cli,
     faster_dtype,
-    load,
+    machine_line,
     machine_peaks,
     min_cosine,
     set_threads,
@@ -223,8 +223,7 @@ def print_result(r: Result) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, 20k tokens")
+    parser = bench_parser(__doc__, "1 round, 20k tokens")
     parser.add_argument("--shapes", default="bert-char-512x8,ntv2-50m")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=200_000, help="a run's")
@@ -242,10 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
     set_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load()}; "
-        f"{cpu_kind_line()}; engine dtype {args.dtype}"
-    )
+    print(f"{machine_line()}; engine dtype {args.dtype}")
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}
     try:
@@ -287,7 +283,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name} vs naive fp32 batch-1": Figure(round(rate / best.naive_rate, 2), "x"),
                 f"{name} engine vs naive min cosine": Figure(round(best.cosine, 5)),
             }  # fmt: skip
-        print(f"load average at the end: {load()}")
         peaks = max((r.peaks for r in results), key=lambda p: p["best"])
         record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
     finally:

@@ -16,7 +16,6 @@ Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -30,13 +29,14 @@ import torch.nn.functional as F
 from benchmarks.common import (
     MATMULS,
     against_naive,
+    bench_parser,
     both_dtypes,
     by_category,
-    cpu_kind_line,
     describe,
     end_to_end,
     faster_dtype,
     load,
+    machine_line,
     machine_peaks,
     min_cosine,
     op_seconds,
@@ -128,8 +128,7 @@ def matmul_flops_per_token(config: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, fewer sequences")
+    parser = bench_parser(__doc__, "1 round, fewer sequences")
     parser.add_argument("--n", type=int, default=96, help="sequences for the engine")
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
@@ -142,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.n_naive, args.rounds, args.end_to_end = 32, 4, 1, 32
         args.budgets = "4096,8192"
     set_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"{cpu_kind_line()}, load average {load()}"
-    )
+    print(machine_line())
     seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
     tokens, naive_seqs = sum(len(s) + 1 for s in seqs), seqs[: args.n_naive]
     print(f"sequences: {what}; tokens include the trailing [SEP]")

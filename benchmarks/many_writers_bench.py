@@ -24,7 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import describe, embed_process, machine_peaks, record_beside
+from benchmarks.common import (
+    bench_parser,
+    embed_process,
+    machine_line,
+    machine_peaks,
+    record_beside,
+)
 from benchmarks.records import Figure
 
 MODEL = "kmer-1"
@@ -80,8 +86,7 @@ def fill(work: Path, args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="24 writers")
+    parser = bench_parser(__doc__, "24 writers")
     parser.add_argument("--writers", type=int, default=120)
     parser.add_argument("--per-writer", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=4)
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.writers = 24
     peaks = machine_peaks()
-    print(describe(peaks))
+    print(machine_line(peaks))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="many-writers-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 START = time.perf_counter()
-import torch
 
 from benchmarks.common import (
-    cpu_kind_line,
-    describe,
+    bench_parser,
     load,
+    machine_line,
     machine_peaks,
     op_seconds,
     record_beside,
@@ -200,8 +199,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="32 sequences a family")
+    parser = bench_parser(__doc__, "32 sequences a family")
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
@@ -213,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n = 32
     set_threads(args.threads)
     peaks = machine_peaks()
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {cpu_kind_line()}; "
-        f"{describe(peaks)}"
-    )
+    print(machine_line(peaks))
     figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory() as root:
         for family in args.families.split(","):

@@ -20,7 +20,6 @@ Run: ``python -m benchmarks run scale_bench [--quick] [--sizes N,N] [--no-s3]
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -31,11 +30,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from subprocess import PIPE
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.common import load, machine_peaks
+from benchmarks.common import bench_parser, machine_peaks
 from benchmarks.records import Figure, record
 
 if TYPE_CHECKING:
@@ -347,18 +347,6 @@ for hashed, vectors in work:
 """
 
 
-def started_child(cmd: list[str]) -> subprocess.Popen:
-    """A child that prints "ready" once set up and waits for a line to begin, told
-    to begin: what is timed beside it is its work, not its start-up."""
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout.readline().strip() == "ready"  # both pipes: PIPE above
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
-    return proc
-
-
 def p99_under_commits(
     workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
 ) -> tuple[float, float]:
@@ -406,7 +394,12 @@ def p99_under_commits(
     else:
         cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
-        proc = started_child(cmd)
+        # it prints "ready" once set up and waits for a line to begin: what is timed
+        # beside it is its work, not its start-up
+        proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         t0 = time.perf_counter()
         busy = sample(lambda: proc.poll() is None, 10**9)
         if proc.wait():
@@ -446,9 +439,44 @@ def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, floa
     return out
 
 
+def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
+    """The ratios the issue targets, largest size over smallest; ``again``: the
+    smallest filled again after the largest (the machine's speed drifts over a run,
+    and a ratio on one slow stretch flatters)."""
+    first, last = rows[0], rows[-1]
+
+    def grew(key: str, target: str | None = None) -> Figure:
+        return Figure(round(last[key] / first[key], 2), "x", target)
+
+    figures = {
+        "cold local look-up time": grew("local_s", "<= 1.5"),
+        "cold local look-up RSS": grew("local_rss", "<= 1.2"),
+    }
+    if s3:
+        figures["cold s3 look-up time"] = grew("s3_s", "<= 1.5")
+        figures["cold s3 look-up RSS"] = grew("s3_rss", "<= 1.2")
+        figures["cold s3 look-up requests"] = Figure(round(last["s3_requests"]))
+    figures["fill time per row"] = grew("fill_us_row", "<= 1.2")
+    if again is not None:
+        us_again = again["seconds"] / first["n"] * 1e6
+        ratio = last["fill_us_row"] / us_again
+        figures["fill per row vs again"] = Figure(round(ratio, 2), "x", "<= 1.2")
+    # beside it, the CPU time (every thread): where the two part, the fill waited (on
+    # the disk: its fsyncs, and writeback of a store no longer in memory)
+    figures["fill CPU time per row"] = grew("fill_cpu_us_row")
+    for r in rows:
+        ratio = r["fill_extra"] / r["out_mib"]
+        figures[f"fill peak / output at {r['n']:,}"] = Figure(
+            round(ratio, 2), "x", "<= 2"
+        )
+    # the output streams to a file: the other form of the target is a peak bounded by
+    # the chunk, not growing with n (~1x)
+    figures["fill peak over imports"] = grew("fill_extra")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = bench_parser(__doc__, "100 k to 1.6 M rows")
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
@@ -457,68 +485,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
-    print(f"load average at start: {load()}", flush=True)
     figures: dict[str, Figure] = {}
-
-    def ratio(name: str, value: float, target: str | None = None, note: str = "") -> None:  # fmt: skip
-        print(f"  {name:<24} {value:.2f}x {f'({target})' if target else ''} {note}")
-        figures[name] = Figure(round(value, 2), "x", target)
-
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         s3 = None if args.no_s3 or args.p99_only else S3()
         rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
         if rows:
-            first, last = rows[0], rows[-1]
-            print(f"\nratios, {last['n']:,} vs {first['n']:,} rows (target):")
-
-            def grew(name: str, key: str, target: str | None = None) -> None:
-                ratio(name, last[key] / first[key], target)
-
-            grew("cold local look-up time", "local_s", "<= 1.5")
-            grew("cold local look-up RSS", "local_rss", "<= 1.2")
-            if s3 is not None:
-                grew("cold s3 look-up time", "s3_s", "<= 1.5")
-                grew("cold s3 look-up RSS", "s3_rss", "<= 1.2")
-                print(
-                    f"  cold s3 requests {last['s3_requests']:.0f} vs {first['s3_requests']:.0f}"
-                )
-            grew("fill time per row", "fill_us_row", "<= 1.2")
+            again = None
             if len(rows) > 1:
-                # the machine's speed drifts over a run: the smallest fill again, after
-                # the largest, brackets it (a ratio on one slow stretch flatters)
-                again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
-                us_again = again["seconds"] / first["n"] * 1e6
-                note = f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)"
-                ratio(
-                    "fill per row vs again",
-                    last["fill_us_row"] / us_again,
-                    "<= 1.2",
-                    note,
-                )
-            # beside it, the CPU time (every thread): where the two part, the fill
-            # waited (on the disk: its fsyncs, and writeback of a store no longer in memory)
-            grew("fill CPU time per row", "fill_cpu_us_row")
-            for r in rows:
-                whole = f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)"
-                ratio(
-                    f"fill peak / output at {r['n']:,}",
-                    r["fill_extra"] / r["out_mib"],
-                    "<= 2",
-                    whole,
-                )
-            # the output streams to a file: the other form of the target is a peak
-            # bounded by the chunk, not growing with n (~1x)
-            grew("fill peak over imports", "fill_extra")
+                again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
+            figures |= growth(rows, again, s3 is not None)
         if not args.no_p99:
-            print()
             sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
             # the median sitting: a p99 under load moves between sittings
             busy_idle, busy_floor = np.median(
                 [(b / i, b / f) for i, b, f in sittings], 0
             )
-            ratio("get p99 busy / idle", busy_idle, "<= 2")
-            ratio("get p99 busy / floor's busy", busy_floor)
-    print(f"load average at end: {load()}", flush=True)
+            figures["get p99 busy / idle"] = Figure(round(busy_idle, 2), "x", "<= 2")
+            figures["get p99 busy / floor's busy"] = Figure(round(busy_floor, 2), "x")
     record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.common import Server, load, machine_peaks
+from benchmarks.common import Server, bench_parser, load, machine_peaks
 from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, load_sequences, random_sequences
 from embedcache.client import EmbedClient
@@ -211,8 +211,7 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter parts")
+    parser = bench_parser(__doc__, "fewer, shorter parts")
     parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
     parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
     parser.add_argument("--clients", type=int, default=16)
