@@ -10,9 +10,6 @@ dtype (batched, the RC pass batched with the forward one, numba kernels); and
 the kernel cache), its vectors checked against the adapter's. Rates are also per
 CPU-second of this process, which load disturbs less; where the adapter's time goes
 (scan, conv, matmuls, the rest) and each variant's error against fp32 are printed.
-
-Run: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3]
-[--length 500] [--end-to-end-seqs 256]``.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import torch.nn.functional as F
 from benchmarks.common import (
     MATMULS,
     against_naive,
+    agreement,
     bench_parser,
     both_dtypes,
     by_category,
@@ -39,7 +37,6 @@ from benchmarks.common import (
     faster_dtype,
     machine_line,
     machine_peaks,
-    min_cosine,
     op_seconds,
     record_beside,
     wrapped,
@@ -188,11 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     adapter_tokens = args.rounds * args.n_seqs * args.length
     naive_rate = naive_tokens / time_naive["wall"]
     naive_cpu_rate = naive_tokens / time_naive["cpu"]
-    print(
-        f"naive official-style loop (batch 1, torch scan, fp32): {naive_rate:7.0f} tokens/s "
-        f"({naive_cpu_rate:5.0f} per CPU-second)"
-    )
-    figures = {"naive loop tokens/s": Figure(round(naive_rate), "tokens/s")}
+    figures = {
+        "naive loop tokens/s": Figure(round(naive_rate), "tokens/s"),
+        "naive loop tokens per CPU-second": Figure(round(naive_cpu_rate), "tokens/s"),
+    }
     for dtype, adapter in adapters.items():
         spent = time_adapter[dtype]
         rate, cpu_rate = adapter_tokens / spent["wall"], adapter_tokens / spent["cpu"]
@@ -232,22 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
-    print(
-        f"naive vs adapter fp32: max abs {np.abs(picked - naive).max():.2e}, "
-        f"min cosine {min_cosine(picked, naive):.7f}"
-    )
-    figures["naive vs adapter fp32 min cosine"] = Figure(
-        round(min_cosine(picked, naive), 7)
-    )
+    figures |= agreement("naive vs adapter fp32", picked, naive)
     if "bfloat16" in results:
-        bf16 = results["bfloat16"]
-        print(
-            f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, min cosine "
-            f"{min_cosine(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
-        )
-        figures["bf16 vs fp32 min cosine"] = Figure(
-            round(min_cosine(ref, bf16), 5), "", ">= 0.999"
-        )
+        figures |= agreement("bf16 vs fp32", results["bfloat16"], ref, ">= 0.999")
     record_beside("caduceus_bench", figures, peaks, quick=args.quick, argv=argv)
     return 0
 

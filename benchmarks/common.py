@@ -162,6 +162,17 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
 
 
+def agreement(
+    what: str, a: np.ndarray, b: np.ndarray, target: str | None = None
+) -> dict[str, Figure]:
+    """How close the vectors ``a`` are to ``b``: the largest absolute difference and
+    the smallest cosine (``target``: the cosine's)."""
+    return {
+        f"{what} max abs diff": Figure(float(f"{np.abs(a - b).max():.1e}")),
+        f"{what} min cosine": Figure(round(min_cosine(a, b), 7), "", target),
+    }
+
+
 @contextmanager
 def wrapped(
     module: ModuleType,
@@ -180,23 +191,6 @@ def wrapped(
             setattr(module, name, fn)
 
 
-@contextmanager
-def labelled_kernels(module: ModuleType, names: Sequence[str]) -> Iterator[None]:
-    """The numba kernels ``names`` of ``module`` as labelled ranges in torch's
-    profiler (``numba::<name>``)."""
-    import torch
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def labelled(*args: Any) -> Any:  # noqa: ANN401
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    with wrapped(module, names, wrap):
-        yield
-
-
 MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear")
 
 
@@ -207,11 +201,19 @@ def op_seconds(
     """Wall seconds of one call of ``fn`` under torch's profiler, and the self CPU
     seconds of each op, largest first; ``kernels``: (module, names) of numba kernels
     to label ``numba::<name>``."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    def labelled(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:  # noqa: ANN401
+            with torch.profiler.record_function(f"numba::{name}"):
+                return fn(*args)
+
+        return run
 
     with contextlib.ExitStack() as stack:
         for module, names in kernels:
-            stack.enter_context(labelled_kernels(module, names))
+            stack.enter_context(wrapped(module, names, labelled))
         prof = stack.enter_context(profile(activities=[ProfilerActivity.CPU]))
         start = time.perf_counter()
         fn()
@@ -325,6 +327,60 @@ def end_to_end(
         f"embed end to end {dtype} vs naive": Figure(round(rate / naive_rate, 1), "x"),
         "embed end to end start-up": Figure(round(run.startup, 2), "s"),
     }
+
+
+# a fresh `embed` that prints its peak resident set last (cold_lookup)
+EMBED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from embedcache.cli import main
+from benchmarks.common import hwm_mib
+code = main(sys.argv[2:])
+print(f"hwm_mib={hwm_mib()}")
+sys.exit(code)
+"""
+
+
+def hwm_mib() -> float:
+    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
+    carry a parent's size over a fork and exec."""
+    with Path("/proc/self/status").open() as fh:
+        line = next(x for x in fh if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
+    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
+        raise RuntimeError(msg)
+    return wall, usage.ru_maxrss / 1024, out
+
+
+def cold_lookup(
+    model: str, store: str, known: Path, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Median wall seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of the
+    sequences in ``known``, every one stored (the benchmark exits if not)."""
+    n = len(known.read_text().split())
+    cmd = [sys.executable, "-c", EMBED, str(REPO), "embed", "--model", model]
+    cmd += ["--store", store, "--input", str(known), "--output"]
+    runs = []
+    for i in range(3):
+        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        if f"computed=0 cached={n}" not in out:
+            sys.exit(f"expected all {n} known sequences stored:\n{out}")
+        runs.append((wall, float(out.split("hwm_mib=")[1].split()[0])))
+    walls, rsss = zip(*runs, strict=True)
+    return float(np.median(walls)), float(np.median(rsss))
 
 
 def free_port() -> int:

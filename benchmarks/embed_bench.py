@@ -13,9 +13,6 @@ passes at several token budgets: the measurement behind each family's batch size
 FLOPs of t tokens: 2 x (parameters outside embedding tables) x t, plus the attention
 matmuls (4 x layers x hidden x t², counted in full for causal models too). The summary
 takes each shape's best round against the 65% target (issue 22).
-
-Run: ``python -m benchmarks run embed_bench [--quick] [--shapes a,b] [--rounds 2]
-[--tokens 200000] [--n-naive 32] [--sweep]``.
 """
 
 from __future__ import annotations

@@ -9,9 +9,6 @@ in each dtype at several token budgets. Also: where the time goes (matmuls, FFTs
 kernels, the rest; torch's profiler), the share of the best matmul rate, bf16 against
 fp32, and ``embedcache embed`` end to end in a fresh
 interpreter (after an untimed run that fills the kernel cache).
-
-Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
-[--rounds 3] [--threads N] [--end-to-end 256]``.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ import torch.nn.functional as F
 from benchmarks.common import (
     MATMULS,
     against_naive,
+    agreement,
     bench_parser,
     both_dtypes,
     by_category,
@@ -38,24 +36,19 @@ from benchmarks.common import (
     load,
     machine_line,
     machine_peaks,
-    min_cosine,
     op_seconds,
     set_threads,
 )
 from benchmarks.records import Figure, record
-from benchmarks.shapes import build_hyena_medium, dataset_sequences
+from benchmarks.shapes import build_hyena_medium, load_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
 from embedcache.store import EmbeddingStore
 
-
-def load_sequences(
-    dataset: str, length: int, n: int, *, seed: int = 0
-) -> tuple[list[str], str]:
-    """``n`` test sequences of ``dataset``, or random ones of ``length`` without it."""
-    return dataset_sequences(n, seed, datasets=(dataset,), lengths=(length,))
+# test sequences of one set, or random ones of its length without the data
+ENHANCERS = {"datasets": ("human_enhancers_cohn",), "lengths": (500,)}
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -142,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         args.budgets = "4096,8192"
     set_threads(args.threads)
     print(machine_line())
-    seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
+    seqs, what = load_sequences(args.n, **ENHANCERS)
     tokens, naive_seqs = sum(len(s) + 1 for s in seqs), seqs[: args.n_naive]
     print(f"sequences: {what}; tokens include the trailing [SEP]")
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -195,27 +188,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         return budget, *best[dtype, budget]
 
-    print(f"summary (best of {args.rounds} rounds; load now {load()})")
-    print(f"  naive loop: {naive_tps:.0f} tok/s")
     figures = {"naive loop tokens/s": Figure(round(naive_tps), "tokens/s")}
     for dtype in adapters:
         budget, tps, vectors = best_budget(dtype)
-        print(
-            f"  engine {dtype} at 500 bp: {tps:.0f} tok/s = {tps / naive_tps:.1f}x the naive "
-            f"loop (best budget {budget}); max |diff| vs naive on its sequences "
-            f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
-        )
         # issue 22's targets (docs/models.md): fp32 >= 6x the naive loop, >= 40%
         target = ">= 6" if dtype == "float32" else None
         figures |= against_naive(f"engine {dtype} 500 bp", tps, naive_tps, target)
         share = round(100 * tps * flops / peak["best"], 1)
         figures[f"engine {dtype} share of best rate"] = Figure(share, "%", ">= 40")
+        figures[f"engine {dtype} best budget"] = Figure(budget, "tokens")
+        ours = vectors[: len(naive_seqs)]
+        figures |= agreement(f"engine {dtype} vs naive", ours, naive_vectors)
     if len(adapters) == 2:
-        cos = min_cosine(best_budget("float32")[2], best_budget("bfloat16")[2])
-        print(f"  bf16 vs fp32 vectors: cosine min {cos:.6f}")
-        figures["bf16 vs fp32 min cosine"] = Figure(round(cos, 5), "", ">= 0.999")
+        fp32, bf16 = best_budget("float32")[2], best_budget("bfloat16")[2]
+        figures |= agreement("bf16 vs fp32", bf16, fp32, ">= 0.999")
     if args.end_to_end:
-        many, _ = load_sequences("human_enhancers_cohn", 500, args.end_to_end, seed=2)
+        many, _ = load_sequences(args.end_to_end, 2, **ENHANCERS)
         dtype = faster_dtype()
         figures |= end_to_end(
             folder,

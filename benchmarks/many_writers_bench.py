@@ -7,9 +7,6 @@ cold look-up figure: the median wall time of 3 fresh ``embed`` runs of 100 known
 sequences (all cached) against that store, beside the same against a store one
 ``embed`` run filled with the same sequences, and their ratio (issue 41's targets:
 at most 16 runs, ratio at most 1.5).
-
-Run: ``python -m benchmarks run many_writers [--quick] [--writers N]
-[--per-writer N] [--parallel N] [--workdir DIR]`` (``--quick``: 24 writers).
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ import numpy as np
 
 from benchmarks.common import (
     bench_parser,
+    cold_lookup,
     embed_process,
     machine_line,
     machine_peaks,
@@ -36,17 +34,6 @@ from benchmarks.records import Figure
 MODEL = "kmer-1"
 SEQ_BP = 32
 N_KNOWN = 100
-
-
-def cold_lookup(store: Path, known: Path) -> float:
-    """Median wall of 3 fresh `embed` runs of the known (all cached) sequences."""
-    walls = []
-    for i in range(3):
-        wall, done = embed_process(MODEL, store, known, known.with_name(f"cold{i}.npy"))
-        if f"computed=0 cached={N_KNOWN}" not in done.stdout:
-            sys.exit(f"expected every known sequence cached:\n{done.stdout}")
-        walls.append(wall)
-    return float(np.median(walls))
 
 
 def n_runs(store: Path) -> int:
@@ -103,10 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         known = work / "known.txt"
         picks = np.random.default_rng(1).choice(len(seqs), N_KNOWN, replace=False)
         known.write_text("\n".join(seqs[i] for i in picks))
-        t_many, t_one = (
-            cold_lookup(work / "many", known),
-            cold_lookup(work / "one", known),
-        )
+        t_many, _ = cold_lookup(MODEL, str(work / "many"), known)
+        t_one, _ = cold_lookup(MODEL, str(work / "one"), known)
         figures = {
             "runs left by many writers": Figure(n_runs(work / "many"), "runs", "<= 16"),
             "runs left by one writer": Figure(n_runs(work / "one"), "runs"),

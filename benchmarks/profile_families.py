@@ -9,9 +9,6 @@ caduceus_bench, hyena as hyena_bench) and dtype (``--dtypes``), two tables:
   (imports, model load) apart;
 * the network by op: one batch at the family's token budget under ``torch.profiler``,
   self CPU time per op (numba kernels labelled), the top ``--top`` ops.
-
-Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2]
-[--dtypes float32,bfloat16] [--n 128] [--top 12]``.
 """
 
 from __future__ import annotations

@@ -13,9 +13,6 @@ Last, the server figure: in one process, the p99 of ``get`` of one stored hash i
 and while another thread commits a 100,000-sequence job (target: within 2x idle); and
 beside it, alternating, the floor: the same reader while another process commits into
 another store, sharing only the machine.
-
-Run: ``python -m benchmarks run scale_bench [--quick] [--sizes N,N] [--no-s3]
-[--no-p99] [--p99-only] [--workdir DIR]``.
 """
 
 from __future__ import annotations
@@ -35,13 +32,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.common import bench_parser, machine_peaks
+from benchmarks.common import (
+    REPO,
+    bench_parser,
+    cold_lookup,
+    machine_peaks,
+    run_measured,
+)
 from benchmarks.records import Figure, record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
 CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
@@ -64,7 +66,7 @@ key = load_adapter("kmer-1").key
 # as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
 from embedcache.engine.memory import return_freed_memory
 return_freed_memory()
-from benchmarks.scale_bench import hwm_mib
+from benchmarks.common import hwm_mib
 base = hwm_mib()  # imports only
 phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
 t0 = time.perf_counter()
@@ -101,25 +103,6 @@ shards = store.keys()[0].n_shards
 print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
                   "peak_mib": peak, "base_mib": base, "shards": shards}))
 """
-
-
-EMBED = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from embedcache.cli import main
-from benchmarks.scale_bench import hwm_mib
-code = main(sys.argv[2:])
-print(f"hwm_mib={hwm_mib()}")
-sys.exit(code)
-"""
-
-
-def hwm_mib() -> float:
-    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
-    carry a parent's size over a fork and exec."""
-    with Path("/proc/self/status").open() as fh:
-        line = next(x for x in fh if x.startswith("VmHWM"))
-    return int(line.split()[1]) / 1024
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
@@ -166,37 +149,6 @@ def known_seqs(n: int) -> list[str]:
         seqs = chunk_seqs(lo, n)
         out += [seqs[r - lo] for r in rows if lo <= r < lo + CHUNK]
     return out
-
-
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
-    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
-        raise RuntimeError(msg)
-    return wall, usage.ru_maxrss / 1024, out
-
-
-def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
-    """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
-    here = str(REPO)
-    cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
-    cmd += ["--store", store, "--input", str(known), "--output"]
-    runs = []
-    for i in range(3):
-        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
-        assert f"computed=0 cached={N_KNOWN}" in out, out
-        rss = float(out.split("hwm_mib=")[1].split()[0])
-        runs.append((wall, rss))
-    walls, rsss = zip(*runs, strict=True)
-    return float(np.median(walls)), float(np.median(rsss))
 
 
 class S3:
@@ -280,13 +232,13 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
            "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
            "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
-    row["local_s"], row["local_rss"] = cold_embed(str(root), known)
+    row["local_s"], row["local_rss"] = cold_lookup(MODEL, str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
     row["ls_s"], _, _ = run_measured(ls)
     if s3 is not None:
         url = s3.upload(root, f"scale-{n}")
         s3.counts.clear()
-        row["s3_s"], row["s3_rss"] = cold_embed(url, known, s3.env)
+        row["s3_s"], row["s3_rss"] = cold_lookup(MODEL, url, known, s3.env)
         row["s3_requests"] = sum(s3.counts.values()) / 3
         row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
     print(
