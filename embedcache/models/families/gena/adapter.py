@@ -26,6 +26,7 @@ from embedcache.models.shared.checkpoint import (
     build_filled,
     check_tokenizer_class,
     read_encoder_arch,
+    refuse_larger_vocab,
 )
 from embedcache.models.shared.encoder import EncoderAdapter, EncoderTraits
 from embedcache.models.shared.tokenizer_json import JsonTokenizer, read_tokenizer_json
@@ -135,12 +136,8 @@ def load(source: Source) -> EncoderAdapter:
         uses="GENA-LM checkpoints use a PreTrainedTokenizerFast over tokenizer.json",
     )
     tokenizer = load_tokenizer(folder, where=where)
-    if tokenizer.get_vocab_size(with_added_tokens=True) > arch.vocab_size:
-        msg = (
-            f"{where}: tokenizer.json has {tokenizer.get_vocab_size()} tokens but the "
-            f"model's vocab_size is {arch.vocab_size}"
-        )
-        raise CheckpointError(msg)
+    n_tokens = tokenizer.get_vocab_size(with_added_tokens=True)
+    refuse_larger_vocab(where, "tokenizer.json", n_tokens, arch.vocab_size)
     network, source, key_options = build_filled(
         lambda: gena_network.GenaNetwork(arch),
         source,
