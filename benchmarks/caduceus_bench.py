@@ -34,7 +34,6 @@ from benchmarks.common import (
     by_category,
     clocks,
     end_to_end,
-    faster_dtype,
     machine_line,
     machine_peaks,
     op_seconds,
@@ -214,17 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         figures |= against_naive(f"adapter {dtype}", rate, naive_rate, target)
     ref = results["float32"]
     if args.end_to_end_seqs:
-        dtype = faster_dtype()
         many = random_sequences(rng, [args.length] * args.end_to_end_seqs)
         figures |= end_to_end(
             path,
             many,
             Path(tempfile.mkdtemp(prefix="caduceus-e2e-")),
-            dtype=dtype,
             options=SHAPES["caduceus-ph"].options,
             tokens=len(many) * args.length,
             naive_rate=naive_rate,
-            adapter=adapters.get(dtype, adapters["float32"]),
+            adapters=adapters,
         )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]

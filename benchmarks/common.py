@@ -304,14 +304,16 @@ def end_to_end(
     seqs: Sequence[str],
     work: Path,
     *,
-    dtype: str,
     options: Sequence[str],
     tokens: int,
     naive_rate: float,
-    adapter: Any,  # noqa: ANN401 (any family's)
+    adapters: dict[str, Any],  # {dtype: any family's adapter}
 ) -> dict[str, Figure]:
-    """``embedcache embed`` over ``seqs`` after an untimed two-sequence run that fills
-    the CLI's kernel cache; its vectors checked against ``adapter``'s; its figures."""
+    """``embedcache embed`` over ``seqs`` in the faster dtype here, after an untimed
+    two-sequence run that fills the CLI's kernel cache; its vectors checked against
+    ``adapters``' (of that dtype where there is one, else float32); its figures."""
+    dtype = faster_dtype()
+    adapter = adapters.get(dtype, adapters["float32"])
     embed_cli(folder, seqs[:2], work / "warm", dtype=dtype, options=options)
     run = embed_cli(folder, seqs, work / "run", dtype=dtype, options=options)
     cosine = min_cosine(run.vectors[:8], adapter.embed_batch(list(seqs[:8])))

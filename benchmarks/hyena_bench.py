@@ -32,7 +32,6 @@ from benchmarks.common import (
     by_category,
     describe,
     end_to_end,
-    faster_dtype,
     load,
     machine_line,
     machine_peaks,
@@ -204,16 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         figures |= agreement("bf16 vs fp32", bf16, fp32, ">= 0.999")
     if args.end_to_end:
         many, _ = load_sequences(args.end_to_end, 2, **ENHANCERS)
-        dtype = faster_dtype()
         figures |= end_to_end(
             folder,
             many,
             work,
-            dtype=dtype,
             options=("--random-init", "0"),
             tokens=sum(len(s) + 1 for s in many),
             naive_rate=naive_tps,
-            adapter=adapters.get(dtype, adapters["float32"]),
+            adapters=adapters,
         )
     shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops

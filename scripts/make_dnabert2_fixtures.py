@@ -67,7 +67,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixture_writer import perturb, reverse_complement, save_hub_layout, write_fixtures
+from fixture_writer import (
+    lower_second_half,
+    perturb,
+    random_bases,
+    reverse_complement,
+    save_hub_layout,
+    write_fixtures,
+)
 
 DNABERT2_COMMIT = "d064dece8a8b41d9fb8729fbe3435278786931f1"
 DNABERT2_OLD_COMMIT = "25abaf0bd247444fcfa837109f12088114898d98"
@@ -117,11 +124,8 @@ def _long_sequences() -> list[str]:
     rng = random.Random(20261010)
     out = []
     for n in (37, 61, 83, 97, 128, 150, 199, 233, 251, 277, 289, 300, 300):
-        seq = [rng.choice("ACGT") for _ in range(n)]
-        if n % 2:
-            seq[n // 3 : n // 3 + 3] = "NNN"
-        text = "".join(seq)
-        out.append(text[: n // 2] + text[n // 2 :].lower() if n % 3 else text)
+        text = random_bases(rng, n)
+        out.append(lower_second_half(text) if n % 3 else text)
     return out
 
 

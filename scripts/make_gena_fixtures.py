@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
     perturb,
+    pooled_views,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -181,13 +182,7 @@ def pooled(model, tokenizer, seq: str) -> dict:  # noqa: ANN001
     keep = ~enc.pop("special_tokens_mask")[0].bool()
     with torch.no_grad():
         states = model(**enc, output_hidden_states=True).hidden_states
-    return {
-        "none": states[-1][0][keep].mean(0).numpy(),
-        "include": states[-1][0].mean(0).numpy(),
-        "cls": states[-1][0][0].numpy(),
-        "layer0": states[0][0][keep].mean(0).numpy(),
-        "layer1": states[1][0][keep].mean(0).numpy(),
-    }
+    return pooled_views(states, keep)
 
 
 def published_counts(

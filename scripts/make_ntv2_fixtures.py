@@ -51,6 +51,7 @@ from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
     parse_fixture_args,
     perturb,
+    pooled_views,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -166,13 +167,7 @@ def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
     keep = ~torch.isin(enc["input_ids"][0], special_ids)
     with torch.no_grad():
         states = model(**enc, output_hidden_states=True).hidden_states
-    return {
-        "none": states[-1][0][keep].mean(0).numpy(),
-        "include": states[-1][0].mean(0).numpy(),
-        "cls": states[-1][0][0].numpy(),
-        "layer0": states[0][0][keep].mean(0).numpy(),
-        "layer1": states[1][0][keep].mean(0).numpy(),
-    }
+    return pooled_views(states, keep)
 
 
 def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]:

@@ -21,12 +21,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared import checkpoint
 from embedcache.models.shared.checkpoint import (
     Source,
     build_filled,
     check_tokenizer_class,
     read_encoder_arch,
-    refuse_larger_vocab,
 )
 from embedcache.models.shared.encoder import EncoderAdapter, EncoderTraits
 from embedcache.models.shared.tokenizer_json import JsonTokenizer, read_tokenizer_json
@@ -137,7 +137,7 @@ def load(source: Source) -> EncoderAdapter:
     )
     tokenizer = load_tokenizer(folder, where=where)
     n_tokens = tokenizer.get_vocab_size(with_added_tokens=True)
-    refuse_larger_vocab(where, "tokenizer.json", n_tokens, arch.vocab_size)
+    checkpoint.refuse_larger_vocab(where, "tokenizer.json", n_tokens, arch.vocab_size)
     network, source, key_options = build_filled(
         lambda: gena_network.GenaNetwork(arch),
         source,
