@@ -26,17 +26,15 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    MATMULS,
     against_naive,
     agreement,
     bench_parser,
     both_dtypes,
-    by_category,
     clocks,
     end_to_end,
     machine_line,
     machine_peaks,
-    op_seconds,
+    op_categories,
     record_beside,
     wrapped,
 )
@@ -196,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             kernels[dtype].get("conv_silu", 0.0),
         )
         start = time.perf_counter()
-        _, ops = op_seconds(lambda a=adapter: a.embed_batch(seqs))
-        mm = by_category(ops, {"matmuls": MATMULS})["matmuls"]
+        mm = op_categories(lambda a=adapter: a.embed_batch(seqs))["matmuls"]
         profiled = time.perf_counter() - start
         per_round = spent["wall"] / args.rounds
         print(

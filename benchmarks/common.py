@@ -222,10 +222,15 @@ def op_seconds(
     return wall, dict(sorted(((k, v) for k, v in ops if v > 0), key=lambda kv: -kv[1]))
 
 
-def by_category(
-    ops: dict[str, float], categories: dict[str, tuple[str, ...]]
+def op_categories(
+    fn: Callable[[], object],
+    categories: dict[str, tuple[str, ...]] | None = None,
+    kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
 ) -> dict[str, float]:
-    """``ops``' seconds summed by the categories' op-name prefixes, and the rest."""
+    """Self CPU seconds of one call of ``fn`` (:func:`op_seconds`) summed by category:
+    the matmuls, ``categories`` (op-name prefixes) and the rest."""
+    _, ops = op_seconds(fn, kernels)
+    categories = {"matmuls": MATMULS, **(categories or {})}
     out = dict.fromkeys([*categories, "the rest"], 0.0)
     for key, seconds in ops.items():
         hit = (c for c, prefixes in categories.items() if key.startswith(prefixes))

@@ -17,6 +17,7 @@ import json
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,18 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    MATMULS,
     against_naive,
     agreement,
     bench_parser,
     both_dtypes,
-    by_category,
     describe,
     end_to_end,
     load,
     machine_line,
     machine_peaks,
-    op_seconds,
+    op_categories,
     set_threads,
 )
 from benchmarks.records import Figure, record
@@ -108,7 +107,6 @@ def engine_run(
 
 KERNELS = [(hyena_kernels, ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"))]
 CATEGORIES = {
-    "matmuls": MATMULS,
     "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
     "numba kernels": ("numba::",),
 }
@@ -221,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     for dtype, adapter in adapters.items():
         budget = adapter.preferred_token_budget
         batch = seqs[: max(1, budget // 501)]
-        _, ops = op_seconds(lambda a=adapter, b=batch: a.embed_batch(b), KERNELS)
-        shares = by_category(ops, CATEGORIES)
+        once = lambda a=adapter, b=batch: a.embed_batch(b)
+        shares = op_categories(once, CATEGORIES, KERNELS)
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
         print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")
