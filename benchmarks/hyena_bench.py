@@ -17,7 +17,6 @@ import json
 import shutil
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
