@@ -17,6 +17,7 @@ import json
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for dtype, adapter in adapters.items():
         budget = adapter.preferred_token_budget
         batch = seqs[: max(1, budget // 501)]
-        once = lambda a=adapter, b=batch: a.embed_batch(b)
+        once = partial(adapter.embed_batch, batch)
         shares = op_categories(once, CATEGORIES, KERNELS)
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
