@@ -40,6 +40,20 @@ CORNER_SEQUENCES = [
 ]
 
 
+# how the fixtures' ``average`` vectors were made, for their meta.json
+AVERAGE_UPPER = (
+    "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string"
+)
+
+
+def library_versions() -> dict[str, str]:
+    """The torch and transformers versions the official code ran on (meta.json)."""
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def parse_fixture_args(doc: str, *sources: str) -> argparse.Namespace:
     """The command line of a script whose only options are required folders or
     files: each of ``sources`` (``"--official"``, ...) and ``--out``."""

@@ -68,6 +68,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixture_writer import (
+    library_versions,
     lower_second_half,
     perturb,
     random_bases,
@@ -208,7 +209,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
@@ -385,8 +385,7 @@ def main() -> int:
             "files_sha256": {n: _sha(dnaberts[n]) for n in dnaberts},
             "config_equals_hub_revision": "00e47f96cdea35e4b6f5df89e5419cbe47d490c6",
         },
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "triton": "absent (official PyTorch attention path)",
         "pooling": "mean over the sequence's own tokens ([CLS]/[SEP] excluded), batch 1",
         "layers": "layer 0 = embedding output, i = output of block i (unpadded encoder list)",

@@ -52,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
+    AVERAGE_UPPER,
+    library_versions,
     perturb,
     pooled_views,
     record_official_vectors,
@@ -225,7 +227,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     printout = json.loads(PUBLISHED.read_text())
@@ -302,14 +303,13 @@ def main() -> int:
             args.published_tokenizer.read_bytes()
         ).hexdigest(),
         "published_config": "tests/fixtures/gena/published/gena-lm-bert-base-t2t.config-printout.json",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "loaded_with": "AutoModel.from_pretrained(dir, trust_remote_code=True) -> BertForMaskedLM",
         "tokenizer": "AutoTokenizer (PreTrainedTokenizerFast on tokenizer.json), upper-cased input",
         "pooling": "mean over tokens of hidden_states[-1], [CLS]/[SEP] excluded "
         "(special_tokens_mask); _include keeps them; _cls is position 0; "
         "_layer0/_layer1 pool hidden_states[0]/[1]",
-        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+        "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(code, template, scratch)
     write_fixtures(

@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
+    AVERAGE_UPPER,
+    library_versions,
     parse_fixture_args,
     perturb,
     pooled_views,
@@ -205,7 +207,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     template = json.loads(PUBLISHED.read_text())
@@ -278,14 +279,13 @@ def main() -> int:
         "transformers.pytorch_utils as in the hub revision (then sha256 matches)",
         "hash_source": "kurtvalcorza/nucleotide-transformer-genomics-pipeline "
         "weights/nt-v2-50m-multi-species/dimer-base-manifest.json",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "loaded_with": "AutoModelForMaskedLM.from_pretrained(dir, trust_remote_code=True)",
         "tokenizer": "AutoTokenizer (EsmTokenizer) on the upper-cased sequence",
         "pooling": "mean over tokens of hidden_states[-1] (after emb_layer_norm_after), "
         "special tokens (<cls>) excluded; _include keeps them; _cls is position 0; "
         "_layer0/_layer1 pool hidden_states[0]/[1]",
-        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+        "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(args.official, scratch)
     write_fixtures(

@@ -55,6 +55,17 @@ def assert_reads_everything(store: EmbeddingStore, version: int = 1) -> None:
         np.testing.assert_array_equal(got, vectors[::-1])
 
 
+def migrated_by_the_cli(root: Path, version: int, capsys) -> EmbeddingStore:
+    """``embedcache store migrate`` of the schema-``version`` store at ``root``, its
+    summary checked; the store, every fixture vector read back from it."""
+    assert main(["store", "migrate", "--store", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"from schema_version {version} to 5: 2 keys, 3 shards" in out
+    store = EmbeddingStore(root, create=False)
+    assert_reads_everything(store, version)
+    return store
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_old_schema_is_refused_with_the_migrate_command(tmp_path, version):
     root = copied(tmp_path, version)
@@ -68,10 +79,7 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     files_before = {
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
-    assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(old_store, create=False)
-    assert_reads_everything(store)
+    store = migrated_by_the_cli(old_store, 1, capsys)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
     assert (infos[KEY_A].n_vectors, infos[KEY_A].n_shards) == (12, 1)
     assert (infos[KEY_B].n_vectors, infos[KEY_B].n_shards) == (7, 2)
@@ -149,10 +157,7 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     from make_store_schema2 import KEY_B as KEY_B2
 
     chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
-    assert main(["store", "migrate", "--store", str(store_2)]) == 0
-    assert "from schema_version 2 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(store_2, create=False)
-    assert_reads_everything(store, 2)
+    store = migrated_by_the_cli(store_2, 2, capsys)
     for key, (hashes, _) in expected(2).items():
         assert store.hashes(key) == sorted(hashes)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
@@ -199,10 +204,7 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
     chunks = {p: p.read_bytes() for p in store_3.rglob("*/vectors/c/*/*")}
     sorted_before = {p: p.read_bytes() for p in store_3.rglob("*/sorted_hashes/c/*/*")}
     blooms = {p: p.read_bytes() for p in store_3.rglob("*/bloom/c/*")}
-    assert main(["store", "migrate", "--store", str(store_3)]) == 0
-    assert "from schema_version 3 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(store_3, create=False)
-    assert_reads_everything(store, 3)
+    store = migrated_by_the_cli(store_3, 3, capsys)
     for key, (hashes, _) in expected(3).items():
         # a look-up large enough to consult the filters: no hash lost to them
         asked = [*hashes, "e" * 64]
