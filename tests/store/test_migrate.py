@@ -55,6 +55,25 @@ def assert_reads_everything(store: EmbeddingStore, version: int = 1) -> None:
         np.testing.assert_array_equal(got, vectors[::-1])
 
 
+def killed_after_one(monkeypatch, root: Path, name: str, version: int) -> None:
+    """A migration of ``root`` killed (KeyboardInterrupt) on its second call of
+    ``migrate.<name>``; the store is still refused as schema ``version``."""
+    real, calls = getattr(migrate, name), []
+
+    def once_then_crash(*args):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(migrate, name, once_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_store(root)
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match=f"schema_version {version}"):
+        EmbeddingStore(root)  # the root flips last
+
+
 def migrated_by_the_cli(root: Path, version: int, capsys) -> EmbeddingStore:
     """``embedcache store migrate`` of the schema-``version`` store at ``root``, its
     summary checked; the store, every fixture vector read back from it."""
@@ -98,14 +117,15 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
-def test_migrate_works_on_an_object_store(s3_handle):
-    uploaded(s3_handle, 1)
+@pytest.mark.parametrize("version", [1, 2])
+def test_migrate_works_on_an_object_store(s3_handle, version):
+    uploaded(s3_handle, version)
     with pytest.raises(StoreError, match="store migrate"):
         s3_handle.open()
     done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (1, 2, 3)
+    assert (done.from_version, done.n_keys, done.n_shards) == (version, 2, 3)
     store = s3_handle.open(create=False)
-    assert_reads_everything(store)
+    assert_reads_everything(store, version)
     assert store.verify() == []
 
 
@@ -122,21 +142,7 @@ def test_a_damaged_shard_stops_its_key_and_the_store_stays_schema_1(old_store):
 
 
 def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
-    calls = []
-    real = migrate._migrate_key
-
-    def once_then_crash(backend, digest):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(digest)
-        return real(backend, digest)
-
-    monkeypatch.setattr(migrate, "_migrate_key", once_then_crash)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_store(old_store)
-    monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema_version 1"):
-        EmbeddingStore(old_store)  # the root flips last
+    killed_after_one(monkeypatch, old_store, "_migrate_key", 1)  # a key at a time
     done = migrate_store(old_store)
     assert (done.from_version, done.n_keys) == (1, 1)  # the other key
     store = EmbeddingStore(old_store)
@@ -147,15 +153,11 @@ def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
 # --- schema 2 (tests/fixtures/store-schema2, written by c11ce95's embedcache) ---------
 
 
-@pytest.fixture
-def store_2(tmp_path) -> Path:
-    return copied(tmp_path, 2)
-
-
-def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, capsys):
+def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(tmp_path, capsys):
     from make_store_schema2 import KEY_A as KEY_A2
     from make_store_schema2 import KEY_B as KEY_B2
 
+    store_2 = copied(tmp_path, 2)
     chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
     store = migrated_by_the_cli(store_2, 2, capsys)
     for key, (hashes, _) in expected(2).items():
@@ -176,17 +178,6 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     assert after == {KEY_A2: 2100, KEY_B2: 10}
     again = migrate_store(store_2)
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
-
-
-def test_migrate_2_works_on_an_object_store(s3_handle):
-    uploaded(s3_handle, 2)
-    with pytest.raises(StoreError, match="store migrate"):
-        s3_handle.open()
-    done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (2, 2, 3)
-    store = s3_handle.open(create=False)
-    assert_reads_everything(store, 2)
-    assert store.verify() == []
 
 
 # --- schema 3 (tests/fixtures/store-schema3, written by 46eff04's embedcache) ---------
@@ -225,21 +216,7 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
 
 
 def test_an_interrupted_migration_from_3_is_run_again(store_3, monkeypatch):
-    calls = []
-    real = migrate._with_index
-
-    def one_shard_then_crash(backend, digest, record):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(record.shard)
-        return real(backend, digest, record)
-
-    monkeypatch.setattr(migrate, "_with_index", one_shard_then_crash)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_store(store_3)
-    monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema_version 3"):
-        EmbeddingStore(store_3)  # the root flips last
+    killed_after_one(monkeypatch, store_3, "_with_index", 3)  # a shard at a time
     assert migrate_store(store_3).from_version == 3
     store = EmbeddingStore(store_3)
     assert_reads_everything(store, 3)
