@@ -141,6 +141,15 @@ def pooled_views(states: Sequence[torch.Tensor], keep: torch.Tensor) -> dict:
     }
 
 
+def pooling_note(what: str) -> str:
+    """meta.json's ``pooling`` of :func:`pooled_views`' vectors; ``what``: the mean's
+    hidden states and the tokens it leaves out."""
+    return (
+        f"mean over tokens of {what}; _include keeps them; _cls is position 0; "
+        "_layer0/_layer1 pool hidden_states[0]/[1]"
+    )
+
+
 def pooled_table(
     name: str, rows: list[dict], rc_rows: list[dict], whats: Iterable[str]
 ) -> dict[str, np.ndarray]:

@@ -56,6 +56,7 @@ from fixture_writer import (
     library_versions,
     perturb,
     pooled_views,
+    pooling_note,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -306,9 +307,9 @@ def main() -> int:
         **library_versions(),
         "loaded_with": "AutoModel.from_pretrained(dir, trust_remote_code=True) -> BertForMaskedLM",
         "tokenizer": "AutoTokenizer (PreTrainedTokenizerFast on tokenizer.json), upper-cased input",
-        "pooling": "mean over tokens of hidden_states[-1], [CLS]/[SEP] excluded "
-        "(special_tokens_mask); _include keeps them; _cls is position 0; "
-        "_layer0/_layer1 pool hidden_states[0]/[1]",
+        "pooling": pooling_note(
+            "hidden_states[-1], [CLS]/[SEP] excluded (special_tokens_mask)"
+        ),
         "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(code, template, scratch)

@@ -54,6 +54,7 @@ from fixture_writer import (
     parse_fixture_args,
     perturb,
     pooled_views,
+    pooling_note,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -282,9 +283,9 @@ def main() -> int:
         **library_versions(),
         "loaded_with": "AutoModelForMaskedLM.from_pretrained(dir, trust_remote_code=True)",
         "tokenizer": "AutoTokenizer (EsmTokenizer) on the upper-cased sequence",
-        "pooling": "mean over tokens of hidden_states[-1] (after emb_layer_norm_after), "
-        "special tokens (<cls>) excluded; _include keeps them; _cls is position 0; "
-        "_layer0/_layer1 pool hidden_states[0]/[1]",
+        "pooling": pooling_note(
+            "hidden_states[-1] (after emb_layer_norm_after), special tokens (<cls>) excluded"
+        ),
         "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(args.official, scratch)
