@@ -97,6 +97,15 @@ def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
     return parser
 
 
+def show(label: str, values: dict[str, object]) -> None:
+    """One line: ``label``, then each value after its name (floats to 3 digits)."""
+    parts = (
+        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in values.items()
+    )
+    print(f"{label}: {', '.join(parts)}", flush=True)
+
+
 def describe(peaks: dict[str, float]) -> str:
     return (
         f"matmul fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 "

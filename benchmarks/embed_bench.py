@@ -40,6 +40,7 @@ from benchmarks.common import (
     machine_peaks,
     min_cosine,
     set_threads,
+    show,
 )
 from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, adapter_options, load_sequences
@@ -204,19 +205,18 @@ def measure(
 def print_result(r: Result) -> None:
     run, work = r.run, r.work
     with_attn, weights_only = work.shares(run.wall, r.peak)
-    engine_attn, _ = work.shares(run.engine, r.peak)
     rate = work.tokens / run.wall
-    print(
-        f"  round {r.round} {r.shape}: end to end {run.wall:.1f} s ({run.engine:.1f} s "
-        f"engine, {run.startup:.1f} s start-up), {rate:,.0f} tokens/s "
-        f"({work.tokens / run.engine:,.0f} start-up excluded), "
-        f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
-        f"without attention; engine alone {100 * engine_attn:.1f}%); {describe(r.peaks)}; "
-        f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
-        f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}; "
-        f"its linear layers alone at a full batch's rows {r.linears / 1e9:.1f} GFLOP/s "
-        f"= {100 * r.linears / r.peak:.1f}% of the best matmul rate"
-    )
+    show(f"  round {r.round} {r.shape}", {
+        "end to end s": run.wall, "engine s": run.engine, "start-up s": run.startup,
+        "tokens/s": round(rate), "start-up excluded": round(work.tokens / run.engine),
+        "% of the best matmul rate": 100 * with_attn,
+        "without attention": 100 * weights_only,
+        "engine alone": 100 * work.shares(run.engine, r.peak)[0],
+        "naive fp32 batch-1 tokens/s": round(r.naive_rate),
+        "x naive": rate / r.naive_rate, "cosine vs naive": f"{r.cosine:.5f}",
+        "linear layers alone at a full batch, % of best": 100 * r.linears / r.peak,
+    })  # fmt: skip
+    print(f"    {describe(r.peaks)}")
 
 
 def main(argv: list[str] | None = None) -> int:

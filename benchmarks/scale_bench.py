@@ -38,6 +38,7 @@ from benchmarks.common import (
     cold_lookup,
     machine_peaks,
     run_measured,
+    show,
 )
 from benchmarks.records import Figure, record
 
@@ -241,26 +242,8 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         row["s3_s"], row["s3_rss"] = cold_lookup(MODEL, url, known, s3.env)
         row["s3_requests"] = sum(s3.counts.values()) / 3
         row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
-    print(
-        f"{n:>11,} rows: fill {row['fill_s']:.1f} s ({row['fill_us_row']:.2f} us/row, "
-        f"CPU {row['fill_cpu_us_row']:.2f} us/row; "
-        f"hash {fill['hash']:.1f} s, look-up {fill['look-up']:.1f} s, put "
-        f"{fill['put']:.1f} s, read {fill['read']:.1f} s), peak RSS "
-        f"{fill_rss:.0f} MiB, {row['fill_extra']:.0f} MiB over the imports "
-        f"({row['fill_extra'] / out_mib:.2f}x the {out_mib:.1f} MiB output), "
-        f"{fill['shards']} shards",
-        flush=True,
-    )
-    s3_text = (
-        f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
-        f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
-    )
-    print(
-        f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
-        f"{row['local_rss']:.0f} MiB; store ls {row['ls_s']:.2f} s"
-        + (s3_text if s3 is not None else ""),
-        flush=True,
-    )
+    phases = {k: fill[k] for k in ("hash", "look-up", "put", "read", "shards")}
+    show(f"{n:,} rows (seconds, us a row, MiB)", row | phases)
     return row
 
 
@@ -359,17 +342,11 @@ def p99_under_commits(
             raise RuntimeError(msg)
     job_s = time.perf_counter() - t0
     p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
-    where = {
-        "thread": "a thread of this process committing into this store",
-        "process": "floor: another process committing into another store",
-    }[writer]
-    print(
-        f"get p99 of one stored hash, {where}: idle {p_idle:.2f} ms (n={len(idle)}), "
-        f"while {n_job:,} sequences are committed in batches of {batch:,} "
-        f"({job_s:.1f} s) {p_busy:.2f} ms (n={len(busy)}); busy/idle = "
-        f"{p_busy / p_idle:.2f}",
-        flush=True,
-    )
+    show(
+        f"get p99 of one stored hash (ms), {writer} committing {n_job:,} sequences",
+        {"idle": p_idle, "busy": p_busy, "idle n": len(idle), "busy n": len(busy),
+         "job s": job_s},
+    )  # fmt: skip
     return p_idle, p_busy
 
 
@@ -382,11 +359,6 @@ def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, floa
     for i in range(sittings):
         idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
-        print(
-            f"  busy p99, this store's writer thread over the floor's: "
-            f"{busy:.2f} / {floor:.2f} ms = {busy / floor:.2f}x",
-            flush=True,
-        )
         out.append((idle, busy, floor))
     return out
 
