@@ -18,6 +18,7 @@ import json
 import tempfile
 import time
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,6 +121,9 @@ def naive_embed(weights: CaduceusWeights, seqs: list[str]) -> np.ndarray:
 # -- timing helpers --------------------------------------------------------------------
 
 
+KERNELS = ("scan_gated", "conv_silu")  # timed by kernel_timer
+
+
 @contextmanager
 def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
     """Time the numba kernels by wrapping them where the model looks them up."""
@@ -132,7 +136,7 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 
         return timed
 
-    with wrapped(caduceus_kernels, ("scan_gated", "conv_silu"), wrap):
+    with wrapped(caduceus_kernels, KERNELS, wrap):
         yield
 
 
@@ -189,22 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     for dtype, adapter in adapters.items():
         spent = time_adapter[dtype]
         rate, cpu_rate = adapter_tokens / spent["wall"], adapter_tokens / spent["cpu"]
-        scan, conv = (
-            kernels[dtype].get("scan_gated", 0.0),
-            kernels[dtype].get("conv_silu", 0.0),
-        )
         start = time.perf_counter()
-        mm = op_categories(lambda a=adapter: a.embed_batch(seqs))["matmuls"]
-        profiled = time.perf_counter() - start
-        per_round = spent["wall"] / args.rounds
-        print(
-            f"adapter {dtype:8s}: {rate:7.0f} tokens/s ({cpu_rate:5.0f} per CPU-second) = "
-            f"{rate / naive_rate:5.1f}x naive ({cpu_rate / naive_cpu_rate:5.1f}x per CPU-second); "
-            f"time: scan kernel {scan / spent['wall']:4.0%}, conv kernel {conv / spent['wall']:4.0%}, "
-            f"matmuls {mm / profiled:4.0%} (profiled run), rest "
-            f"{max(0.0, 1 - (scan + conv) / spent['wall'] - mm / profiled):4.0%}; "
-            f"{per_round:.2f} s per round"
-        )
+        mm = op_categories(partial(adapter.embed_batch, seqs))["matmuls"]
+        mm /= time.perf_counter() - start  # a share of the profiled run
+        scan, conv = (kernels[dtype].get(k, 0.0) / spent["wall"] for k in KERNELS)
+        name = f"adapter {dtype}"
+        figures |= {
+            f"{name} tokens per CPU-second": Figure(round(cpu_rate), "tokens/s"),
+            f"{name} vs naive per CPU-second": Figure(round(cpu_rate / naive_cpu_rate, 1), "x"),
+            f"{name} time in the scan kernel": Figure(round(100 * scan), "%"),
+            f"{name} time in the conv kernel": Figure(round(100 * conv), "%"),
+            f"{name} time in matmuls (profiled)": Figure(round(100 * mm), "%"),
+            f"{name} seconds a round": Figure(round(spent["wall"] / args.rounds, 2), "s"),
+        }  # fmt: skip
         # issue 22's target (docs/models.md): fp32 >= 20x the naive loop
         target = ">= 20" if dtype == "float32" else None
         figures |= against_naive(f"adapter {dtype}", rate, naive_rate, target)
