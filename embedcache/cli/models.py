@@ -46,4 +46,14 @@ def _cmd_models(args: argparse.Namespace) -> int:
         f"this machine: CPU kind {cpu_kind()}; --dtype auto computes in "
         f"{resolve_dtype('auto', 'cpu')} on its CPU (bfloat16 on a GPU with bf16)"
     )
+    from embedcache.models.shared.tuning import process_tuner
+
+    tuner = process_tuner()
+    lines = tuner.stored()
+    print(
+        f"kernel choices tuned on this machine ({tuner.path}; EMBEDCACHE_TUNE=off "
+        "or KERNEL=CHOICE overrides):" + ("" if lines else " none yet")
+    )
+    for line in lines:
+        print(f"  {line}")
     return 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch.nn.functional as F
 from torch import nn
+
+from embedcache.models.shared.attention import attend
+from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -39,8 +41,13 @@ class SelfAttention(nn.Module):
         def heads(linear: nn.Linear) -> torch.Tensor:
             return linear(x).view(b, t, n_heads, -1).transpose(1, 2)
 
-        context = F.scaled_dot_product_attention(
-            heads(self.query), heads(self.key), heads(self.value), attn_mask=keys
+        # flash kernel or two matmuls: whichever this machine runs faster (tuning)
+        context = attend(
+            heads(self.query),
+            heads(self.key),
+            heads(self.value),
+            keys,
+            tuner=process_tuner(),
         )
         return context.transpose(1, 2).reshape(b, t, h)
 

@@ -30,6 +30,11 @@ TIME_BLOCK = 64
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
 _EXP2_COEF = tuple(_LN2**i / math.factorial(i) for i in range(8))
+# the same coefficients rounded to float32, as the kernels use them
+EXP2_COEF32 = tuple(float(np.float32(c)) for c in _EXP2_COEF)
+LOG2E32 = float(np.float32(_LOG2E))
+# _softplus's odd series in s**2, highest power first, as float32
+SERIES32 = tuple(float(np.float32(1.0 / k)) for k in (13, 11, 9, 7, 5, 3, 1))
 
 
 @intrinsic

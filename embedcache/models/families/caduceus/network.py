@@ -36,6 +36,8 @@ from embedcache.models.families.caduceus.weights import (
 from embedcache.models.shared.char_tokens import BASE_IDS, UNK_ID
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
 _COMPLEMENT_IDS = {7: 10, 8: 9, 9: 8, 10: 7}
@@ -78,6 +80,23 @@ class CaduceusBackbone:
             [kernel_params(layer) for layer in self.weights.layers]
             if kernels == "numba"
             else []
+        )
+        self._scan_kernel = self._choose_scan() if kernels == "numba" else None
+
+    def _choose_scan(self) -> Callable[..., None]:
+        """The scan kernel the machine's tuner picks among equal-vector candidates."""
+        import torch
+
+        from embedcache.models.families.caduceus.scan_blocked import choose_kernel
+        from embedcache.models.shared.tuning import process_tuner
+
+        arch = self.arch
+        return choose_kernel(
+            d_state=arch.d_state,
+            d_inner=arch.d_inner,
+            dt_rank=arch.dt_rank,
+            bf16=self.matmul_dtype == torch.bfloat16,
+            tuner=process_tuner(),
         )
 
     # -- pieces -----------------------------------------------------------------
@@ -188,7 +207,7 @@ class CaduceusBackbone:
             parts = [branch(p, xz) for p in ps]
             y = torch.empty((n_seq, length, di), dtype=self.matmul_dtype)
             sl = slice(ps[0], ps[-1] + 1)
-            kernels.scan_gated(
+            self._scan_kernel(
                 *(tuple(part[i].numpy() for part in parts) for i in range(4)),
                 params["a_log2"][sl],
                 params["d"][sl],
