@@ -10,18 +10,15 @@ dtype (batched, the RC pass batched with the forward one, numba kernels); and
 the kernel cache), its vectors checked against the adapter's. Rates are also per
 CPU-second of this process, which load disturbs less; where the adapter's time goes
 (scan, conv, matmuls, the rest) and each variant's error against fp32 are printed.
-
-Run: ``python -m benchmarks run caduceus_bench [--quick] [--n-seqs 32] [--rounds 3]
-[--length 500] [--end-to-end-seqs 256]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,18 +27,15 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    MATMULS,
     against_naive,
+    agreement,
+    bench_parser,
     both_dtypes,
-    by_category,
     clocks,
-    cpu_kind_line,
-    describe,
     end_to_end,
-    faster_dtype,
+    machine_line,
     machine_peaks,
-    min_cosine,
-    op_seconds,
+    op_categories,
     record_beside,
     wrapped,
 )
@@ -127,6 +121,9 @@ def naive_embed(weights: CaduceusWeights, seqs: list[str]) -> np.ndarray:
 # -- timing helpers --------------------------------------------------------------------
 
 
+KERNELS = ("scan_gated", "conv_silu")  # timed by kernel_timer
+
+
 @contextmanager
 def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
     """Time the numba kernels by wrapping them where the model looks them up."""
@@ -139,13 +136,12 @@ def kernel_timer(totals: dict[str, float]) -> Iterator[None]:
 
         return timed
 
-    with wrapped(caduceus_kernels, ("scan_gated", "conv_silu"), wrap):
+    with wrapped(caduceus_kernels, KERNELS, wrap):
         yield
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Caduceus-ph: naive loop vs adapter")
-    parser.add_argument("--quick", action="store_true", help="8 seqs, 1 round, 32 e2e")
+    parser = bench_parser(__doc__, "8 seqs, 1 round, 32 e2e")
     parser.add_argument("--n-seqs", type=int, default=32, help="adapter's, a round")
     parser.add_argument("--rounds", type=int, default=3, help="naive: 1 seq a round")
     parser.add_argument("--length", type=int, default=500)
@@ -160,10 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(tempfile.mkdtemp(prefix="caduceus-bench-"))
     build_caduceus_ph(path)
     peaks = machine_peaks()
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{cpu_kind_line()}; {describe(peaks)}; adapter dtypes {args.dtypes}"
-    )
+    print(f"{machine_line(peaks)}; adapter dtypes {args.dtypes}")
     print(
         f"model: Caduceus-ph shape (d_model 256, 16 layers), {args.length} bp, rc average; "
         f"{args.rounds} rounds of [naive 1 seq, adapter {args.dtypes} {args.n_seqs} seqs]"
@@ -193,66 +186,46 @@ def main(argv: list[str] | None = None) -> int:
     adapter_tokens = args.rounds * args.n_seqs * args.length
     naive_rate = naive_tokens / time_naive["wall"]
     naive_cpu_rate = naive_tokens / time_naive["cpu"]
-    print(
-        f"naive official-style loop (batch 1, torch scan, fp32): {naive_rate:7.0f} tokens/s "
-        f"({naive_cpu_rate:5.0f} per CPU-second)"
-    )
-    figures = {"naive loop tokens/s": Figure(round(naive_rate), "tokens/s")}
+    figures = {
+        "naive loop tokens/s": Figure(round(naive_rate), "tokens/s"),
+        "naive loop tokens per CPU-second": Figure(round(naive_cpu_rate), "tokens/s"),
+    }
     for dtype, adapter in adapters.items():
         spent = time_adapter[dtype]
         rate, cpu_rate = adapter_tokens / spent["wall"], adapter_tokens / spent["cpu"]
-        scan, conv = (
-            kernels[dtype].get("scan_gated", 0.0),
-            kernels[dtype].get("conv_silu", 0.0),
-        )
         start = time.perf_counter()
-        _, ops = op_seconds(lambda a=adapter: a.embed_batch(seqs))
-        mm = by_category(ops, {"matmuls": MATMULS})["matmuls"]
-        profiled = time.perf_counter() - start
-        per_round = spent["wall"] / args.rounds
-        print(
-            f"adapter {dtype:8s}: {rate:7.0f} tokens/s ({cpu_rate:5.0f} per CPU-second) = "
-            f"{rate / naive_rate:5.1f}x naive ({cpu_rate / naive_cpu_rate:5.1f}x per CPU-second); "
-            f"time: scan kernel {scan / spent['wall']:4.0%}, conv kernel {conv / spent['wall']:4.0%}, "
-            f"matmuls {mm / profiled:4.0%} (profiled run), rest "
-            f"{max(0.0, 1 - (scan + conv) / spent['wall'] - mm / profiled):4.0%}; "
-            f"{per_round:.2f} s per round"
-        )
+        mm = op_categories(partial(adapter.embed_batch, seqs))["matmuls"]
+        mm /= time.perf_counter() - start  # a share of the profiled run
+        scan, conv = (kernels[dtype].get(k, 0.0) / spent["wall"] for k in KERNELS)
+        name = f"adapter {dtype}"
+        figures |= {
+            f"{name} tokens per CPU-second": Figure(round(cpu_rate), "tokens/s"),
+            f"{name} vs naive per CPU-second": Figure(round(cpu_rate / naive_cpu_rate, 1), "x"),
+            f"{name} time in the scan kernel": Figure(round(100 * scan), "%"),
+            f"{name} time in the conv kernel": Figure(round(100 * conv), "%"),
+            f"{name} time in matmuls (profiled)": Figure(round(100 * mm), "%"),
+            f"{name} seconds a round": Figure(round(spent["wall"] / args.rounds, 2), "s"),
+        }  # fmt: skip
         # issue 22's target (docs/models.md): fp32 >= 20x the naive loop
         target = ">= 20" if dtype == "float32" else None
         figures |= against_naive(f"adapter {dtype}", rate, naive_rate, target)
     ref = results["float32"]
     if args.end_to_end_seqs:
-        dtype = faster_dtype()
         many = random_sequences(rng, [args.length] * args.end_to_end_seqs)
         figures |= end_to_end(
             path,
             many,
             Path(tempfile.mkdtemp(prefix="caduceus-e2e-")),
-            dtype=dtype,
             options=SHAPES["caduceus-ph"].options,
             tokens=len(many) * args.length,
             naive_rate=naive_rate,
-            adapter=adapters.get(dtype, adapters["float32"]),
+            adapters=adapters,
         )
     naive = np.stack(naive_rows)
     picked = ref[[r % len(seqs) for r in range(args.rounds)]]
-    print(
-        f"naive vs adapter fp32: max abs {np.abs(picked - naive).max():.2e}, "
-        f"min cosine {min_cosine(picked, naive):.7f}"
-    )
-    figures["naive vs adapter fp32 min cosine"] = Figure(
-        round(min_cosine(picked, naive), 7)
-    )
+    figures |= agreement("naive vs adapter fp32", picked, naive)
     if "bfloat16" in results:
-        bf16 = results["bfloat16"]
-        print(
-            f"bf16 vs fp32 adapter:  max abs {np.abs(ref - bf16).max():.2e}, min cosine "
-            f"{min_cosine(ref, bf16):.7f} (largest |value| {np.abs(ref).max():.2f})"
-        )
-        figures["bf16 vs fp32 min cosine"] = Figure(
-            round(min_cosine(ref, bf16), 5), "", ">= 0.999"
-        )
+        figures |= agreement("bf16 vs fp32", results["bfloat16"], ref, ">= 0.999")
     record_beside("caduceus_bench", figures, peaks, quick=args.quick, argv=argv)
     return 0
 

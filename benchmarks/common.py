@@ -10,6 +10,7 @@ matmuls (~50x slower than fp32 on an AVX2-only EPYC), so its bf16 rate is measur
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -77,8 +78,32 @@ def both_dtypes() -> str:
     return "float32,bfloat16" if faster_dtype() == "bfloat16" else "float32"
 
 
-def cpu_kind_line() -> str:
-    return f"CPU kind {cpu_kind()} (/proc/cpuinfo flags)"
+def machine_line(peaks: dict[str, float] | None = None) -> str:
+    """torch's version and threads, the CPU kind, the matmul peaks and the load."""
+    import torch
+
+    rates = f"; {describe(peaks)}" if peaks else ""
+    return (
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; CPU kind "
+        f"{cpu_kind()} (/proc/cpuinfo flags){rates}; load average {load()}"
+    )
+
+
+def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: the first line of its docstring and ``--quick``
+    (``quick``: what it cuts)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    return parser
+
+
+def show(label: str, values: dict[str, object]) -> None:
+    """One line: ``label``, then each value after its name (floats to 3 digits)."""
+    parts = (
+        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in values.items()
+    )
+    print(f"{label}: {', '.join(parts)}", flush=True)
 
 
 def describe(peaks: dict[str, float]) -> str:
@@ -146,6 +171,17 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((dots / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
 
 
+def agreement(
+    what: str, a: np.ndarray, b: np.ndarray, target: str | None = None
+) -> dict[str, Figure]:
+    """How close the vectors ``a`` are to ``b``: the largest absolute difference and
+    the smallest cosine (``target``: the cosine's)."""
+    return {
+        f"{what} max abs diff": Figure(float(f"{np.abs(a - b).max():.1e}")),
+        f"{what} min cosine": Figure(round(min_cosine(a, b), 7), "", target),
+    }
+
+
 @contextmanager
 def wrapped(
     module: ModuleType,
@@ -164,23 +200,6 @@ def wrapped(
             setattr(module, name, fn)
 
 
-@contextmanager
-def labelled_kernels(module: ModuleType, names: Sequence[str]) -> Iterator[None]:
-    """The numba kernels ``names`` of ``module`` as labelled ranges in torch's
-    profiler (``numba::<name>``)."""
-    import torch
-
-    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def labelled(*args: Any) -> Any:  # noqa: ANN401
-            with torch.profiler.record_function(f"numba::{name}"):
-                return fn(*args)
-
-        return labelled
-
-    with wrapped(module, names, wrap):
-        yield
-
-
 MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear")
 
 
@@ -191,11 +210,19 @@ def op_seconds(
     """Wall seconds of one call of ``fn`` under torch's profiler, and the self CPU
     seconds of each op, largest first; ``kernels``: (module, names) of numba kernels
     to label ``numba::<name>``."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    def labelled(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:  # noqa: ANN401
+            with torch.profiler.record_function(f"numba::{name}"):
+                return fn(*args)
+
+        return run
 
     with contextlib.ExitStack() as stack:
         for module, names in kernels:
-            stack.enter_context(labelled_kernels(module, names))
+            stack.enter_context(wrapped(module, names, labelled))
         prof = stack.enter_context(profile(activities=[ProfilerActivity.CPU]))
         start = time.perf_counter()
         fn()
@@ -204,10 +231,15 @@ def op_seconds(
     return wall, dict(sorted(((k, v) for k, v in ops if v > 0), key=lambda kv: -kv[1]))
 
 
-def by_category(
-    ops: dict[str, float], categories: dict[str, tuple[str, ...]]
+def op_categories(
+    fn: Callable[[], object],
+    categories: dict[str, tuple[str, ...]] | None = None,
+    kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
 ) -> dict[str, float]:
-    """``ops``' seconds summed by the categories' op-name prefixes, and the rest."""
+    """Self CPU seconds of one call of ``fn`` (:func:`op_seconds`) summed by category:
+    the matmuls, ``categories`` (op-name prefixes) and the rest."""
+    _, ops = op_seconds(fn, kernels)
+    categories = {"matmuls": MATMULS, **(categories or {})}
     out = dict.fromkeys([*categories, "the rest"], 0.0)
     for key, seconds in ops.items():
         hit = (c for c, prefixes in categories.items() if key.startswith(prefixes))
@@ -233,6 +265,26 @@ class CliRun:
         return self.wall - self.engine
 
 
+def embed_process(
+    model: Path | str, store: Path, inputs: Path, output: Path, *options: str
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """``embedcache embed --model MODEL OPTIONS`` from ``inputs`` into ``store`` in a
+    fresh interpreter: its wall seconds and the finished process; exits the benchmark
+    if it fails."""
+    command = [
+        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model),
+        *options, "--store", str(store), "--input", str(inputs),
+        "--output", str(output), "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    return wall, done
+
+
 def embed_cli(
     folder: Path | str,
     seqs: Sequence[str],
@@ -241,24 +293,16 @@ def embed_cli(
     dtype: str,
     options: Sequence[str] = (),
 ) -> CliRun:
-    """``embedcache embed --model FOLDER OPTIONS --dtype DTYPE`` over ``seqs`` in a
-    fresh interpreter on a fresh store under ``work``; exits the benchmark if it fails
-    or computes less than every distinct sequence."""
+    """``embedcache embed --model FOLDER OPTIONS --dtype DTYPE`` over ``seqs`` on a
+    fresh store under ``work``; exits the benchmark if it computes less than every
+    distinct sequence."""
     work.mkdir(parents=True, exist_ok=True)
     inputs, output, store = work / "seqs.txt", work / "out.npy", work / "store"
     shutil.rmtree(store, ignore_errors=True)
     inputs.write_text("\n".join(seqs) + "\n")
-    command = [
-        sys.executable, "-m", "embedcache.cli", "embed", "--model", str(folder),
-        *options, "--dtype", dtype, "--store", str(store),
-        "--input", str(inputs), "--output", str(output), "--no-progress",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
+    wall, done = embed_process(
+        folder, store, inputs, output, *options, "--dtype", dtype
+    )
     last = done.stdout.strip().splitlines()[-1]
     engine = ENGINE_LOG.search(done.stderr)
     if not last.startswith("computed=") or engine is None:
@@ -274,14 +318,16 @@ def end_to_end(
     seqs: Sequence[str],
     work: Path,
     *,
-    dtype: str,
     options: Sequence[str],
     tokens: int,
     naive_rate: float,
-    adapter: Any,  # noqa: ANN401 (any family's)
+    adapters: dict[str, Any],  # {dtype: any family's adapter}
 ) -> dict[str, Figure]:
-    """``embedcache embed`` over ``seqs`` after an untimed two-sequence run that fills
-    the CLI's kernel cache; its vectors checked against ``adapter``'s; its figures."""
+    """``embedcache embed`` over ``seqs`` in the faster dtype here, after an untimed
+    two-sequence run that fills the CLI's kernel cache; its vectors checked against
+    ``adapters``' (of that dtype where there is one, else float32); its figures."""
+    dtype = faster_dtype()
+    adapter = adapters.get(dtype, adapters["float32"])
     embed_cli(folder, seqs[:2], work / "warm", dtype=dtype, options=options)
     run = embed_cli(folder, seqs, work / "run", dtype=dtype, options=options)
     cosine = min_cosine(run.vectors[:8], adapter.embed_batch(list(seqs[:8])))
@@ -297,6 +343,60 @@ def end_to_end(
         f"embed end to end {dtype} vs naive": Figure(round(rate / naive_rate, 1), "x"),
         "embed end to end start-up": Figure(round(run.startup, 2), "s"),
     }
+
+
+# a fresh `embed` that prints its peak resident set last (cold_lookup)
+EMBED = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from embedcache.cli import main
+from benchmarks.common import hwm_mib
+code = main(sys.argv[2:])
+print(f"hwm_mib={hwm_mib()}")
+sys.exit(code)
+"""
+
+
+def hwm_mib() -> float:
+    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
+    carry a parent's size over a fork and exec."""
+    with Path("/proc/self/status").open() as fh:
+        line = next(x for x in fh if x.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
+    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
+        raise RuntimeError(msg)
+    return wall, usage.ru_maxrss / 1024, out
+
+
+def cold_lookup(
+    model: str, store: str, known: Path, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Median wall seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of the
+    sequences in ``known``, every one stored (the benchmark exits if not)."""
+    n = len(known.read_text().split())
+    cmd = [sys.executable, "-c", EMBED, str(REPO), "embed", "--model", model]
+    cmd += ["--store", store, "--input", str(known), "--output"]
+    runs = []
+    for i in range(3):
+        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        if f"computed=0 cached={n}" not in out:
+            sys.exit(f"expected all {n} known sequences stored:\n{out}")
+        runs.append((wall, float(out.split("hwm_mib=")[1].split()[0])))
+    walls, rsss = zip(*runs, strict=True)
+    return float(np.median(walls)), float(np.median(rsss))
 
 
 def free_port() -> int:

@@ -13,9 +13,6 @@ passes at several token budgets: the measurement behind each family's batch size
 FLOPs of t tokens: 2 x (parameters outside embedding tables) x t, plus the attention
 matmuls (4 x layers x hidden x t², counted in full for causal models too). The summary
 takes each shape's best round against the 65% target (issue 22).
-
-Run: ``python -m benchmarks run embed_bench [--quick] [--shapes a,b] [--rounds 2]
-[--tokens 200000] [--n-naive 32] [--sweep]``.
 """
 
 from __future__ import annotations
@@ -35,14 +32,15 @@ import torch
 
 from benchmarks.common import (
     CliRun,
-    cpu_kind_line,
+    bench_parser,
     describe,
     embed_cli,
     faster_dtype,
-    load,
+    machine_line,
     machine_peaks,
     min_cosine,
     set_threads,
+    show,
 )
 from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, adapter_options, load_sequences
@@ -207,24 +205,22 @@ def measure(
 def print_result(r: Result) -> None:
     run, work = r.run, r.work
     with_attn, weights_only = work.shares(run.wall, r.peak)
-    engine_attn, _ = work.shares(run.engine, r.peak)
     rate = work.tokens / run.wall
-    print(
-        f"  round {r.round} {r.shape}: end to end {run.wall:.1f} s ({run.engine:.1f} s "
-        f"engine, {run.startup:.1f} s start-up), {rate:,.0f} tokens/s "
-        f"({work.tokens / run.engine:,.0f} start-up excluded), "
-        f"{100 * with_attn:.1f}% of the best matmul rate ({100 * weights_only:.1f}% "
-        f"without attention; engine alone {100 * engine_attn:.1f}%); {describe(r.peaks)}; "
-        f"naive fp32 batch-1 {r.naive_rate:,.0f} tokens/s -> "
-        f"{rate / r.naive_rate:.2f}x; engine vs naive cosine min {r.cosine:.5f}; "
-        f"its linear layers alone at a full batch's rows {r.linears / 1e9:.1f} GFLOP/s "
-        f"= {100 * r.linears / r.peak:.1f}% of the best matmul rate"
-    )
+    show(f"  round {r.round} {r.shape}", {
+        "end to end s": run.wall, "engine s": run.engine, "start-up s": run.startup,
+        "tokens/s": round(rate), "start-up excluded": round(work.tokens / run.engine),
+        "% of the best matmul rate": 100 * with_attn,
+        "without attention": 100 * weights_only,
+        "engine alone": 100 * work.shares(run.engine, r.peak)[0],
+        "naive fp32 batch-1 tokens/s": round(r.naive_rate),
+        "x naive": rate / r.naive_rate, "cosine vs naive": f"{r.cosine:.5f}",
+        "linear layers alone at a full batch, % of best": 100 * r.linears / r.peak,
+    })  # fmt: skip
+    print(f"    {describe(r.peaks)}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, 20k tokens")
+    parser = bench_parser(__doc__, "1 round, 20k tokens")
     parser.add_argument("--shapes", default="bert-char-512x8,ntv2-50m")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=200_000, help="a run's")
@@ -242,10 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
     set_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load()}; "
-        f"{cpu_kind_line()}; engine dtype {args.dtype}"
-    )
+    print(f"{machine_line()}; engine dtype {args.dtype}")
     root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}
     try:
@@ -287,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name} vs naive fp32 batch-1": Figure(round(rate / best.naive_rate, 2), "x"),
                 f"{name} engine vs naive min cosine": Figure(round(best.cosine, 5)),
             }  # fmt: skip
-        print(f"load average at the end: {load()}")
         peaks = max((r.peaks for r in results), key=lambda p: p["best"])
         record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
     finally:

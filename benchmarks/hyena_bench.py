@@ -9,18 +9,15 @@ in each dtype at several token budgets. Also: where the time goes (matmuls, FFTs
 kernels, the rest; torch's profiler), the share of the best matmul rate, bf16 against
 fp32, and ``embedcache embed`` end to end in a fresh
 interpreter (after an untimed run that fills the kernel cache).
-
-Run: ``python -m benchmarks run hyena_bench [--quick] [--n 96] [--n-naive 16]
-[--rounds 3] [--threads N] [--end-to-end 256]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,34 +25,28 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import (
-    MATMULS,
     against_naive,
+    agreement,
+    bench_parser,
     both_dtypes,
-    by_category,
-    cpu_kind_line,
     describe,
     end_to_end,
-    faster_dtype,
     load,
+    machine_line,
     machine_peaks,
-    min_cosine,
-    op_seconds,
+    op_categories,
     set_threads,
 )
 from benchmarks.records import Figure, record
-from benchmarks.shapes import build_hyena_medium, dataset_sequences
+from benchmarks.shapes import build_hyena_medium, load_sequences
 from embedcache.engine.local import embed_sequences
 from embedcache.models import load_adapter
 from embedcache.models.families.hyena import kernels as hyena_kernels
 from embedcache.models.families.hyena.adapter import SEP_ID, tokenize
 from embedcache.store import EmbeddingStore
 
-
-def load_sequences(
-    dataset: str, length: int, n: int, *, seed: int = 0
-) -> tuple[list[str], str]:
-    """``n`` test sequences of ``dataset``, or random ones of ``length`` without it."""
-    return dataset_sequences(n, seed, datasets=(dataset,), lengths=(length,))
+# test sequences of one set, or random ones of its length without the data
+ENHANCERS = {"datasets": ("human_enhancers_cohn",), "lengths": (500,)}
 
 
 # -- the naive, official-style loop ----------------------------------------------------
@@ -116,7 +107,6 @@ def engine_run(
 
 KERNELS = [(hyena_kernels, ("short_conv_gate", "gate_out", "gelu_tanh", "add_norm"))]
 CATEGORIES = {
-    "matmuls": MATMULS,
     "FFTs": ("aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"),
     "numba kernels": ("numba::",),
 }
@@ -128,8 +118,7 @@ def matmul_flops_per_token(config: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, fewer sequences")
+    parser = bench_parser(__doc__, "1 round, fewer sequences")
     parser.add_argument("--n", type=int, default=96, help="sequences for the engine")
     parser.add_argument("--n-naive", type=int, default=16, help="for the naive loop")
     parser.add_argument("--budgets", default="2048,4096,8192,16384")
@@ -142,11 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.n_naive, args.rounds, args.end_to_end = 32, 4, 1, 32
         args.budgets = "4096,8192"
     set_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"{cpu_kind_line()}, load average {load()}"
-    )
-    seqs, what = load_sequences("human_enhancers_cohn", 500, args.n)
+    print(machine_line())
+    seqs, what = load_sequences(args.n, **ENHANCERS)
     tokens, naive_seqs = sum(len(s) + 1 for s in seqs), seqs[: args.n_naive]
     print(f"sequences: {what}; tokens include the trailing [SEP]")
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -199,37 +185,30 @@ def main(argv: list[str] | None = None) -> int:
         )
         return budget, *best[dtype, budget]
 
-    print(f"summary (best of {args.rounds} rounds; load now {load()})")
-    print(f"  naive loop: {naive_tps:.0f} tok/s")
     figures = {"naive loop tokens/s": Figure(round(naive_tps), "tokens/s")}
     for dtype in adapters:
         budget, tps, vectors = best_budget(dtype)
-        print(
-            f"  engine {dtype} at 500 bp: {tps:.0f} tok/s = {tps / naive_tps:.1f}x the naive "
-            f"loop (best budget {budget}); max |diff| vs naive on its sequences "
-            f"{np.abs(vectors[: len(naive_seqs)] - naive_vectors).max():.1e}"
-        )
         # issue 22's targets (docs/models.md): fp32 >= 6x the naive loop, >= 40%
         target = ">= 6" if dtype == "float32" else None
         figures |= against_naive(f"engine {dtype} 500 bp", tps, naive_tps, target)
         share = round(100 * tps * flops / peak["best"], 1)
         figures[f"engine {dtype} share of best rate"] = Figure(share, "%", ">= 40")
+        figures[f"engine {dtype} best budget"] = Figure(budget, "tokens")
+        ours = vectors[: len(naive_seqs)]
+        figures |= agreement(f"engine {dtype} vs naive", ours, naive_vectors)
     if len(adapters) == 2:
-        cos = min_cosine(best_budget("float32")[2], best_budget("bfloat16")[2])
-        print(f"  bf16 vs fp32 vectors: cosine min {cos:.6f}")
-        figures["bf16 vs fp32 min cosine"] = Figure(round(cos, 5), "", ">= 0.999")
+        fp32, bf16 = best_budget("float32")[2], best_budget("bfloat16")[2]
+        figures |= agreement("bf16 vs fp32", bf16, fp32, ">= 0.999")
     if args.end_to_end:
-        many, _ = load_sequences("human_enhancers_cohn", 500, args.end_to_end, seed=2)
-        dtype = faster_dtype()
+        many, _ = load_sequences(args.end_to_end, 2, **ENHANCERS)
         figures |= end_to_end(
             folder,
             many,
             work,
-            dtype=dtype,
             options=("--random-init", "0"),
             tokens=sum(len(s) + 1 for s in many),
             naive_rate=naive_tps,
-            adapter=adapters.get(dtype, adapters["float32"]),
+            adapters=adapters,
         )
     shutil.rmtree(work, ignore_errors=True)
     bound = peak["best"] / flops
@@ -240,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     for dtype, adapter in adapters.items():
         budget = adapter.preferred_token_budget
         batch = seqs[: max(1, budget // 501)]
-        _, ops = op_seconds(lambda a=adapter, b=batch: a.embed_batch(b), KERNELS)
-        shares = by_category(ops, CATEGORIES)
+        once = partial(adapter.embed_batch, batch)
+        shares = op_categories(once, CATEGORIES, KERNELS)
         total = sum(shares.values())
         parts = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in shares.items())
         print(f"  where {dtype} time goes (one batch of budget {budget}): {parts}")

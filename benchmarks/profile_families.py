@@ -9,9 +9,6 @@ caduceus_bench, hyena as hyena_bench) and dtype (``--dtypes``), two tables:
   (imports, model load) apart;
 * the network by op: one batch at the family's token budget under ``torch.profiler``,
   self CPU time per op (numba kernels labelled), the top ``--top`` ops.
-
-Run: ``python -m benchmarks run profile_families [--quick] [--families bert,ntv2]
-[--dtypes float32,bfloat16] [--n 128] [--top 12]``.
 """
 
 from __future__ import annotations
@@ -25,12 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 START = time.perf_counter()
-import torch
 
 from benchmarks.common import (
-    cpu_kind_line,
-    describe,
+    bench_parser,
     load,
+    machine_line,
     machine_peaks,
     op_seconds,
     record_beside,
@@ -200,8 +196,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="32 sequences a family")
+    parser = bench_parser(__doc__, "32 sequences a family")
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
@@ -213,10 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n = 32
     set_threads(args.threads)
     peaks = machine_peaks()
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {cpu_kind_line()}; "
-        f"{describe(peaks)}"
-    )
+    print(machine_line(peaks))
     figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory() as root:
         for family in args.families.split(","):

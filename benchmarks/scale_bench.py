@@ -13,14 +13,10 @@ Last, the server figure: in one process, the p99 of ``get`` of one stored hash i
 and while another thread commits a 100,000-sequence job (target: within 2x idle); and
 beside it, alternating, the floor: the same reader while another process commits into
 another store, sharing only the machine.
-
-Run: ``python -m benchmarks run scale_bench [--quick] [--sizes N,N] [--no-s3]
-[--no-p99] [--p99-only] [--workdir DIR]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -31,17 +27,24 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from subprocess import PIPE
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.common import load, machine_peaks
+from benchmarks.common import (
+    REPO,
+    bench_parser,
+    cold_lookup,
+    machine_peaks,
+    run_measured,
+    show,
+)
 from benchmarks.records import Figure, record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
 CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
@@ -64,7 +67,7 @@ key = load_adapter("kmer-1").key
 # as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
 from embedcache.engine.memory import return_freed_memory
 return_freed_memory()
-from benchmarks.scale_bench import hwm_mib
+from benchmarks.common import hwm_mib
 base = hwm_mib()  # imports only
 phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
 t0 = time.perf_counter()
@@ -101,25 +104,6 @@ shards = store.keys()[0].n_shards
 print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
                   "peak_mib": peak, "base_mib": base, "shards": shards}))
 """
-
-
-EMBED = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from embedcache.cli import main
-from benchmarks.scale_bench import hwm_mib
-code = main(sys.argv[2:])
-print(f"hwm_mib={hwm_mib()}")
-sys.exit(code)
-"""
-
-
-def hwm_mib() -> float:
-    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
-    carry a parent's size over a fork and exec."""
-    with Path("/proc/self/status").open() as fh:
-        line = next(x for x in fh if x.startswith("VmHWM"))
-    return int(line.split()[1]) / 1024
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
@@ -166,37 +150,6 @@ def known_seqs(n: int) -> list[str]:
         seqs = chunk_seqs(lo, n)
         out += [seqs[r - lo] for r in rows if lo <= r < lo + CHUNK]
     return out
-
-
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
-    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
-        raise RuntimeError(msg)
-    return wall, usage.ru_maxrss / 1024, out
-
-
-def cold_embed(store: str, known: Path, env: dict[str, str] | None = None) -> tuple:
-    """Median wall and peak RSS of 3 fresh `embed` runs of the known sequences."""
-    here = str(REPO)
-    cmd = [sys.executable, "-c", EMBED, here, "embed", "--model", MODEL]
-    cmd += ["--store", store, "--input", str(known), "--output"]
-    runs = []
-    for i in range(3):
-        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
-        assert f"computed=0 cached={N_KNOWN}" in out, out
-        rss = float(out.split("hwm_mib=")[1].split()[0])
-        runs.append((wall, rss))
-    walls, rsss = zip(*runs, strict=True)
-    return float(np.median(walls)), float(np.median(rsss))
 
 
 class S3:
@@ -280,35 +233,17 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
            "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
            "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
-    row["local_s"], row["local_rss"] = cold_embed(str(root), known)
+    row["local_s"], row["local_rss"] = cold_lookup(MODEL, str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
     row["ls_s"], _, _ = run_measured(ls)
     if s3 is not None:
         url = s3.upload(root, f"scale-{n}")
         s3.counts.clear()
-        row["s3_s"], row["s3_rss"] = cold_embed(url, known, s3.env)
+        row["s3_s"], row["s3_rss"] = cold_lookup(MODEL, url, known, s3.env)
         row["s3_requests"] = sum(s3.counts.values()) / 3
         row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
-    print(
-        f"{n:>11,} rows: fill {row['fill_s']:.1f} s ({row['fill_us_row']:.2f} us/row, "
-        f"CPU {row['fill_cpu_us_row']:.2f} us/row; "
-        f"hash {fill['hash']:.1f} s, look-up {fill['look-up']:.1f} s, put "
-        f"{fill['put']:.1f} s, read {fill['read']:.1f} s), peak RSS "
-        f"{fill_rss:.0f} MiB, {row['fill_extra']:.0f} MiB over the imports "
-        f"({row['fill_extra'] / out_mib:.2f}x the {out_mib:.1f} MiB output), "
-        f"{fill['shards']} shards",
-        flush=True,
-    )
-    s3_text = (
-        f"; s3 {row['s3_s']:.2f} s / {row['s3_rss']:.0f} MiB, "
-        f"{row['s3_requests']:.0f} requests {row['s3_by_method']}"
-    )
-    print(
-        f"{'':>17} cold embed of {N_KNOWN}: local {row['local_s']:.2f} s / "
-        f"{row['local_rss']:.0f} MiB; store ls {row['ls_s']:.2f} s"
-        + (s3_text if s3 is not None else ""),
-        flush=True,
-    )
+    phases = {k: fill[k] for k in ("hash", "look-up", "put", "read", "shards")}
+    show(f"{n:,} rows (seconds, us a row, MiB)", row | phases)
     return row
 
 
@@ -345,18 +280,6 @@ sys.stdin.readline()
 for hashed, vectors in work:
     store.put(key, hashed, vectors)
 """
-
-
-def started_child(cmd: list[str]) -> subprocess.Popen:
-    """A child that prints "ready" once set up and waits for a line to begin, told
-    to begin: what is timed beside it is its work, not its start-up."""
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout.readline().strip() == "ready"  # both pipes: PIPE above
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
-    return proc
 
 
 def p99_under_commits(
@@ -406,7 +329,12 @@ def p99_under_commits(
     else:
         cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
-        proc = started_child(cmd)
+        # it prints "ready" once set up and waits for a line to begin: what is timed
+        # beside it is its work, not its start-up
+        proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         t0 = time.perf_counter()
         busy = sample(lambda: proc.poll() is None, 10**9)
         if proc.wait():
@@ -414,17 +342,11 @@ def p99_under_commits(
             raise RuntimeError(msg)
     job_s = time.perf_counter() - t0
     p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
-    where = {
-        "thread": "a thread of this process committing into this store",
-        "process": "floor: another process committing into another store",
-    }[writer]
-    print(
-        f"get p99 of one stored hash, {where}: idle {p_idle:.2f} ms (n={len(idle)}), "
-        f"while {n_job:,} sequences are committed in batches of {batch:,} "
-        f"({job_s:.1f} s) {p_busy:.2f} ms (n={len(busy)}); busy/idle = "
-        f"{p_busy / p_idle:.2f}",
-        flush=True,
-    )
+    show(
+        f"get p99 of one stored hash (ms), {writer} committing {n_job:,} sequences",
+        {"idle": p_idle, "busy": p_busy, "idle n": len(idle), "busy n": len(busy),
+         "job s": job_s},
+    )  # fmt: skip
     return p_idle, p_busy
 
 
@@ -437,18 +359,48 @@ def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, floa
     for i in range(sittings):
         idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
-        print(
-            f"  busy p99, this store's writer thread over the floor's: "
-            f"{busy:.2f} / {floor:.2f} ms = {busy / floor:.2f}x",
-            flush=True,
-        )
         out.append((idle, busy, floor))
     return out
 
 
+def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
+    """The ratios the issue targets, largest size over smallest; ``again``: the
+    smallest filled again after the largest (the machine's speed drifts over a run,
+    and a ratio on one slow stretch flatters)."""
+    first, last = rows[0], rows[-1]
+
+    def grew(key: str, target: str | None = None) -> Figure:
+        return Figure(round(last[key] / first[key], 2), "x", target)
+
+    figures = {
+        "cold local look-up time": grew("local_s", "<= 1.5"),
+        "cold local look-up RSS": grew("local_rss", "<= 1.2"),
+    }
+    if s3:
+        figures["cold s3 look-up time"] = grew("s3_s", "<= 1.5")
+        figures["cold s3 look-up RSS"] = grew("s3_rss", "<= 1.2")
+        figures["cold s3 look-up requests"] = Figure(round(last["s3_requests"]))
+    figures["fill time per row"] = grew("fill_us_row", "<= 1.2")
+    if again is not None:
+        us_again = again["seconds"] / first["n"] * 1e6
+        ratio = last["fill_us_row"] / us_again
+        figures["fill per row vs again"] = Figure(round(ratio, 2), "x", "<= 1.2")
+    # beside it, the CPU time (every thread): where the two part, the fill waited (on
+    # the disk: its fsyncs, and writeback of a store no longer in memory)
+    figures["fill CPU time per row"] = grew("fill_cpu_us_row")
+    for r in rows:
+        ratio = r["fill_extra"] / r["out_mib"]
+        figures[f"fill peak / output at {r['n']:,}"] = Figure(
+            round(ratio, 2), "x", "<= 2"
+        )
+    # the output streams to a file: the other form of the target is a peak bounded by
+    # the chunk, not growing with n (~1x)
+    figures["fill peak over imports"] = grew("fill_extra")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser = bench_parser(__doc__, "100 k to 1.6 M rows")
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
@@ -457,68 +409,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
-    print(f"load average at start: {load()}", flush=True)
     figures: dict[str, Figure] = {}
-
-    def ratio(name: str, value: float, target: str | None = None, note: str = "") -> None:  # fmt: skip
-        print(f"  {name:<24} {value:.2f}x {f'({target})' if target else ''} {note}")
-        figures[name] = Figure(round(value, 2), "x", target)
-
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         s3 = None if args.no_s3 or args.p99_only else S3()
         rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
         if rows:
-            first, last = rows[0], rows[-1]
-            print(f"\nratios, {last['n']:,} vs {first['n']:,} rows (target):")
-
-            def grew(name: str, key: str, target: str | None = None) -> None:
-                ratio(name, last[key] / first[key], target)
-
-            grew("cold local look-up time", "local_s", "<= 1.5")
-            grew("cold local look-up RSS", "local_rss", "<= 1.2")
-            if s3 is not None:
-                grew("cold s3 look-up time", "s3_s", "<= 1.5")
-                grew("cold s3 look-up RSS", "s3_rss", "<= 1.2")
-                print(
-                    f"  cold s3 requests {last['s3_requests']:.0f} vs {first['s3_requests']:.0f}"
-                )
-            grew("fill time per row", "fill_us_row", "<= 1.2")
+            again = None
             if len(rows) > 1:
-                # the machine's speed drifts over a run: the smallest fill again, after
-                # the largest, brackets it (a ratio on one slow stretch flatters)
-                again = run_fill(first["n"], Path(tmp) / "again", Path(tmp))
-                us_again = again["seconds"] / first["n"] * 1e6
-                note = f"({first['n']:,} filled again after {last['n']:,}: {us_again:.2f} us/row)"
-                ratio(
-                    "fill per row vs again",
-                    last["fill_us_row"] / us_again,
-                    "<= 1.2",
-                    note,
-                )
-            # beside it, the CPU time (every thread): where the two part, the fill
-            # waited (on the disk: its fsyncs, and writeback of a store no longer in memory)
-            grew("fill CPU time per row", "fill_cpu_us_row")
-            for r in rows:
-                whole = f"(whole peak {r['fill_rss'] / r['out_mib']:.2f}x)"
-                ratio(
-                    f"fill peak / output at {r['n']:,}",
-                    r["fill_extra"] / r["out_mib"],
-                    "<= 2",
-                    whole,
-                )
-            # the output streams to a file: the other form of the target is a peak
-            # bounded by the chunk, not growing with n (~1x)
-            grew("fill peak over imports", "fill_extra")
+                again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
+            figures |= growth(rows, again, s3 is not None)
         if not args.no_p99:
-            print()
             sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
             # the median sitting: a p99 under load moves between sittings
             busy_idle, busy_floor = np.median(
                 [(b / i, b / f) for i, b, f in sittings], 0
             )
-            ratio("get p99 busy / idle", busy_idle, "<= 2")
-            ratio("get p99 busy / floor's busy", busy_floor)
-    print(f"load average at end: {load()}", flush=True)
+            figures["get p99 busy / idle"] = Figure(round(busy_idle, 2), "x", "<= 2")
+            figures["get p99 busy / floor's busy"] = Figure(round(busy_floor, 2), "x")
     record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 

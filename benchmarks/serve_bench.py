@@ -14,9 +14,6 @@ CPU, the server a subprocess on 127.0.0.1:
 (d) memory: the server's RSS through a mixed run, second third to last (< 5%).
 
 ``--quick``: a 256-wide 4-layer BERT and shorter parts.
-
-Run: ``python -m benchmarks run serve_bench [--quick] [--n 512] [--fair-seconds 20]
-[--memory-seconds 30]``.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.common import Server, load, machine_peaks
+from benchmarks.common import Server, bench_parser, load, machine_peaks
 from benchmarks.records import Figure, record
 from benchmarks.shapes import SHAPES, load_sequences, random_sequences
 from embedcache.client import EmbedClient
@@ -102,11 +99,6 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
 
 
 def part_c(server: Server, args: argparse.Namespace) -> dict:
-    seconds, solo_batches, mixed_batches = (
-        args.fair_seconds,
-        args.solo_batches,
-        args.mixed_batches,
-    )
     seed, n_stream = args.seed, args.stream_seqs
     stop = threading.Event()
     stream_rng = np.random.default_rng(seed + 1)
@@ -153,10 +145,10 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
     streamer.start()
     # the stream alone: its first batch (its request arriving mid-way) is skipped
     solo_start = wait_batches(forward_totals(), 1)
-    mixed_start = wait_batches(solo_start, solo_batches)
+    mixed_start = wait_batches(solo_start, args.solo_batches)
     batch = (mixed_start[0] - solo_start[0]) / (mixed_start[1] - solo_start[1])
     # long enough for many batches: the p99 of a few would be their maximum
-    seconds = max(seconds, mixed_batches * batch)
+    seconds = max(args.fair_seconds, args.mixed_batches * batch)
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(small, w) for w in range(8)]
         time.sleep(seconds)
@@ -211,8 +203,7 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter parts")
+    parser = bench_parser(__doc__, "fewer, shorter parts")
     parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
     parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
     parser.add_argument("--clients", type=int, default=16)
@@ -228,9 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.clients, args.hit_rounds = 128, 4, 3
         args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
         args.solo_batches, args.stream_seqs = 2, 1_000
-        if (
-            args.shape == SERVE_SHAPE
-        ):  # a small model: a batch takes seconds, not minutes
+        if args.shape == SERVE_SHAPE:  # a batch takes seconds, not minutes
             args.shape = "bert-char-256x4"
     import torch
 
@@ -244,9 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             f"torch threads {torch.get_num_threads()}; sequences: {about}"
         )
         adapter = load_adapter(str(model_dir), device="cpu")
-        embed_sequences(
-            adapter, seqs[:8], EmbeddingStore(work / "warm")
-        )  # first allocations
+        # first allocations
+        embed_sequences(adapter, seqs[:8], EmbeddingStore(work / "warm"))
         server = Server(
             work / "store", f"bench={model_dir}", work / "server.log", SERVE_OPTIONS
         )

@@ -44,7 +44,7 @@ ESM_SPECIALS = {f"{t}_token": f"<{t}>" for t in ("unk", "pad", "mask", "cls", "e
 # --- sequences ------------------------------------------------------------------------
 
 
-def dataset_sequences(
+def load_sequences(
     n: int,
     seed: int = 0,
     *,
@@ -79,11 +79,6 @@ def dataset_sequences(
 def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
     """Random ACGT sequences of ``lengths``."""
     return ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
-
-
-def load_sequences(n: int, seed: int = 0) -> tuple[list[str], str]:
-    """``n`` test sequences from every published test set here."""
-    return dataset_sequences(n, seed)
 
 
 # --- shapes ---------------------------------------------------------------------------

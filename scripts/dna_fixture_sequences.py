@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from fixture_writer import reverse_complement
+from fixture_writer import lower_second_half, random_bases, reverse_complement
 
 SHORT = [
     "A",
@@ -35,13 +35,8 @@ def fixture_sequences() -> list[str]:
     rng = random.Random(20261006)
     out = list(SHORT)
     for n in (12, 37, 61, 97, 150, 151, 199, 250, 251, 300):
-        seq = [rng.choice("ACGT") for _ in range(n)]
-        if n % 2:
-            seq[n // 3 : n // 3 + 3] = "NNN"
-        if n >= 150:
-            seq[n // 2 : n // 2 + 11] = "N" * 11
-        text = "".join(seq)
-        out.append(text[: n // 2] + text[n // 2 :].lower() if n > 50 else text)
+        text = random_bases(rng, n, n_run_from=150)
+        out.append(lower_second_half(text) if n > 50 else text)
     pair = "".join(rng.choice("ACGT") for _ in range(43))
     out += [pair, reverse_complement(pair), out[8]]  # an RC pair and a duplicate
     return out

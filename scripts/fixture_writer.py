@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     import numpy as np
     import torch
@@ -40,6 +40,20 @@ CORNER_SEQUENCES = [
 ]
 
 
+# how the fixtures' ``average`` vectors were made, for their meta.json
+AVERAGE_UPPER = (
+    "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string"
+)
+
+
+def library_versions() -> dict[str, str]:
+    """The torch and transformers versions the official code ran on (meta.json)."""
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def parse_fixture_args(doc: str, *sources: str) -> argparse.Namespace:
     """The command line of a script whose only options are required folders or
     files: each of ``sources`` (``"--official"``, ...) and ``--out``."""
@@ -54,6 +68,23 @@ def reverse_complement(seq: str) -> str:
     return seq.translate(_COMPLEMENT)[::-1]
 
 
+def random_bases(rng: random.Random, n: int, *, n_run_from: int | None = None) -> str:
+    """``n`` random bases with NNN a third of the way in when ``n`` is odd, and a run
+    of 11 N half-way when ``n`` is ``n_run_from`` or more."""
+    seq = [rng.choice("ACGT") for _ in range(n)]
+    if n % 2:
+        seq[n // 3 : n // 3 + 3] = "NNN"
+    if n_run_from is not None and n >= n_run_from:
+        seq[n // 2 : n // 2 + 11] = "N" * 11
+    return "".join(seq)
+
+
+def lower_second_half(text: str) -> str:
+    """``text`` with its second half in lower case."""
+    half = len(text) // 2
+    return text[:half] + text[half:].lower()
+
+
 def soft_masked(lengths: Iterable[int], *, seed: int = 20261006) -> list[str]:
     """Random sequences of ``lengths`` with a run of 4 N at a third (from 21 bp on)
     and their second half in lower case."""
@@ -63,7 +94,7 @@ def soft_masked(lengths: Iterable[int], *, seed: int = 20261006) -> list[str]:
         seq = [rng.choice("ACGT") for _ in range(n)]
         if n > 20:
             seq[n // 3 : n // 3 + 4] = "NNNN"
-        out.append("".join(seq[: n // 2]) + "".join(seq[n // 2 :]).lower())
+        out.append(lower_second_half("".join(seq)))
     return out
 
 
@@ -94,6 +125,29 @@ def save_hub_layout(
     for code in out_dir.glob("*.py"):  # save_pretrained copies the remote code
         code.unlink()
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def pooled_views(states: Sequence[torch.Tensor], keep: torch.Tensor) -> dict:
+    """One sequence's pooled vectors from its hidden states (a batch of one; ``keep``:
+    its tokens that are not special): ``none``, the kept tokens' mean of the last
+    layer; ``include``, every token's; ``cls``, position 0; ``layer0``/``layer1``, the
+    kept tokens' mean of the first two."""
+    return {
+        "none": states[-1][0][keep].mean(0).numpy(),
+        "include": states[-1][0].mean(0).numpy(),
+        "cls": states[-1][0][0].numpy(),
+        "layer0": states[0][0][keep].mean(0).numpy(),
+        "layer1": states[1][0][keep].mean(0).numpy(),
+    }
+
+
+def pooling_note(what: str) -> str:
+    """meta.json's ``pooling`` of :func:`pooled_views`' vectors; ``what``: the mean's
+    hidden states and the tokens it leaves out."""
+    return (
+        f"mean over tokens of {what}; _include keeps them; _cls is position 0; "
+        "_layer0/_layer1 pool hidden_states[0]/[1]"
+    )
 
 
 def pooled_table(

@@ -43,7 +43,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixture_writer import CORNER_SEQUENCES, perturb, soft_masked, write_fixtures
+from fixture_writer import (
+    CORNER_SEQUENCES,
+    library_versions,
+    perturb,
+    soft_masked,
+    write_fixtures,
+)
 
 MAMBA_REV = "v1.2.0.post1"
 # parameters moved further off their init (their inits are ones or structured)
@@ -148,7 +154,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from caduceus.configuration_caduceus import CaduceusConfig
     from caduceus.modeling_caduceus import CaduceusForMaskedLM
     from caduceus.tokenization_caduceus import CaduceusTokenizer
@@ -216,8 +221,7 @@ def main() -> int:
         "caduceus_git_revision": caduceus_rev,
         "mamba_ssm_revision": MAMBA_REV,
         "mamba_ssm_revision_sha": _git(args.mamba_git, "rev-parse", MAMBA_REV).strip(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "pooling": "mean over tokens of the final-norm output, add_special_tokens=False",
         "ph_average": "(pooled(seq) + pooled(rc(seq))) / 2, rc in token space",
         "ps_average": "(pooled[:d] + pooled[d:][::-1]) / 2",

@@ -67,7 +67,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixture_writer import perturb, reverse_complement, save_hub_layout, write_fixtures
+from fixture_writer import (
+    library_versions,
+    lower_second_half,
+    perturb,
+    random_bases,
+    reverse_complement,
+    save_hub_layout,
+    write_fixtures,
+)
 
 DNABERT2_COMMIT = "d064dece8a8b41d9fb8729fbe3435278786931f1"
 DNABERT2_OLD_COMMIT = "25abaf0bd247444fcfa837109f12088114898d98"
@@ -117,11 +125,8 @@ def _long_sequences() -> list[str]:
     rng = random.Random(20261010)
     out = []
     for n in (37, 61, 83, 97, 128, 150, 199, 233, 251, 277, 289, 300, 300):
-        seq = [rng.choice("ACGT") for _ in range(n)]
-        if n % 2:
-            seq[n // 3 : n // 3 + 3] = "NNN"
-        text = "".join(seq)
-        out.append(text[: n // 2] + text[n // 2 :].lower() if n % 3 else text)
+        text = random_bases(rng, n)
+        out.append(lower_second_half(text) if n % 3 else text)
     return out
 
 
@@ -204,7 +209,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
@@ -381,8 +385,7 @@ def main() -> int:
             "files_sha256": {n: _sha(dnaberts[n]) for n in dnaberts},
             "config_equals_hub_revision": "00e47f96cdea35e4b6f5df89e5419cbe47d490c6",
         },
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "triton": "absent (official PyTorch attention path)",
         "pooling": "mean over the sequence's own tokens ([CLS]/[SEP] excluded), batch 1",
         "layers": "layer 0 = embedding output, i = output of block i (unpadded encoder list)",

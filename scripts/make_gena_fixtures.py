@@ -52,7 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
+    AVERAGE_UPPER,
+    library_versions,
     perturb,
+    pooled_views,
+    pooling_note,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -181,13 +185,7 @@ def pooled(model, tokenizer, seq: str) -> dict:  # noqa: ANN001
     keep = ~enc.pop("special_tokens_mask")[0].bool()
     with torch.no_grad():
         states = model(**enc, output_hidden_states=True).hidden_states
-    return {
-        "none": states[-1][0][keep].mean(0).numpy(),
-        "include": states[-1][0].mean(0).numpy(),
-        "cls": states[-1][0][0].numpy(),
-        "layer0": states[0][0][keep].mean(0).numpy(),
-        "layer1": states[1][0][keep].mean(0).numpy(),
-    }
+    return pooled_views(states, keep)
 
 
 def published_counts(
@@ -230,7 +228,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     printout = json.loads(PUBLISHED.read_text())
@@ -307,14 +304,13 @@ def main() -> int:
             args.published_tokenizer.read_bytes()
         ).hexdigest(),
         "published_config": "tests/fixtures/gena/published/gena-lm-bert-base-t2t.config-printout.json",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "loaded_with": "AutoModel.from_pretrained(dir, trust_remote_code=True) -> BertForMaskedLM",
         "tokenizer": "AutoTokenizer (PreTrainedTokenizerFast on tokenizer.json), upper-cased input",
-        "pooling": "mean over tokens of hidden_states[-1], [CLS]/[SEP] excluded "
-        "(special_tokens_mask); _include keeps them; _cls is position 0; "
-        "_layer0/_layer1 pool hidden_states[0]/[1]",
-        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+        "pooling": pooling_note(
+            "hidden_states[-1], [CLS]/[SEP] excluded (special_tokens_mask)"
+        ),
+        "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(code, template, scratch)
     write_fixtures(

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixture_writer import (
     CORNER_SEQUENCES,
+    library_versions,
     parse_fixture_args,
     reverse_complement,
     soft_masked,
@@ -214,7 +215,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from safetensors.torch import load_file
 
     sequences = SEQUENCES
@@ -313,8 +313,7 @@ def main() -> int:
         ),
         "hub_files": hub_files,
         "copies": COPIES,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "tokenizer_defaults": {
             "ACGTN input_ids": defaults["input_ids"],
             "ACGTN special_tokens_mask": defaults["special_tokens_mask"],

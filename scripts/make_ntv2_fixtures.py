@@ -49,8 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dna_fixture_sequences import fixture_sequences
 from fixture_writer import (
+    AVERAGE_UPPER,
+    library_versions,
     parse_fixture_args,
     perturb,
+    pooled_views,
+    pooling_note,
     record_official_vectors,
     save_hub_layout,
     write_fixtures,
@@ -166,13 +170,7 @@ def pooled(model, tokenizer, seq: str, special_ids) -> dict:  # noqa: ANN001
     keep = ~torch.isin(enc["input_ids"][0], special_ids)
     with torch.no_grad():
         states = model(**enc, output_hidden_states=True).hidden_states
-    return {
-        "none": states[-1][0][keep].mean(0).numpy(),
-        "include": states[-1][0].mean(0).numpy(),
-        "cls": states[-1][0][0].numpy(),
-        "layer0": states[0][0][keep].mean(0).numpy(),
-        "layer1": states[1][0][keep].mean(0).numpy(),
-    }
+    return pooled_views(states, keep)
 
 
 def published_counts(official: Path, scratch: Path) -> dict[str, dict[str, int]]:
@@ -210,7 +208,6 @@ def main() -> int:
 
     import numpy as np
     import torch
-    import transformers
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     template = json.loads(PUBLISHED.read_text())
@@ -283,14 +280,13 @@ def main() -> int:
         "transformers.pytorch_utils as in the hub revision (then sha256 matches)",
         "hash_source": "kurtvalcorza/nucleotide-transformer-genomics-pipeline "
         "weights/nt-v2-50m-multi-species/dimer-base-manifest.json",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **library_versions(),
         "loaded_with": "AutoModelForMaskedLM.from_pretrained(dir, trust_remote_code=True)",
         "tokenizer": "AutoTokenizer (EsmTokenizer) on the upper-cased sequence",
-        "pooling": "mean over tokens of hidden_states[-1] (after emb_layer_norm_after), "
-        "special tokens (<cls>) excluded; _include keeps them; _cls is position 0; "
-        "_layer0/_layer1 pool hidden_states[0]/[1]",
-        "average": "(none(seq) + none(reverse_complement(seq))) / 2 on the upper-cased string",
+        "pooling": pooling_note(
+            "hidden_states[-1] (after emb_layer_norm_after), special tokens (<cls>) excluded"
+        ),
+        "average": AVERAGE_UPPER,
     }
     meta["published_param_counts"] = published_counts(args.official, scratch)
     write_fixtures(

@@ -116,7 +116,7 @@ def test_history_plot_and_page_are_written(tmp_path):
 def test_the_harness_lists_benchmarks_by_their_main_and_docstring(tmp_path, capsys):
     found = discover()
     for name in ("embed_bench", "caduceus_bench", "hyena_bench", "scale_bench",
-                 "serve_bench", "profile_families"):  # fmt: skip
+                 "serve_bench", "profile_families", "many_writers_bench"):  # fmt: skip
         assert name in found
     assert not {"common", "records", "report", "shapes", "__main__"} & set(found)
     (tmp_path / "x_bench.py").write_text(

@@ -28,6 +28,12 @@ def vectors(n: int) -> np.ndarray:
     return np.ones((n, 2), np.float32)
 
 
+def two_writers() -> tuple[MemoryStore, EmbeddingStore, EmbeddingStore]:
+    """One store in memory and two writers on it, neither merging on its own."""
+    memory = MemoryStore()
+    return memory, *(EmbeddingStore(memory, auto_merge=0) for _ in range(2))
+
+
 def before_the_next_commit(monkeypatch, action) -> None:
     """Run ``action`` between the next put's look-up and its commit."""
     commit_shard = embedding_store.commit_shard
@@ -73,9 +79,7 @@ def test_a_key_its_writers_filled_in_turn_is_counted_from_its_records(
 def test_runs_two_writers_stored_at_once_are_counted_by_merging_them(
     merged_counts, monkeypatch
 ):
-    memory = MemoryStore()
-    store = EmbeddingStore(memory, auto_merge=0)
-    rival = EmbeddingStore(memory, auto_merge=0)
+    memory, store, rival = two_writers()
     store.put(KEY, hashes(0, 10), vectors(10))
     # between this put's look-up and its commit, another writer stores 15-17
     before_the_next_commit(
@@ -106,9 +110,7 @@ def test_records_that_do_not_say_what_they_lack_are_counted_by_merging(
 def test_a_put_whose_runs_were_merged_meanwhile_lacks_the_merged_run(
     merged_counts, monkeypatch
 ):
-    memory = MemoryStore()
-    store = EmbeddingStore(memory, auto_merge=0)
-    compacting = EmbeddingStore(memory, auto_merge=0)
+    memory, store, compacting = two_writers()
     store.put(KEY, hashes(0, 10), vectors(10))
     store.put(KEY, hashes(10, 20), vectors(10))
     # between this put's look-up and its commit, the runs it looked in merge

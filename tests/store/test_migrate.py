@@ -3,6 +3,7 @@ clearly, then migrated in place and read without recomputing anything."""
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import sys
 from pathlib import Path
@@ -16,40 +17,88 @@ from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import SCHEMA_VERSION, EmbeddingStore, migrate, migrate_store
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures"
-FIXTURE = DATA / "store-schema1"
 sys.path.insert(0, str(DATA))
-from make_store_schema1 import KEY_A, KEY_B, expected
+from make_store_schema1 import KEY_A, KEY_B
+
+
+def copied(tmp_path: Path, version: int) -> Path:
+    """A copy of the schema-``version`` fixture store (written by that embedcache)."""
+    root = tmp_path / f"old{version}"
+    shutil.copytree(DATA / f"store-schema{version}", root)
+    return root
+
+
+def uploaded(s3_handle, version: int) -> None:
+    """The schema-``version`` fixture store's files into the S3 bucket."""
+    fixture = DATA / f"store-schema{version}"
+    for path in fixture.rglob("*"):
+        if path.is_file():
+            obstore.put(
+                s3_handle.raw, path.relative_to(fixture).as_posix(), path.read_bytes()
+            )
+
+
+def expected(version: int = 1) -> dict:
+    """{key: (hashes, vectors)} of the schema-``version`` fixture store."""
+    return importlib.import_module(f"make_store_schema{version}").expected()
 
 
 @pytest.fixture
 def old_store(tmp_path) -> Path:
-    root = tmp_path / "old"
-    shutil.copytree(FIXTURE, root)
-    return root
+    return copied(tmp_path, 1)
 
 
-def assert_reads_everything(store: EmbeddingStore) -> None:
-    for key, (hashes, vectors) in expected().items():
+def assert_reads_everything(store: EmbeddingStore, version: int = 1) -> None:
+    for key, (hashes, vectors) in expected(version).items():
         got, found = store.get(key, hashes[::-1])
         assert found.all()
         np.testing.assert_array_equal(got, vectors[::-1])
 
 
-def test_schema_1_is_refused_with_the_migrate_command(old_store):
-    with pytest.raises(StoreError, match="schema_version 1") as err:
-        EmbeddingStore(old_store)
+def killed_after_one(monkeypatch, root: Path, name: str, version: int) -> None:
+    """A migration of ``root`` killed (KeyboardInterrupt) on its second call of
+    ``migrate.<name>``; the store is still refused as schema ``version``."""
+    real, calls = getattr(migrate, name), []
+
+    def once_then_crash(*args):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(migrate, name, once_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_store(root)
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match=f"schema_version {version}"):
+        EmbeddingStore(root)  # the root flips last
+
+
+def migrated_by_the_cli(root: Path, version: int, capsys) -> EmbeddingStore:
+    """``embedcache store migrate`` of the schema-``version`` store at ``root``, its
+    summary checked; the store, every fixture vector read back from it."""
+    assert main(["store", "migrate", "--store", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"from schema_version {version} to 5: 2 keys, 3 shards" in out
+    store = EmbeddingStore(root, create=False)
+    assert_reads_everything(store, version)
+    return store
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_old_schema_is_refused_with_the_migrate_command(tmp_path, version):
+    root = copied(tmp_path, version)
+    with pytest.raises(StoreError, match=f"schema_version {version}") as err:
+        EmbeddingStore(root)
     assert "embedcache store migrate" in str(err.value)
-    assert str(old_store / "zarr.json") in str(err.value)
+    assert str(root / "zarr.json") in str(err.value)
 
 
 def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     files_before = {
         p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
     }
-    assert main(["store", "migrate", "--store", str(old_store)]) == 0
-    assert "from schema_version 1 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(old_store, create=False)
-    assert_reads_everything(store)
+    store = migrated_by_the_cli(old_store, 1, capsys)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
     assert (infos[KEY_A].n_vectors, infos[KEY_A].n_shards) == (12, 1)
     assert (infos[KEY_B].n_vectors, infos[KEY_B].n_shards) == (7, 2)
@@ -68,17 +117,15 @@ def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
-def test_migrate_works_on_an_object_store(s3_handle):
-    raw = s3_handle.raw
-    for path in FIXTURE.rglob("*"):
-        if path.is_file():
-            obstore.put(raw, path.relative_to(FIXTURE).as_posix(), path.read_bytes())
+@pytest.mark.parametrize("version", [1, 2])
+def test_migrate_works_on_an_object_store(s3_handle, version):
+    uploaded(s3_handle, version)
     with pytest.raises(StoreError, match="store migrate"):
         s3_handle.open()
     done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (1, 2, 3)
+    assert (done.from_version, done.n_keys, done.n_shards) == (version, 2, 3)
     store = s3_handle.open(create=False)
-    assert_reads_everything(store)
+    assert_reads_everything(store, version)
     assert store.verify() == []
 
 
@@ -95,21 +142,7 @@ def test_a_damaged_shard_stops_its_key_and_the_store_stays_schema_1(old_store):
 
 
 def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
-    calls = []
-    real = migrate._migrate_key
-
-    def once_then_crash(backend, digest):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(digest)
-        return real(backend, digest)
-
-    monkeypatch.setattr(migrate, "_migrate_key", once_then_crash)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_store(old_store)
-    monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema_version 1"):
-        EmbeddingStore(old_store)  # the root flips last
+    killed_after_one(monkeypatch, old_store, "_migrate_key", 1)  # a key at a time
     done = migrate_store(old_store)
     assert (done.from_version, done.n_keys) == (1, 1)  # the other key
     store = EmbeddingStore(old_store)
@@ -119,40 +152,15 @@ def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
 
 # --- schema 2 (tests/fixtures/store-schema2, written by c11ce95's embedcache) ---------
 
-FIXTURE_2 = DATA / "store-schema2"
 
-
-@pytest.fixture
-def store_2(tmp_path) -> Path:
-    root = tmp_path / "old2"
-    shutil.copytree(FIXTURE_2, root)
-    return root
-
-
-def expected_2():
-    from make_store_schema2 import expected as made
-
-    return made()
-
-
-def test_schema_2_is_refused_with_the_migrate_command(store_2):
-    with pytest.raises(StoreError, match="schema_version 2") as err:
-        EmbeddingStore(store_2)
-    assert "embedcache store migrate" in str(err.value)
-
-
-def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, capsys):
+def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(tmp_path, capsys):
     from make_store_schema2 import KEY_A as KEY_A2
     from make_store_schema2 import KEY_B as KEY_B2
 
+    store_2 = copied(tmp_path, 2)
     chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
-    assert main(["store", "migrate", "--store", str(store_2)]) == 0
-    assert "from schema_version 2 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(store_2, create=False)
-    for key, (hashes, vectors) in expected_2().items():
-        got, found = store.get(key, hashes[::-1])
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors[::-1])
+    store = migrated_by_the_cli(store_2, 2, capsys)
+    for key, (hashes, _) in expected(2).items():
         assert store.hashes(key) == sorted(hashes)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
     assert (infos[KEY_A2].n_vectors, infos[KEY_A2].n_shards) == (2100, 1)
@@ -172,45 +180,12 @@ def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(store_2, caps
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
-def test_migrate_2_works_on_an_object_store(s3_handle):
-    raw = s3_handle.raw
-    for path in FIXTURE_2.rglob("*"):
-        if path.is_file():
-            obstore.put(raw, path.relative_to(FIXTURE_2).as_posix(), path.read_bytes())
-    with pytest.raises(StoreError, match="store migrate"):
-        s3_handle.open()
-    done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (2, 2, 3)
-    store = s3_handle.open(create=False)
-    for key, (hashes, vectors) in expected_2().items():
-        got, found = store.get(key, hashes)
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors)
-    assert store.verify() == []
-
-
 # --- schema 3 (tests/fixtures/store-schema3, written by 46eff04's embedcache) ---------
-
-FIXTURE_3 = DATA / "store-schema3"
 
 
 @pytest.fixture
 def store_3(tmp_path) -> Path:
-    root = tmp_path / "old3"
-    shutil.copytree(FIXTURE_3, root)
-    return root
-
-
-def expected_3():
-    from make_store_schema3 import expected as made
-
-    return made()
-
-
-def test_schema_3_is_refused_with_the_migrate_command(store_3):
-    with pytest.raises(StoreError, match="schema_version 3") as err:
-        EmbeddingStore(store_3)
-    assert "embedcache store migrate" in str(err.value)
+    return copied(tmp_path, 3)
 
 
 def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, capsys):
@@ -220,13 +195,8 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
     chunks = {p: p.read_bytes() for p in store_3.rglob("*/vectors/c/*/*")}
     sorted_before = {p: p.read_bytes() for p in store_3.rglob("*/sorted_hashes/c/*/*")}
     blooms = {p: p.read_bytes() for p in store_3.rglob("*/bloom/c/*")}
-    assert main(["store", "migrate", "--store", str(store_3)]) == 0
-    assert "from schema_version 3 to 5: 2 keys, 3 shards" in capsys.readouterr().out
-    store = EmbeddingStore(store_3, create=False)
-    for key, (hashes, vectors) in expected_3().items():
-        got, found = store.get(key, hashes[::-1])
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors[::-1])
+    store = migrated_by_the_cli(store_3, 3, capsys)
+    for key, (hashes, _) in expected(3).items():
         # a look-up large enough to consult the filters: no hash lost to them
         asked = [*hashes, "e" * 64]
         assert store.contains(key, asked).tolist() == [*([True] * len(hashes)), False]
@@ -246,25 +216,8 @@ def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, cap
 
 
 def test_an_interrupted_migration_from_3_is_run_again(store_3, monkeypatch):
-    calls = []
-    real = migrate._with_index
-
-    def one_shard_then_crash(backend, digest, record):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(record.shard)
-        return real(backend, digest, record)
-
-    monkeypatch.setattr(migrate, "_with_index", one_shard_then_crash)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_store(store_3)
-    monkeypatch.undo()
-    with pytest.raises(StoreError, match="schema_version 3"):
-        EmbeddingStore(store_3)  # the root flips last
+    killed_after_one(monkeypatch, store_3, "_with_index", 3)  # a shard at a time
     assert migrate_store(store_3).from_version == 3
     store = EmbeddingStore(store_3)
-    for key, (hashes, vectors) in expected_3().items():
-        got, found = store.get(key, hashes)
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors)
+    assert_reads_everything(store, 3)
     assert store.verify() == []

@@ -216,6 +216,17 @@ def fill_weights(
     return source, []
 
 
+def refuse_larger_vocab(where: str, file: str, n_tokens: int, vocab_size: int) -> None:
+    """Refuse a tokenizer with more tokens than the model's embedding table has rows
+    (an id past the table would index out of it)."""
+    if n_tokens > vocab_size:
+        msg = (
+            f"{where}: {file} has {n_tokens} tokens but the model's vocab_size is "
+            f"{vocab_size}"
+        )
+        raise CheckpointError(msg)
+
+
 def build_filled(
     build: Callable[[], torch.nn.Module],
     source: Source,
@@ -254,5 +265,6 @@ __all__ = [
     "fill_weights",
     "random_init_twin",
     "read_json_object",
+    "refuse_larger_vocab",
     "refuse_options",
 ]

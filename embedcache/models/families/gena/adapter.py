@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared import checkpoint
 from embedcache.models.shared.checkpoint import (
     Source,
     build_filled,
@@ -137,12 +138,8 @@ def load(source: Source) -> EncoderAdapter:
         uses="GENA-LM checkpoints use a PreTrainedTokenizerFast over tokenizer.json",
     )
     tokenizer = load_tokenizer(folder, where=where)
-    if tokenizer.get_vocab_size(with_added_tokens=True) > arch.vocab_size:
-        msg = (
-            f"{where}: tokenizer.json has {tokenizer.get_vocab_size()} tokens but the "
-            f"model's vocab_size is {arch.vocab_size}"
-        )
-        raise CheckpointError(msg)
+    n_tokens = tokenizer.get_vocab_size(with_added_tokens=True)
+    checkpoint.refuse_larger_vocab(where, "tokenizer.json", n_tokens, arch.vocab_size)
     network, source, key_options = build_filled(
         lambda: gena_network.GenaNetwork(arch),
         source,

@@ -32,6 +32,7 @@ from embedcache.models.shared.checkpoint import (
     build_filled,
     check_tokenizer_class,
     read_encoder_arch,
+    refuse_larger_vocab,
 )
 from embedcache.models.shared.encoder import EncoderAdapter, EncoderTraits
 from embedcache.models.shared.esm_tokens import EsmVocabTokenizer, read_vocab_tokenizer
@@ -133,12 +134,7 @@ def load(source: Source) -> EncoderAdapter:
         source, ntv2_network.arch_from_config, family="ntv2", label="NT-v2"
     )
     tokenizer = load_tokenizer(folder, where=where)
-    if len(tokenizer) > arch.vocab_size:
-        msg = (
-            f"{where}: vocab.txt has {len(tokenizer)} tokens but the model's vocab_size "
-            f"is {arch.vocab_size}"
-        )
-        raise CheckpointError(msg)
+    refuse_larger_vocab(where, "vocab.txt", len(tokenizer), arch.vocab_size)
     network, source, key_options = build_filled(
         lambda: ntv2_network.NTv2Network(arch),
         source,
