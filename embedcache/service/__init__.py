@@ -22,6 +22,7 @@ Split as text-embeddings-inference splits router, queue and backend:
 - ``connections``: uvicorn's HTTP/1.1 protocol with header and body read deadlines
 - ``health``: the store probe `/health/ready` reports
 - ``replies``: the routes' bodies, parsed and encoded in worker threads
+- ``state``: what the routes share (models, store, queues), readiness, liveness, drain
 - ``app``: the FastAPI application and its routes
 - ``server``: uvicorn, signals and the graceful drain
 

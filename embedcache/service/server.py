@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, NoReturn
 import prometheus_client
 import uvicorn
 
-from embedcache.service.app import ServiceState, create_app
+from embedcache.service.app import create_app
 from embedcache.service.batcher import Batcher
 from embedcache.service.breaker import HealthPolicy
 from embedcache.service.connections import timed_protocol
 from embedcache.service.health import StoreProbe
 from embedcache.service.metrics import Metrics
 from embedcache.service.registry import ModelRegistry, load_models
+from embedcache.service.state import ServiceState
 
 if TYPE_CHECKING:
     from types import FrameType
