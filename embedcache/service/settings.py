@@ -43,6 +43,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from embedcache.models.shared import cpu_features, tuning
 from embedcache.service.errors import ServeConfigError
 from embedcache.service.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SEQUENCES
 
@@ -54,13 +55,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "EMBEDCACHE_"
-# variables of the other commands a server's environment may hold too
+# variables of the other commands a server's environment may hold too, and the
+# process-wide switches the models read (the kernel tuner's override; the CPU kind
+# forced for tests)
 OTHER_VARIABLES = frozenset(
     {
         "EMBEDCACHE_API_KEY",
         "EMBEDCACHE_SERVER",
         "EMBEDCACHE_CLUSTER",
         "EMBEDCACHE_DATA_DIR",
+        tuning.ENV_VAR,
+        cpu_features.FORCED_KIND_VAR,
     }
 )
 

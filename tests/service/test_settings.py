@@ -152,6 +152,9 @@ def test_an_unknown_embedcache_variable_is_refused_like_an_unknown_file_key():
         "EMBEDCACHE_CLUSTER": "none",
         "EMBEDCACHE_DATA_DIR": "/data",
         "EMBEDCACHE_STORE": "s3://bucket/store",
+        # and the process-wide switches the models read
+        "EMBEDCACHE_TUNE": "off",
+        "EMBEDCACHE_CPU_KIND": "AMX",
     }
     assert load_settings({}, models=KMER, environ=others).store == "s3://bucket/store"
 
