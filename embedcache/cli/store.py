@@ -97,8 +97,9 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
         print(f"FAULT {fault.path}: {fault.problem}")
     for path in store.garbage():
         print(
-            f"garbage {path} (ignored by readers; `store compact` removes it once "
-            "its writer's lease has run out)"
+            f"garbage {path} (ignored by readers; removed by a long-lived process's "
+            "collection once it has watched it and its writer's lease sit still for "
+            "the lease plus its margin; a one-shot `store compact` judges nothing dead)"
         )
     if faults:
         print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
