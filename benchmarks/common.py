@@ -1,12 +1,6 @@
 """What every benchmark shares: the machine (matmul peaks, CPU kind, load), timing,
-kernels wrapped for a block, ``embedcache embed`` and ``embedcache serve`` run as a
-user runs them.
-
-Every share a benchmark prints is against **the machine's best matmul rate** (max over
-float32 and bfloat16). On a CPU without bf16 instructions PyTorch emulates bf16
-matmuls (~50x slower than fp32 on an AVX2-only EPYC), so its bf16 rate is measured at
-512² there and float32 is the faster dtype.
-"""
+and ``embedcache embed`` and ``embedcache serve`` run as a user runs them. Shares are
+of the machine's best matmul rate (max over float32 and bfloat16)."""
 
 from __future__ import annotations
 
@@ -59,6 +53,7 @@ def machine_peaks(*, seconds: float = 1.5) -> dict[str, float]:
     """FLOP/s of float32 and bfloat16 matmuls, and ``best`` (their max)."""
     import torch
 
+    # bf16 is emulated (~50x slower) without bf16 instructions: a small size suffices
     bf16_size = 512 if cpu_has_bf16() is False else 2048
     peaks = {
         "float32": matmul_peak(torch.float32, seconds=seconds),
@@ -90,8 +85,8 @@ def machine_line(peaks: dict[str, float] | None = None) -> str:
 
 
 def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
-    """A benchmark's parser: the first line of its docstring and ``--quick``
-    (``quick``: what it cuts)."""
+    """A benchmark's parser: its docstring's first line, ``--quick`` (``quick``: what
+    it cuts)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick)
     return parser
@@ -265,24 +260,30 @@ class CliRun:
         return self.wall - self.engine
 
 
+def run_timed(
+    cmd: Sequence[str], env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall seconds and the finished process of ``cmd``; exits the benchmark if it
+    fails."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        sys.exit(f"{cmd[:6]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return wall, done
+
+
 def embed_process(
     model: Path | str, store: Path, inputs: Path, output: Path, *options: str
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
     """``embedcache embed --model MODEL OPTIONS`` from ``inputs`` into ``store`` in a
-    fresh interpreter: its wall seconds and the finished process; exits the benchmark
-    if it fails."""
+    fresh interpreter (:func:`run_timed`)."""
     command = [
         sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model),
         *options, "--store", str(store), "--input", str(inputs),
         "--output", str(output), "--no-progress",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
-    return wall, done
+    return run_timed(command, {**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def embed_cli(
@@ -365,22 +366,6 @@ def hwm_mib() -> float:
     return int(line.split()[1]) / 1024
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
-    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
-        raise RuntimeError(msg)
-    return wall, usage.ru_maxrss / 1024, out
-
-
 def cold_lookup(
     model: str, store: str, known: Path, env: dict[str, str] | None = None
 ) -> tuple[float, float]:
@@ -391,18 +376,13 @@ def cold_lookup(
     cmd += ["--store", store, "--input", str(known), "--output"]
     runs = []
     for i in range(3):
-        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        wall, done = run_timed([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        out = done.stdout
         if f"computed=0 cached={n}" not in out:
             sys.exit(f"expected all {n} known sequences stored:\n{out}")
         runs.append((wall, float(out.split("hwm_mib=")[1].split()[0])))
     walls, rsss = zip(*runs, strict=True)
     return float(np.median(walls)), float(np.median(rsss))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:
@@ -416,7 +396,9 @@ class Server:
 
         from embedcache.service import wire
 
-        self.url = f"http://127.0.0.1:{free_port()}"
+        with socket.socket() as sock:  # a free port
+            sock.bind(("127.0.0.1", 0))
+            self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self._log = log.open("w")
         self.proc = subprocess.Popen(
             [

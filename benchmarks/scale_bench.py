@@ -1,18 +1,10 @@
 """How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
 
-For each size (1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M): ``fill``, a
-fresh process fills a new store with random 32 bp sequences under ``kmer-1``'s key as
-``embed`` does minus the model (hash, look up in hash order, ``put`` in batches with
-auto-merge, read back in input order into the output), with its wall and CPU time per
-row and peak RSS; ``cold local``, a fresh ``embedcache embed`` of 100 stored sequences
-(median of 3); ``store ls``; ``cold s3``, the same against moto's S3 server holding a
-copy, with its HTTP requests counted. Then the ratios the issue targets, largest size
-over smallest (the smallest is filled again after the largest: the machine drifts).
-
-Last, the server figure: in one process, the p99 of ``get`` of one stored hash idle
-and while another thread commits a 100,000-sequence job (target: within 2x idle); and
-beside it, alternating, the floor: the same reader while another process commits into
-another store, sharing only the machine.
+At 1 M, 4 M and 16 M rows (``--quick``: 100 k to 1.6 M) of random 32 bp sequences under
+``kmer-1``'s key: a fresh process fills a new store as ``embed`` does minus the model;
+a fresh ``embed`` of 100 stored sequences, local and from moto's S3; their growth,
+largest size over smallest. Then ``get``'s p99 idle and while another thread commits
+100,000 sequences, beside the floor: another process committing into another store.
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ from benchmarks.common import (
     bench_parser,
     cold_lookup,
     machine_peaks,
-    run_measured,
+    run_timed,
     show,
 )
 from benchmarks.records import Figure, record
@@ -213,20 +205,17 @@ class S3:
 
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
-    here = str(REPO)
     output = workdir / f"out-{n}.npy"
-    _, _, out = run_measured(
-        [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here, str(output)]
-    )
+    cmd = [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), str(REPO)]
+    _, done = run_timed([*cmd, str(output)])
     output.unlink()
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     root = workdir / f"store-{n}"
     fill = run_fill(n, root, workdir)
-    # the child's own VmHWM: ru_maxrss of a forked child starts at its parent's size
-    fill_rss = fill["peak_mib"]
+    fill_rss = fill["peak_mib"]  # the child's own VmHWM
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
     out_mib = n * 4 * 4 / 2**20
@@ -235,7 +224,7 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
            "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
     row["local_s"], row["local_rss"] = cold_lookup(MODEL, str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
-    row["ls_s"], _, _ = run_measured(ls)
+    row["ls_s"], _ = run_timed(ls)
     if s3 is not None:
         url = s3.upload(root, f"scale-{n}")
         s3.counts.clear()
@@ -285,13 +274,10 @@ for hashed, vectors in work:
 def p99_under_commits(
     workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
 ) -> tuple[float, float]:
-    """In-process get p99 of one stored hash (ms): idle, and while a job commits.
-
-    ``writer="thread"``: another thread of this process commits the job into the
-    same store (the target's figure). ``writer="process"``: another process commits
-    it into another store, so the reader shares only the machine with it: the
-    floor this machine sets on the figure.
-    """
+    """In-process get p99 of one stored hash (ms): idle, and while a job commits,
+    from another thread into the same store (``writer="thread"``, the target's
+    figure) or from another process into another store (``"process"``: the floor
+    the machine alone sets)."""
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
@@ -314,23 +300,15 @@ def p99_under_commits(
     idle = sample(lambda: True, 2_000)
     if writer == "thread":
         work = p99_job(n_job, batch)
-        done = threading.Event()
-
-        def job() -> None:
-            for hashed, vectors in work:
-                store.put(key, hashed, vectors)
-            done.set()
-
+        thread = threading.Thread(target=lambda: [store.put(key, *w) for w in work])
         t0 = time.perf_counter()
-        thread = threading.Thread(target=job)
         thread.start()
-        busy = sample(lambda: not done.is_set(), 10**9)
+        busy = sample(thread.is_alive, 10**9)
         thread.join()
     else:
         cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
         cmd += [str(workdir / "other"), str(n_job), str(batch)]
-        # it prints "ready" once set up and waits for a line to begin: what is timed
-        # beside it is its work, not its start-up
+        # it says "ready" once set up and waits for a line: its start-up is not timed
         proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
         proc.stdin.write("go\n")
@@ -350,17 +328,19 @@ def p99_under_commits(
     return p_idle, p_busy
 
 
-def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, float]]:
-    """The server figure, and beside it (alternating, one sitting each at a time)
-    the floor: the same reader while a writer shares nothing with it but the
-    machine. The store's own share is the first busy p99 over the second.
-    (idle, busy, floor's busy) p99 ms per sitting."""
-    out = []
-    for i in range(sittings):
+def server_figure(workdir: Path) -> dict[str, Figure]:
+    """The p99 figures, the thread's and the floor's alternating for two sittings;
+    the median sitting's ratios (a p99 under load moves between sittings)."""
+    ratios = []
+    for i in range(2):
         idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
-        out.append((idle, busy, floor))
-    return out
+        ratios.append((busy / idle, busy / floor))
+    busy_idle, busy_floor = np.median(ratios, 0)
+    return {
+        "get p99 busy / idle": Figure(round(busy_idle, 2), "x", "<= 2"),
+        "get p99 busy / floor's busy": Figure(round(busy_floor, 2), "x"),
+    }
 
 
 def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
@@ -404,28 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
-    parser.add_argument("--p99-only", action="store_true", help="three sittings")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
     figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        s3 = None if args.no_s3 or args.p99_only else S3()
-        rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
-        if rows:
-            again = None
-            if len(rows) > 1:
-                again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
-            figures |= growth(rows, again, s3 is not None)
+        s3 = None if args.no_s3 else S3()
+        rows = [measure(n, Path(tmp), s3) for n in sizes]
+        again = None
+        if len(rows) > 1:
+            again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
+        figures |= growth(rows, again, s3 is not None)
         if not args.no_p99:
-            sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
-            # the median sitting: a p99 under load moves between sittings
-            busy_idle, busy_floor = np.median(
-                [(b / i, b / f) for i, b, f in sittings], 0
-            )
-            figures["get p99 busy / idle"] = Figure(round(busy_idle, 2), "x", "<= 2")
-            figures["get p99 busy / floor's busy"] = Figure(round(busy_floor, 2), "x")
+            figures |= server_figure(Path(tmp) / "p99")
     record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 
