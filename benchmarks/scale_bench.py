@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from subprocess import PIPE
 from typing import TYPE_CHECKING
@@ -28,74 +29,77 @@ from benchmarks.common import (
     REPO,
     bench_parser,
     cold_lookup,
+    hwm_mib,
     machine_peaks,
     run_timed,
     show,
 )
 from benchmarks.records import Figure, record
+from embedcache.data.seqfile import STREAM_ROWS as CHUNK  # `embed`'s chunk of a file
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
-CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
 SEQ_BP = 32
 N_KNOWN = 100
+# a fresh interpreter that runs a function of this module: CHILD REPO NAME ARGS...
+CHILD = """import sys
+sys.path.insert(0, sys.argv[1])
+import benchmarks.scale_bench as m
+m.__dict__[sys.argv[2]](*sys.argv[3:])"""
 
-FILL = r"""
-import json, os, sys, time
-import numpy as np
-sys.path.insert(0, sys.argv[4])
-from benchmarks.scale_bench import CHUNK, chunk_digests
-from embedcache.data.seqfile import STREAM_ROWS
-from embedcache.engine.output import npy_rows
-from embedcache.models import load_adapter
-from embedcache.store import EmbeddingStore
-from embedcache.store.index import to_hex
-assert CHUNK == STREAM_ROWS
-n, root, batch, out_path = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[5]
-key = load_adapter("kmer-1").key
-# as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
-from embedcache.engine.memory import return_freed_memory
-return_freed_memory()
-from benchmarks.common import hwm_mib
-base = hwm_mib()  # imports only
-phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
-t0 = time.perf_counter()
-cpu0 = sum(os.times()[:2])  # user + system, every thread of this process
-store = EmbeddingStore(root)
-with npy_rows(out_path, (n, 4)) as out:
-    # as `embed` streams a file of several chunks (engine/api.py), a chunk at a time
-    for lo in range(0, n, CHUNK):
-        t = time.perf_counter()
-        digests = chunk_digests(lo, n)
-        phase["hash"] += time.perf_counter() - t
-        t = time.perf_counter()
-        order = np.sort(digests)  # the plan's look-up, in hash order
-        for i in range(0, len(order), 100_000):
-            store.contains(key, to_hex(order[i : i + 100_000]))
-        del order
-        phase["look-up"] += time.perf_counter() - t
-        t = time.perf_counter()
-        rng = np.random.default_rng(lo)
-        for i in range(0, len(digests), batch):
-            hashes = to_hex(digests[i : i + batch])
-            store.put(key, hashes, rng.random((len(hashes), 4), dtype=np.float32))
-        phase["put"] += time.perf_counter() - t
-        t = time.perf_counter()
-        vectors = np.empty((len(digests), 4), np.float32)
-        assert store.read_into(key, digests, vectors).all()
-        out.write(vectors)
-        del vectors
-        phase["read"] += time.perf_counter() - t
-seconds = time.perf_counter() - t0
-cpu = sum(os.times()[:2]) - cpu0
-peak = hwm_mib()
-shards = store.keys()[0].n_shards
-print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
-                  "peak_mib": peak, "base_mib": base, "shards": shards}))
-"""
+
+def child(name: str, *args: object) -> list[str]:
+    return [sys.executable, "-c", CHILD, str(REPO), name, *map(str, args)]
+
+
+def fill(n: str, root: str, out_path: str) -> None:
+    """In a fresh process (:func:`run_fill`): fill a new store with ``n`` rows as
+    `embed` streams a file, a chunk at a time; print the times and peaks as JSON."""
+    from embedcache.engine.memory import return_freed_memory
+    from embedcache.engine.output import npy_rows
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+    from embedcache.store.index import to_hex
+
+    n, key = int(n), load_adapter(MODEL).key
+    return_freed_memory()  # as `embed` sets it: freed temporaries go back at once
+    base, phase = hwm_mib(), Counter()  # imports only
+
+    @contextmanager
+    def timed(name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        phase[name] += time.perf_counter() - start
+
+    t0, cpu0 = time.perf_counter(), sum(os.times()[:2])  # user + system, all threads
+    store = EmbeddingStore(root)
+    with npy_rows(out_path, (n, 4)) as out:
+        for lo in range(0, n, CHUNK):
+            with timed("hash"):
+                digests = chunk_digests(lo, n)
+            with timed("look-up"):  # the plan's, in hash order
+                order = np.sort(digests)
+                for i in range(0, len(order), 100_000):
+                    store.contains(key, to_hex(order[i : i + 100_000]))
+                del order
+            with timed("put"):
+                rng = np.random.default_rng(lo)
+                for i in range(0, len(digests), BATCH):
+                    hashes = to_hex(digests[i : i + BATCH])
+                    vectors = rng.random((len(hashes), 4), dtype=np.float32)
+                    store.put(key, hashes, vectors)
+            with timed("read"):
+                vectors = np.empty((len(digests), 4), np.float32)
+                assert store.read_into(key, digests, vectors).all()
+                out.write(vectors)
+                del vectors
+    seconds, cpu = time.perf_counter() - t0, sum(os.times()[:2]) - cpu0
+    shards = store.keys()[0].n_shards
+    print(json.dumps({"seconds": seconds, "cpu": cpu, **phase, "peak_mib": hwm_mib(),
+                      "base_mib": base, "shards": shards}))  # fmt: skip
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
@@ -206,8 +210,7 @@ class S3:
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
     output = workdir / f"out-{n}.npy"
-    cmd = [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), str(REPO)]
-    _, done = run_timed([*cmd, str(output)])
+    _, done = run_timed(child("fill", n, root, output))
     output.unlink()
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -253,22 +256,18 @@ def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
     ]
 
 
-# the floor's writer: the same job through put into a store of its own, in a
-# process of its own, sharing nothing with the reader but the machine
-FLOOR_WRITER = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from benchmarks.scale_bench import MODEL, p99_job
-from embedcache.models import load_adapter
-from embedcache.store import EmbeddingStore
-key = load_adapter(MODEL).key
-store = EmbeddingStore(sys.argv[2])
-work = p99_job(int(sys.argv[3]), int(sys.argv[4]))
-print("ready", flush=True)
-sys.stdin.readline()
-for hashed, vectors in work:
-    store.put(key, hashed, vectors)
-"""
+def floor_writer(root: str, n_job: str, batch: str) -> None:
+    """In a fresh process: the job through put into a store of its own, begun by a
+    line on stdin once ready (the floor's writer: it shares only the machine)."""
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+
+    key, store = load_adapter(MODEL).key, EmbeddingStore(root)
+    work = p99_job(int(n_job), int(batch))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for hashed, vectors in work:
+        store.put(key, hashed, vectors)
 
 
 def p99_under_commits(
@@ -306,8 +305,7 @@ def p99_under_commits(
         busy = sample(thread.is_alive, 10**9)
         thread.join()
     else:
-        cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
-        cmd += [str(workdir / "other"), str(n_job), str(batch)]
+        cmd = child("floor_writer", workdir / "other", n_job, batch)
         # it says "ready" once set up and waits for a line: its start-up is not timed
         proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
