@@ -158,9 +158,8 @@ def build_hyena_medium(path: Path) -> None:
     """HyenaDNA medium-160k's shape (d_model 256, 8 layers, d_inner 1024, max_seq_len
     160002): the published small-32k config with medium's depth and length."""
     fixture = FIXTURES / "hyena" / "published_small32k_finetune_config.json"
-    config = json.loads(fixture.read_text())
-    for name in "id2label label2id problem_type dtype transformers_version".split():
-        config.pop(name)
+    drop = {"id2label", "label2id", "problem_type", "dtype", "transformers_version"}
+    config = {k: v for k, v in json.loads(fixture.read_text()).items() if k not in drop}
     config |= {
         "architectures": ["HyenaDNAForCausalLM"],
         "n_layer": 8,
