@@ -177,7 +177,7 @@ def measure(
         "engine alone": 100 * work.shares(run.engine, peaks["best"])[0],
         "naive fp32 batch-1 tokens/s": round(naive_rate),
         "x naive": rate / naive_rate, "cosine vs naive": f"{cosine:.5f}",
-        "linear layers alone at a full batch, % of best": 100 * linears / peaks["best"],
+        "linear layers alone at a full batch, %": 100 * linears / peaks["best"],
     })  # fmt: skip
     print(f"    {describe(peaks)}")
     return share, {
