@@ -1,19 +1,13 @@
 """`embedcache serve` against `embedcache embed` in one process, side by side in one run.
 
-Issue 20's four figures on one model (``--shape``, default ``esm-6mer-512x12``, a
-stock ESM shaped like NT-v2 50m with random weights) and the same sequences; fp32,
-CPU, the server a subprocess on 127.0.0.1:
-
-(a) no hits: ``--clients`` clients sending 32-sequence requests of new sequences
-    against the engine in this process on another fresh store (target >= 0.9x);
-(b) all hits: 4 clients asking 512 a request as NPY (>= 20,000 vectors/s); one client
-    asking one cached sequence a request (p99 < 20 ms);
-(c) fairness: eight one-sequence clients beside a client streaming 10,000-sequence
-    requests: their p99 against one forward batch, the mean /metrics report for the
-    stream alone just before (<= 2x);
-(d) memory: the server's RSS through a mixed run, second third to last (< 5%).
-
-``--quick``: a 256-wide 4-layer BERT and shorter parts.
+Issue 20's four figures, fp32 on CPU, the server a subprocess on 127.0.0.1, with
+``--shape`` (default a stock ESM shaped like NT-v2 50m; ``--quick``: BERT 256 x 4):
+(a) no hits: clients sending 32-sequence requests against the engine in this process
+(>= 0.9x); (b) all hits: 4 clients asking 512 a request as NPY (>= 20,000 vectors/s),
+one client one cached sequence a request (p99 < 20 ms); (c) eight one-sequence
+clients beside a stream of 10,000-sequence requests: their p99 over one forward batch
+of the stream alone (<= 2x); (d) the server's RSS, second third of a mixed run to last
+(< 5%).
 """
 
 from __future__ import annotations
@@ -42,6 +36,13 @@ from embedcache.service import wire
 from embedcache.store import EmbeddingStore
 
 SERVE_SHAPE = "esm-6mer-512x12"
+# full and --quick: (a)'s and (b)'s sequences and clients, (b)'s rounds, (c)'s seconds,
+# its stream alone and mixed (in batches) and a stream request, (d)'s seconds
+SIZES = {
+    "n": (512, 128), "clients": (16, 4), "hit_rounds": (12, 3),
+    "fair_seconds": (20.0, 5.0), "solo_batches": (3, 2), "mixed_batches": (12, 4),
+    "stream_seqs": (10_000, 1_000), "memory_seconds": (30.0, 10.0),
+}  # fmt: skip
 SERVE_OPTIONS = (
     *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
     # throughput, not deadlines: on a loaded machine part (a)'s clients wait longer
@@ -204,23 +205,13 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "fewer, shorter parts")
-    parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
-    parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--hit-rounds", type=int, default=12)
-    parser.add_argument("--fair-seconds", type=float, default=20.0)
-    parser.add_argument("--solo-batches", type=int, default=3, help="(c) stream alone")
-    parser.add_argument("--mixed-batches", type=int, default=12, help="(c) at least")
-    parser.add_argument("--stream-seqs", type=int, default=10_000, help="(c) a request")
-    parser.add_argument("--memory-seconds", type=float, default=30.0)
+    parser.add_argument("--shape", default=None, choices=sorted(SHAPES))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.n, args.clients, args.hit_rounds = 128, 4, 3
-        args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
-        args.solo_batches, args.stream_seqs = 2, 1_000
-        if args.shape == SERVE_SHAPE:  # a batch takes seconds, not minutes
-            args.shape = "bert-char-256x4"
+    for name, sizes in SIZES.items():
+        setattr(args, name, sizes[args.quick])
+    # --quick: a batch takes seconds, not minutes
+    args.shape = args.shape or ("bert-char-256x4" if args.quick else SERVE_SHAPE)
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
