@@ -34,19 +34,24 @@ ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) 
 # --- the machine ----------------------------------------------------------------------
 
 
+def best_seconds(fn: Callable[[], object], seconds: float) -> float:
+    """The fastest of the calls of ``fn`` made in ``seconds`` (after an untimed one)."""
+    fn()
+    best, end = float("inf"), time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+        if time.perf_counter() >= end:
+            return best
+
+
 def matmul_peak(dtype: object, *, size: int = 2048, seconds: float = 2.0) -> float:
     """Sustained FLOP/s of a square matmul in ``dtype`` (best of a few timed runs)."""
     import torch
 
     a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while True:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * size**3 / (time.perf_counter() - start))
-        if time.perf_counter() >= end:
-            return best
+    return 2 * size**3 / best_seconds(lambda: torch.mm(a, b), seconds)
 
 
 def machine_peaks(*, seconds: float = 1.5) -> dict[str, float]:

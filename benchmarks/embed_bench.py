@@ -26,6 +26,7 @@ import torch
 
 from benchmarks.common import (
     bench_parser,
+    best_seconds,
     describe,
     embed_cli,
     faster_dtype,
@@ -79,7 +80,7 @@ class Work:
         return total / seconds / peak, self.weight_flops / seconds / peak
 
 
-def linear_rate(adapter: object, rows: int, *, seconds: float = 1.0) -> float:
+def linear_rate(adapter: object, rows: int) -> float:
     """FLOP/s of the model's own linear layers as plain ``F.linear`` calls on random
     inputs of ``rows`` rows (a full batch's padded tokens): the rate its matmuls can
     reach at its shapes, with nothing else of the forward pass around them."""
@@ -93,18 +94,9 @@ def linear_rate(adapter: object, rows: int, *, seconds: float = 1.0) -> float:
     inputs = {n_in: torch.randn(rows, n_in) for n_in in {i for i, _ in shapes}}
     weights = [torch.randn(n_out, n_in) for n_in, n_out in shapes]
     flops = sum(2.0 * rows * w.numel() for w in weights)
-
-    def once() -> float:
-        start = time.perf_counter()
-        for w in weights:
-            F.linear(inputs[w.shape[1]], w)
-        return time.perf_counter() - start
-
-    once()
-    best, end = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        best = min(best, once())
-    return flops / best
+    return flops / best_seconds(
+        lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], 1.0
+    )
 
 
 def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]:
@@ -126,12 +118,7 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
         for budget in budgets:
             count = max(budget // t, 1)
             batch = list(itertools.islice(itertools.cycle(same), count))
-            adapter.embed_batch(batch)
-            runs, start = 0, time.perf_counter()
-            while time.perf_counter() - start < 1.5:
-                adapter.embed_batch(batch)
-                runs += 1
-            rate = count * t * runs / (time.perf_counter() - start)
+            rate = count * t / best_seconds(lambda b=batch: adapter.embed_batch(b), 1.5)
             cells.append(f"{budget}: {rate:,.0f}")
         chosen = len(plan_batches([t] * len(same), rule)[0])
         print(
