@@ -35,11 +35,6 @@ def latest(records: list[dict]) -> dict[tuple[str, str], dict]:
     return dict(sorted(out.items()))
 
 
-def _number(value: float) -> str:
-    """As recorded (each benchmark rounds its own), with thousands separators."""
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
 def _section(rec: dict) -> list[str]:
     peaks = rec["peaks_gflops"]
     load = ", ".join(f"{x:.1f}" for x in rec["load_average"])
@@ -58,9 +53,10 @@ def _section(rec: dict) -> list[str]:
         "| --- | ---: | --- | --- |",
     ]
     for name, fig in rec["figures"].items():
-        figure = Figure(fig["value"], fig["unit"], fig["target"])
+        figure = Figure(**fig)
+        value = f"{figure.value:,}" if isinstance(figure.value, int) else figure.value
         lines.append(
-            f"| {name} | {_number(figure.value)} {figure.unit} | "
+            f"| {name} | {value} {figure.unit} | "
             f"{figure.target or ''} | {VERDICT[figure.meets()]} |"
         )
     return [*lines, ""]
@@ -73,17 +69,10 @@ def render_benchmarks_page(records: list[dict], *, plot: str | None = PLOT) -> s
     if not records:
         return "\n".join([*lines, "No records yet.", ""])
     if plot:
-        lines += [
-            "## History",
-            "",
-            (
-                "Each figure with a target, as a multiple of its target "
-                "(1 = on target), over time:"
-            ),
-            "",
-            f"![benchmark history]({plot})",
-            "",
-        ]
+        history = (
+            "Each figure with a target, as its multiple (1 = on target), over time:"
+        )
+        lines += ["## History", "", history, "", f"![benchmark history]({plot})", ""]
     lines += ["## Latest figures", ""]
     for rec in latest(records).values():
         lines += _section(rec)
