@@ -69,9 +69,7 @@ def render_benchmarks_page(records: list[dict], *, plot: str | None = PLOT) -> s
     if not records:
         return "\n".join([*lines, "No records yet.", ""])
     if plot:
-        history = (
-            "Each figure with a target, as its multiple (1 = on target), over time:"
-        )
+        history = "Each figure with a target over time, as value / target:"
         lines += ["## History", "", history, "", f"![benchmark history]({plot})", ""]
     lines += ["## Latest figures", ""]
     for rec in latest(records).values():
