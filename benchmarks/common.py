@@ -31,9 +31,6 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) s")
 
 
-# --- the machine ----------------------------------------------------------------------
-
-
 def best_seconds(fn: Callable[[], object], seconds: float) -> float:
     """The fastest of the calls of ``fn`` made in ``seconds`` (after an untimed one)."""
     fn()
@@ -143,9 +140,6 @@ def set_threads(n: int | None) -> None:
         numba.set_num_threads(n)
 
 
-# --- timing and comparing -------------------------------------------------------------
-
-
 @contextmanager
 def clocks(into: dict[str, float]) -> Iterator[None]:
     """Add wall and process CPU seconds of the block to ``into``."""
@@ -245,9 +239,6 @@ def op_categories(
         hit = (c for c, prefixes in categories.items() if key.startswith(prefixes))
         out[next(hit, "the rest")] += seconds
     return out
-
-
-# --- the commands, as a user runs them ------------------------------------------------
 
 
 @dataclass

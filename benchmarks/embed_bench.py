@@ -46,9 +46,6 @@ if TYPE_CHECKING:
 TARGET_SHARE = ">= 65"  # issue 22: % of the machine's best matmul rate
 
 
-# --- measuring ------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Work:
     """FLOPs of the model over some sequences: weights and attention apart."""
@@ -126,9 +123,6 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
             + "  ".join(cells)
             + f"  | the rule: {rule.token_budget} tokens, {chosen} sequences a batch"
         )
-
-
-# --- the harness ----------------------------------------------------------------------
 
 
 def measure(

@@ -31,9 +31,6 @@ BERT_SPECIALS = {
 ESM_SPECIALS = {f"{t}_token": f"<{t}>" for t in ("unk", "pad", "mask", "cls", "eos")}
 
 
-# --- sequences ------------------------------------------------------------------------
-
-
 def load_sequences(
     n: int,
     seed: int = 0,
@@ -69,9 +66,6 @@ def load_sequences(
 def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
     """Random ACGT sequences of ``lengths``."""
     return ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
-
-
-# --- shapes ---------------------------------------------------------------------------
 
 
 def _save_fast_tokenizer(
