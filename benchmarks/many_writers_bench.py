@@ -1,12 +1,9 @@
 """Many short writers on one store: the run count they leave and the cold look-up.
 
-``--writers`` separate ``embedcache embed --model kmer-1`` processes (default 120,
-``--parallel`` at a time) each add ``--per-writer`` new random 32 bp sequences
-(default 100) to one folder store. Records the runs the key is left with, then the
-cold look-up figure: the median wall time of 3 fresh ``embed`` runs of 100 known
-sequences (all cached) against that store, beside the same against a store one
-``embed`` run filled with the same sequences, and their ratio (issue 41's targets:
-at most 16 runs, ratio at most 1.5).
+``--writers`` ``embedcache embed --model kmer-1`` processes (``--parallel`` at a time)
+each add ``--per-writer`` new random 32 bp sequences to one store; then 3 fresh
+``embed`` runs of 100 of them against it and against a store one run filled (issue
+41: at most 16 runs, look-up time at most 1.5x the one writer's).
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from benchmarks.common import (
     record_beside,
 )
 from benchmarks.records import Figure
+from benchmarks.shapes import random_sequences
 
 MODEL = "kmer-1"
 SEQ_BP = 32
@@ -46,24 +44,18 @@ def n_runs(store: Path) -> int:
 def fill(work: Path, args: argparse.Namespace) -> list[str]:
     """The many writers' store ``work/many`` and the one writer's ``work/one``, with
     the same sequences; those sequences."""
-    rng = np.random.default_rng(41)
-    n = args.writers * args.per_writer
-    seqs = ["".join(rng.choice(list("ACGT"), SEQ_BP)) for _ in range(n)]
-    parts = []
-    for w in range(args.writers):
-        part = work / f"w{w}.txt"
-        part.write_text(
-            "\n".join(seqs[w * args.per_writer : (w + 1) * args.per_writer])
-        )
-        parts.append(part)
+    k = args.per_writer
+    seqs = random_sequences(np.random.default_rng(41), [SEQ_BP] * args.writers * k)
+    parts = [work / f"w{w}.txt" for w in range(args.writers)]
+    for w, part in enumerate(parts):
+        part.write_text("\n".join(seqs[w * k : (w + 1) * k]))
+
+    def write(part: Path) -> None:
+        embed_process(MODEL, work / "many", part, part.with_suffix(".npy"))
+
     start = time.perf_counter()
     with ThreadPoolExecutor(args.parallel) as pool:
-        list(
-            pool.map(
-                lambda p: embed_process(MODEL, work / "many", p, p.with_suffix(".npy")),
-                parts,
-            )
-        )
+        list(pool.map(write, parts))
     seconds = time.perf_counter() - start
     print(f"{args.writers} writers x {args.per_writer} sequences: {seconds:.1f} s")
     everything = work / "all.txt"
