@@ -2,8 +2,8 @@
 
 Per round and shape (``--shapes``, benchmarks/shapes.py, random weights), with both
 matmul rates measured around it: ``embedcache embed`` in a fresh interpreter on a fresh
-store (start-up apart); the model's linear layers alone at a full batch's rows (the
-share's ceiling); a naive fp32 loop, one sequence a forward pass, its vectors compared.
+store (start-up apart); a naive fp32 loop, one sequence a forward pass, its vectors
+compared.
 FLOPs of t tokens: 2 x non-embedding parameters x t, plus attention's 4 x layers x
 hidden x t² (in full for causal models too). ``--sweep``: tokens/s by token budget in
 process. The record keeps each shape's best round against issue 22's 65% target.
@@ -17,7 +17,6 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,54 +45,17 @@ if TYPE_CHECKING:
 TARGET_SHARE = ">= 65"  # issue 22: % of the machine's best matmul rate
 
 
-@dataclass(frozen=True)
-class Work:
-    """FLOPs of the model over some sequences: weights and attention apart."""
-
-    tokens: int
-    weight_flops: float
-    attention_flops: float
-
-    @classmethod
-    def of(cls, adapter: object, counts: Sequence[int]) -> Work:
-        network = adapter.network
-        tables = sum(
-            m.weight.numel()
-            for m in network.modules()
-            if isinstance(m, torch.nn.Embedding)
-        )
-        params = sum(p.numel() for p in network.parameters()) - tables
-        per_t2 = 4 * network.n_layers * adapter.dim if adapter.attention_maps else 0
-        strands = 2 if adapter.rc_mode == "average" else 1  # both run
-        return cls(
-            tokens=sum(counts),
-            weight_flops=2.0 * params * sum(counts) * strands,
-            attention_flops=float(per_t2 * sum(t * t for t in counts) * strands),
-        )
-
-    def shares(self, seconds: float, peak: float) -> tuple[float, float]:
-        """(with attention, weights only) as shares of ``peak``."""
-        total = self.weight_flops + self.attention_flops
-        return total / seconds / peak, self.weight_flops / seconds / peak
-
-
-def linear_rate(adapter: object, rows: int) -> float:
-    """FLOP/s of the model's own linear layers as plain ``F.linear`` calls on random
-    inputs of ``rows`` rows (a full batch's padded tokens): the rate its matmuls can
-    reach at its shapes, with nothing else of the forward pass around them."""
-    import torch.nn.functional as F
-
-    shapes = [
-        (m.in_features, m.out_features)
-        for m in adapter.network.modules()
-        if isinstance(m, torch.nn.Linear)
-    ]
-    inputs = {n_in: torch.randn(rows, n_in) for n_in in {i for i, _ in shapes}}
-    weights = [torch.randn(n_out, n_in) for n_in, n_out in shapes]
-    flops = sum(2.0 * rows * w.numel() for w in weights)
-    return flops / best_seconds(
-        lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], 1.0
+def flops(adapter: object, counts: Sequence[int]) -> tuple[float, float]:
+    """FLOPs of the model over sequences of ``counts`` tokens: (all, weights only)."""
+    network = adapter.network
+    tables = [m.weight for m in network.modules() if isinstance(m, torch.nn.Embedding)]
+    params = sum(p.numel() for p in network.parameters()) - sum(
+        t.numel() for t in tables
     )
+    per_t2 = 4 * network.n_layers * adapter.dim if adapter.attention_maps else 0
+    strands = 2 if adapter.rc_mode == "average" else 1  # both run
+    weights = 2.0 * params * sum(counts) * strands
+    return weights + per_t2 * sum(t * t for t in counts) * strands, weights
 
 
 def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]:
@@ -133,32 +95,28 @@ def measure(
     options = adapter_options(shape)
     fast = load_adapter(str(folder), device="cpu", dtype=args.dtype, **options)
     counts = fast.n_tokens_many(seqs)
-    work = Work.of(fast, counts)
+    (total, weights), tokens = flops(fast, counts), sum(counts)
     with tempfile.TemporaryDirectory() as tmp:
         before = machine_peaks()
         run = embed_cli(
             folder, seqs, Path(tmp), dtype=args.dtype, options=shape.options
         )
         peaks = max(before, machine_peaks(), key=lambda p: p["best"])
-    rows = max(batch_rule(fast).token_budget // max(counts), 1) * max(counts)
-    linears = linear_rate(fast, rows)
     fp32 = load_adapter(str(folder), device="cpu", **options)
     naive_vectors, naive_seconds = naive_loop(fp32, seqs[: args.n_naive])
     naive_rate = sum(fp32.n_tokens_many(seqs[: args.n_naive])) / naive_seconds
     cosine = min_cosine(run.vectors[: args.n_naive], naive_vectors)
     if args.sweep:
         sweep(fast, seqs[:400], (1536, 4096, 8192, 16384, 32768))
-    share, weights_only = work.shares(run.wall, peaks["best"])
-    rate = work.tokens / run.wall
+    share, rate = total / run.wall / peaks["best"], tokens / run.wall
     show(f"  round {rnd} {name}", {
         "end to end s": run.wall, "engine s": run.engine, "start-up s": run.startup,
-        "tokens/s": round(rate), "start-up excluded": round(work.tokens / run.engine),
+        "tokens/s": round(rate), "start-up excluded": round(tokens / run.engine),
         "% of the best matmul rate": 100 * share,
-        "without attention": 100 * weights_only,
-        "engine alone": 100 * work.shares(run.engine, peaks["best"])[0],
+        "without attention": 100 * weights / run.wall / peaks["best"],
+        "engine alone": 100 * total / run.engine / peaks["best"],
         "naive fp32 batch-1 tokens/s": round(naive_rate),
         "x naive": rate / naive_rate, "cosine vs naive": f"{cosine:.5f}",
-        "linear layers alone at a full batch, %": 100 * linears / peaks["best"],
     })  # fmt: skip
     print(f"    {describe(peaks)}")
     return share, {
