@@ -2,7 +2,6 @@
 
 ``python -m benchmarks list``                 the benchmarks, one line each
 ``python -m benchmarks run NAME [--quick] …``  run one (other options go to it)
-``python -m benchmarks page OUT_DIR``         docs' benchmarks page from the records
 
 A benchmark: a module here with a docstring (its first line: what it measures) and a
 top-level ``def main(argv)`` that takes ``--quick`` and ends with
@@ -42,19 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="the benchmarks")
     run = sub.add_parser("run", add_help=False, help="run one (-h: its options)")
     run.add_argument("name")
-    page = sub.add_parser("page", help="write benchmarks.md and its plot")
-    page.add_argument("out_dir", type=Path)
     args, rest = parser.parse_known_args(argv)
     found = discover()
     if args.command == "list":
         width = max(map(len, found))
         for name, about in found.items():
             print(f"{name:<{width}}  {about}")
-        return 0
-    if args.command == "page":
-        from benchmarks.report import write_page
-
-        print(write_page(args.out_dir))
         return 0
     name = args.name if args.name in found else f"{args.name}_bench"
     if name not in found:
