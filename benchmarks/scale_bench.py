@@ -133,18 +133,14 @@ def chunk_bases(lo: int, n: int) -> bytes:
     return np.frombuffer(b"ACGT", np.uint8)[codes].tobytes()
 
 
-def chunk_seqs(lo: int, n: int) -> list[str]:
-    raw = chunk_bases(lo, n)
-    return [raw[i : i + SEQ_BP].decode() for i in range(0, len(raw), SEQ_BP)]
-
-
 def known_seqs(n: int) -> list[str]:
     """N_KNOWN stored sequences, spread over the key."""
     rows = np.random.default_rng(n).choice(n, N_KNOWN, replace=False)
     out = []
     for lo in sorted({int(r) // CHUNK * CHUNK for r in rows}):
-        seqs = chunk_seqs(lo, n)
-        out += [seqs[r - lo] for r in rows if lo <= r < lo + CHUNK]
+        raw = chunk_bases(lo, n)
+        picked = [r - lo for r in rows if lo <= r < lo + CHUNK]
+        out += [raw[i * SEQ_BP : (i + 1) * SEQ_BP].decode() for i in picked]
     return out
 
 
@@ -257,8 +253,8 @@ def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
 
 
 def floor_writer(root: str, n_job: str, batch: str) -> None:
-    """In a fresh process: the job through put into a store of its own, begun by a
-    line on stdin once ready (the floor's writer: it shares only the machine)."""
+    """In a fresh process: the job through put into a store of its own, begun at the
+    end of stdin once ready (the floor's writer: it shares only the machine)."""
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
@@ -306,16 +302,13 @@ def p99_under_commits(
         thread.join()
     else:
         cmd = child("floor_writer", workdir / "other", n_job, batch)
-        # it says "ready" once set up and waits for a line: its start-up is not timed
+        # it says "ready" once set up and begins at EOF: its start-up is not timed
         proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+        proc.stdin.close()
         t0 = time.perf_counter()
         busy = sample(lambda: proc.poll() is None, 10**9)
-        if proc.wait():
-            msg = f"the floor's writer failed ({proc.returncode})"
-            raise RuntimeError(msg)
+        assert proc.wait() == 0, "the floor's writer failed"
     job_s = time.perf_counter() - t0
     p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
     show(
