@@ -53,7 +53,7 @@ SERVE_OPTIONS = (
 
 def part_a(
     server: Server, adapter: Adapter, seqs: list[str], work: Path, clients: int
-) -> dict:
+) -> dict[str, Figure]:
     tokens = sum(adapter.n_tokens(s) for s in seqs)
     t0 = time.perf_counter()
     embed_sequences(adapter, seqs, EmbeddingStore(work / "local-store"))
@@ -68,11 +68,15 @@ def part_a(
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(run, range(clients)))
-    served = time.perf_counter() - t0
-    return {"tokens": tokens, "local_s": local, "served_s": served}
+    local, served = tokens / local, tokens / (time.perf_counter() - t0)
+    return {
+        "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
+        f"(a) no hits, {clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
+        "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
+    }  # fmt: skip
 
 
-def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
+def part_b(server: Server, seqs: list[str], rounds: int) -> dict[str, Figure]:
     def run(_: int) -> int:
         with EmbedClient(server.url, max_sequences=512, concurrency=1) as client:
             return sum(len(client.embed(seqs, model="bench")) for _ in range(rounds))
@@ -81,25 +85,28 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
     with ThreadPoolExecutor(4) as pool:
         n = sum(pool.map(run, range(4)))
     rate = n / (time.perf_counter() - t0)
-    latencies = []
-    body = {"model": "bench", "sequences": [seqs[0]]}
     with httpx.Client(base_url=server.url) as http:
-        for _ in range(520):
-            t0 = time.perf_counter()
-            r = http.post(
-                wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY}
-            )
-            latencies.append(time.perf_counter() - t0)
-            r.raise_for_status()
-    latencies = latencies[20:]  # connection set-up and first reads
+        latencies = [one_seq(http, seqs[0]) for _ in range(520)]
+    # the first 20 left out: connection set-up and first reads
+    p50, p99 = 1e3 * np.percentile(latencies[20:], [50, 99])
     return {
-        "vectors_per_s": rate,
-        "p50_ms": 1e3 * np.percentile(latencies, 50),
-        "p99_ms": 1e3 * np.percentile(latencies, 99),
+        "(b) all hits, NPY, 4 clients": Figure(round(rate), "vectors/s", ">= 20000"),
+        "(b) cached 1-seq request p50": Figure(round(p50, 1), "ms"),
+        "(b) cached 1-seq request p99": Figure(round(p99, 1), "ms", "< 20"),
     }
 
 
-def part_c(server: Server, args: argparse.Namespace) -> dict:
+def one_seq(http: httpx.Client, seq: str) -> float:
+    """Seconds of a one-sequence request, NPY back."""
+    t0 = time.perf_counter()
+    body = {"model": "bench", "sequences": [seq]}
+    r = http.post(wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY})
+    seconds = time.perf_counter() - t0
+    r.raise_for_status()
+    return seconds
+
+
+def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
     seed, n_stream = args.seed, args.stream_seqs
     stop = threading.Event()
     stream_rng = np.random.default_rng(seed + 1)
@@ -118,14 +125,7 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
         with httpx.Client(base_url=server.url, timeout=120) as http:
             while not stop.is_set():
                 [seq] = random_sequences(rng, [rng.integers(200, 500)])
-                t0 = time.perf_counter()
-                r = http.post(
-                    wire.ROUTE_EMBED,
-                    json={"model": "bench", "sequences": [seq]},
-                    headers={"Accept": wire.MEDIA_NPY},
-                )
-                out.append(time.perf_counter() - t0)
-                r.raise_for_status()
+                out.append(one_seq(http, seq))
         return out
 
     def forward_totals() -> tuple[float, float]:
@@ -163,18 +163,20 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
             sys.exit("no forward batch ran in (c): the stream did not reach the server")
         return (end[0] - start[0]) / (end[1] - start[1])
 
+    p99, alone = np.percentile(latencies, 99), mean(solo_start, mixed_start)
+    mixed, small = mean(mixed_start, mixed_end), f"({len(latencies)} req)"
+    n_alone, n_mixed = mixed_start[1] - solo_start[1], mixed_end[1] - mixed_start[1]
     return {
-        "n_small": len(latencies),
-        "p50_s": np.percentile(latencies, 50),
-        "p99_s": np.percentile(latencies, 99),
-        "forward_s": mean(solo_start, mixed_start),
-        "batches": mixed_start[1] - solo_start[1],
-        "mixed_forward_s": mean(mixed_start, mixed_end),
-        "mixed_batches": mixed_end[1] - mixed_start[1],
-    }
+        f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(p99, 2), "s"),
+        f"(c) one forward batch, stream alone ({n_alone:.0f})": Figure(round(alone, 3), "s"),
+        "(c) one-seq p99 / forward batch": Figure(round(p99 / alone, 2), "x", "<= 2"),
+        f"(c) mean batch while mixed ({n_mixed:.0f})": Figure(round(mixed, 3), "s"),
+    }  # fmt: skip
 
 
-def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
+def part_d(
+    server: Server, seqs: list[str], seconds: float, seed: int
+) -> dict[str, Figure]:
     rng = np.random.default_rng(seed)
     samples: list[int] = []
     stop = threading.Event()
@@ -196,11 +198,12 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     sampler.join()
     third = len(samples) // 3
     second, last = samples[third : 2 * third], samples[2 * third :]
+    growth = 100 * (statistics.median(last) / statistics.median(second) - 1)
+    last_mb = statistics.median(last) / 2**20
     return {
-        "second_mb": statistics.median(second) / 2**20,
-        "last_mb": statistics.median(last) / 2**20,
-        "n_samples": len(samples),
-    }
+        f"(d) server RSS, last third ({len(samples)} samples)": Figure(round(last_mb), "MB"),
+        "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,36 +234,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             print(f"(a) load {load()}", flush=True)
-            a = part_a(server, adapter, seqs, work, args.clients)
+            figures = part_a(server, adapter, seqs, work, args.clients)
             print(f"(b) load {load()}", flush=True)
-            b = part_b(server, seqs, args.hit_rounds)
+            figures |= part_b(server, seqs, args.hit_rounds)
             print(f"(c) load {load()}", flush=True)
-            c = part_c(server, args)
+            figures |= part_c(server, args)
             print(f"(d) load {load()}", flush=True)
-            d = part_d(server, seqs, args.memory_seconds, args.seed)
+            figures |= part_d(server, seqs, args.memory_seconds, args.seed)
         finally:
             if server.proc.poll() is not None:  # died: say how, before the work goes
                 log = (work / "server.log").read_text().splitlines()
                 print("server log, last lines:", *log[-40:], sep="\n")
             code = server.stop()
-        local, served = a["tokens"] / a["local_s"], a["tokens"] / a["served_s"]
-        growth = 100 * (d["last_mb"] / d["second_mb"] - 1)
         print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
-        small, batch = f"({c['n_small']} req)", f"({c['batches']:.0f})"
-        figures = {
-            "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
-            f"(a) no hits, {args.clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
-            "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
-            "(b) all hits, NPY, 4 clients": Figure(round(b["vectors_per_s"]), "vectors/s", ">= 20000"),
-            "(b) cached 1-seq request p50": Figure(round(b["p50_ms"], 1), "ms"),
-            "(b) cached 1-seq request p99": Figure(round(b["p99_ms"], 1), "ms", "< 20"),
-            f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(c["p99_s"], 2), "s"),
-            f"(c) one forward batch, stream alone {batch}": Figure(round(c["forward_s"], 3), "s"),
-            "(c) one-seq p99 / forward batch": Figure(round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"),
-            f"(c) mean batch while mixed ({c['mixed_batches']:.0f})": Figure(round(c["mixed_forward_s"], 3), "s"),
-            f"(d) server RSS, last third ({d['n_samples']} samples)": Figure(round(d["last_mb"]), "MB"),
-            "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
-        }  # fmt: skip
         record(
             "serve_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv
         )
