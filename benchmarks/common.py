@@ -342,16 +342,24 @@ def end_to_end(
     }
 
 
-# a fresh `embed` that prints its peak resident set last (cold_lookup)
-EMBED = r"""
-import sys
+# a fresh interpreter running a function of a module here: CHILD REPO MODULE NAME ARGS
+CHILD = """import importlib, sys
 sys.path.insert(0, sys.argv[1])
-from embedcache.cli import main
-from benchmarks.common import hwm_mib
-code = main(sys.argv[2:])
-print(f"hwm_mib={hwm_mib()}")
-sys.exit(code)
-"""
+getattr(importlib.import_module(sys.argv[2]), sys.argv[3])(*sys.argv[4:])"""
+
+
+def child(module: str, function: str, *args: object) -> list[str]:
+    """The command that runs ``module.function(*args)`` (as strings) afresh."""
+    return [sys.executable, "-c", CHILD, str(REPO), module, function, *map(str, args)]
+
+
+def cli_then_peak(*argv: str) -> None:
+    """In a fresh process (cold_lookup): ``embedcache ARGV``, then its peak RSS."""
+    from embedcache.cli import main
+
+    code = main(list(argv))
+    print(f"hwm_mib={hwm_mib()}")
+    sys.exit(code)
 
 
 def hwm_mib() -> float:
@@ -368,8 +376,8 @@ def cold_lookup(
     """Median wall seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of the
     sequences in ``known``, every one stored (the benchmark exits if not)."""
     n = len(known.read_text().split())
-    cmd = [sys.executable, "-c", EMBED, str(REPO), "embed", "--model", model]
-    cmd += ["--store", store, "--input", str(known), "--output"]
+    cmd = child(__name__, "cli_then_peak", "embed", "--model", model, "--store", store)
+    cmd += ["--input", str(known), "--output"]
     runs = []
     for i in range(3):
         wall, done = run_timed([*cmd, str(known.with_name(f"o{i}.npy"))], env)

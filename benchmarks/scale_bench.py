@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchmarks.common import (
-    REPO,
     bench_parser,
+    child,
     cold_lookup,
     hwm_mib,
     machine_peaks,
@@ -44,15 +44,7 @@ MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
 SEQ_BP = 32
 N_KNOWN = 100
-# a fresh interpreter that runs a function of this module: CHILD REPO NAME ARGS...
-CHILD = """import sys
-sys.path.insert(0, sys.argv[1])
-import benchmarks.scale_bench as m
-m.__dict__[sys.argv[2]](*sys.argv[3:])"""
-
-
-def child(name: str, *args: object) -> list[str]:
-    return [sys.executable, "-c", CHILD, str(REPO), name, *map(str, args)]
+HERE = "benchmarks.scale_bench"  # its functions run afresh (common.child)
 
 
 def fill(n: str, root: str, out_path: str) -> None:
@@ -206,7 +198,7 @@ class S3:
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
     output = workdir / f"out-{n}.npy"
-    _, done = run_timed(child("fill", n, root, output))
+    _, done = run_timed(child(HERE, "fill", n, root, output))
     output.unlink()
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -301,7 +293,7 @@ def p99_under_commits(
         busy = sample(thread.is_alive, 10**9)
         thread.join()
     else:
-        cmd = child("floor_writer", workdir / "other", n_job, batch)
+        cmd = child(HERE, "floor_writer", workdir / "other", n_job, batch)
         # it says "ready" once set up and begins at EOF: its start-up is not timed
         proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
