@@ -17,8 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
-from contextlib import contextmanager
+from collections import Counter, defaultdict
 from pathlib import Path
 from subprocess import PIPE
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ import numpy as np
 from benchmarks.common import (
     bench_parser,
     child,
+    clocks,
     cold_lookup,
     hwm_mib,
     machine_peaks,
@@ -38,7 +38,7 @@ from benchmarks.records import Figure, record
 from embedcache.data.seqfile import STREAM_ROWS as CHUNK  # `embed`'s chunk of a file
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
@@ -58,40 +58,32 @@ def fill(n: str, root: str, out_path: str) -> None:
 
     n, key = int(n), load_adapter(MODEL).key
     return_freed_memory()  # as `embed` sets it: freed temporaries go back at once
-    base, phase = hwm_mib(), Counter()  # imports only
-
-    @contextmanager
-    def timed(name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        phase[name] += time.perf_counter() - start
-
-    t0, cpu0 = time.perf_counter(), sum(os.times()[:2])  # user + system, all threads
-    store = EmbeddingStore(root)
-    with npy_rows(out_path, (n, 4)) as out:
+    base, total, phase = hwm_mib(), {}, defaultdict(dict)  # base: the imports only
+    with clocks(total), npy_rows(out_path, (n, 4)) as out:
+        store = EmbeddingStore(root)
         for lo in range(0, n, CHUNK):
-            with timed("hash"):
+            with clocks(phase["hash"]):
                 digests = chunk_digests(lo, n)
-            with timed("look-up"):  # the plan's, in hash order
+            with clocks(phase["look-up"]):  # the plan's, in hash order
                 order = np.sort(digests)
                 for i in range(0, len(order), 100_000):
                     store.contains(key, to_hex(order[i : i + 100_000]))
                 del order
-            with timed("put"):
+            with clocks(phase["put"]):
                 rng = np.random.default_rng(lo)
                 for i in range(0, len(digests), BATCH):
                     hashes = to_hex(digests[i : i + BATCH])
                     vectors = rng.random((len(hashes), 4), dtype=np.float32)
                     store.put(key, hashes, vectors)
-            with timed("read"):
+            with clocks(phase["read"]):
                 vectors = np.empty((len(digests), 4), np.float32)
                 assert store.read_into(key, digests, vectors).all()
                 out.write(vectors)
                 del vectors
-    seconds, cpu = time.perf_counter() - t0, sum(os.times()[:2]) - cpu0
-    shards = store.keys()[0].n_shards
-    print(json.dumps({"seconds": seconds, "cpu": cpu, **phase, "peak_mib": hwm_mib(),
-                      "base_mib": base, "shards": shards}))  # fmt: skip
+    phase = {name: spent["wall"] for name, spent in phase.items()}
+    print(json.dumps({"seconds": total["wall"], "cpu": total["cpu"], **phase,
+                      "peak_mib": hwm_mib(), "base_mib": base,
+                      "shards": store.keys()[0].n_shards}))  # fmt: skip
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
