@@ -85,34 +85,29 @@ def write_history_plot(records: list[dict], path: Path) -> Path:
     mpl.use("Agg")
     import matplotlib.pyplot as plt
 
-    series: dict[str, dict[tuple[str, str], list]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    series = defaultdict(lambda: defaultdict(list))  # {benchmark: {(figure, kind): []}}
     for rec in sorted(records, key=lambda r: r["date"]):
+        when = dt.datetime.fromisoformat(rec["date"])
         for name, fig in rec["figures"].items():
-            if fig["target"] is None:
-                continue
-            _, bound = parse_target(fig["target"])
+            bound = fig["target"] and parse_target(fig["target"])[1]
             if bound:
-                when = dt.datetime.fromisoformat(rec["date"])
                 point = (when, fig["value"] / bound)
                 series[rec["benchmark"]][name, rec["cpu_kind"]].append(point)
     names = sorted(series) or ["(no targeted figures)"]
     fig, axes = plt.subplots(
         len(names), 1, figsize=(9, 2.6 * len(names)), squeeze=False
     )
-    markers = "os^vD*"
     kinds = sorted({kind for s in series.values() for _, kind in s})
     for ax, bench in zip(axes[:, 0], names, strict=True):
         for (figure, kind), points in series.get(bench, {}).items():
             dates, values = zip(*points, strict=True)
-            marker = markers[kinds.index(kind) % len(markers)]
+            marker = "os^vD*"[kinds.index(kind) % 6]
             ax.plot(dates, values, marker=marker, label=f"{figure} ({kind})")
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_title(bench, fontsize=10)
         ax.set_ylabel("value / target")
         ax.tick_params(axis="x", labelrotation=20, labelsize=7)
-        if ax.has_data() and ax.get_legend_handles_labels()[0]:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path)
