@@ -43,24 +43,21 @@ def load_sequences(
     rng = np.random.default_rng(seed)
     names = datasets or sorted(p.parent.name for p in DATA.glob("*/test.tsv"))
     files = [DATA / name / "test.tsv" for name in names]
-    if files and all(f.exists() for f in files):
-        import polars as pl
+    if not files or not all(f.exists() for f in files):
+        seqs = random_sequences(rng, rng.choice(list(lengths), size=n))
+        about = "/".join(map(str, lengths))
+        return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+    import polars as pl
 
-        per_file = -(-n // len(files))
-        seqs: list[str] = []
-        for path in files:
-            frame = pl.read_csv(path, separator="\t")
-            rows = rng.choice(
-                frame.height, size=min(per_file, frame.height), replace=False
-            )
-            seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
-        rng.shuffle(seqs)  # the naive loop must not profit from sorted input
-        seqs = seqs[:n]
-        return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
-    sizes = rng.choice(list(lengths), size=n)
-    seqs = random_sequences(rng, sizes)
-    about = "/".join(map(str, lengths))
-    return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+    seqs: list[str] = []
+    for path in files:
+        column = pl.read_csv(path, separator="\t")["seq"]
+        k = min(-(-n // len(files)), len(column))  # an equal part of each
+        rows = rng.choice(len(column), size=k, replace=False)
+        seqs += column.gather(rows).str.to_uppercase().to_list()
+    rng.shuffle(seqs)  # the naive loop must not profit from sorted input
+    seqs = seqs[:n]
+    return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
 
 
 def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
