@@ -9,7 +9,6 @@ each add ``--per-writer`` new random 32 bp sequences to one store; then 3 fresh
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -69,15 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=120)
     parser.add_argument("--per-writer", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=4)
-    parser.add_argument("--workdir", type=Path, default=None, help="kept if given")
     args = parser.parse_args(argv)
     if args.quick:
         args.writers = 24
     peaks = machine_peaks()
     print(machine_line(peaks))
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="many-writers-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with tempfile.TemporaryDirectory(prefix="many-writers-") as tmp:
+        work = Path(tmp)
         seqs = fill(work, args)
         known = work / "known.txt"
         picks = np.random.default_rng(1).choice(len(seqs), N_KNOWN, replace=False)
@@ -91,9 +88,6 @@ def main(argv: list[str] | None = None) -> int:
             "cold look-up, one writer": Figure(round(t_one, 3), "s"),
             "cold look-up ratio": Figure(round(t_many / t_one, 2), "x", "<= 1.5"),
         }
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
     record_beside("many_writers_bench", figures, peaks, quick=args.quick, argv=argv)
     return 0
 
