@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 import tempfile
 import time
@@ -145,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
     print(f"{machine_line()}; engine dtype {args.dtype}")
-    root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}
-    try:
+    with tempfile.TemporaryDirectory(prefix="embed_bench-") as tmp:
+        root = Path(tmp)
         for name in names:
             folder = root / name
             folder.mkdir()
@@ -171,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         figures = {k: v for _, figs, _ in best.values() for k, v in figs.items()}
         peaks = max((p for *_, p in best.values()), key=lambda p: p["best"])
         record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -13,7 +13,6 @@ of the stream alone (<= 2x); (d) the server's RSS, second third of a mixed run t
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -217,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     args.shape = args.shape or ("bert-char-256x4" if args.quick else SERVE_SHAPE)
     import torch
 
-    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
+        work = Path(tmp)
         model_dir = work / "model"
         SHAPES[args.shape].build(model_dir)
         seqs, about = load_sequences(args.n, seed=args.seed)
@@ -250,8 +249,6 @@ def main(argv: list[str] | None = None) -> int:
         record(
             "serve_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv
         )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
