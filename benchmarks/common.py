@@ -87,8 +87,7 @@ def machine_line(peaks: dict[str, float] | None = None) -> str:
 
 
 def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
-    """A benchmark's parser: its docstring's first line, ``--quick`` (``quick``: what
-    it cuts)."""
+    """A benchmark's parser: its docstring's first line; ``--quick`` cuts ``quick``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick)
     return parser
@@ -118,8 +117,7 @@ def record_beside(
     quick: bool,
     argv: list[str] | None,
 ) -> None:
-    """Measure the matmul peaks again and record the run with the better of these
-    and ``before`` (the machine's load moves between the two)."""
+    """Record the run with the better of ``before`` and the matmul peaks now."""
     after = machine_peaks()
     print(f"at the end: {describe(after)}; load average {load()}")
     peaks = max(before, after, key=lambda p: p["best"])
@@ -152,8 +150,7 @@ def clocks(into: dict[str, float]) -> Iterator[None]:
 def against_naive(
     what: str, rate: float, naive: float, target: str | None = None
 ) -> dict[str, Figure]:
-    """``what``'s tokens/s and its multiple of the naive loop's (``target``: the
-    multiple's)."""
+    """``what``'s tokens/s, and its multiple of the naive loop's against ``target``."""
     return {
         f"{what} tokens/s": Figure(round(rate), "tokens/s"),
         f"{what} vs naive": Figure(round(rate / naive, 1), "x", target),
@@ -168,8 +165,7 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
 def agreement(
     what: str, a: np.ndarray, b: np.ndarray, target: str | None = None
 ) -> dict[str, Figure]:
-    """How close the vectors ``a`` are to ``b``: the largest absolute difference and
-    the smallest cosine (``target``: the cosine's)."""
+    """``a`` against ``b``: largest difference, smallest cosine (against ``target``)."""
     return {
         f"{what} max abs diff": Figure(float(f"{np.abs(a - b).max():.1e}")),
         f"{what} min cosine": Figure(round(min_cosine(a, b), 7), "", target),
@@ -182,8 +178,7 @@ def wrapped(
     names: Sequence[str],
     wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
 ) -> Iterator[None]:
-    """``module.<name> = wrap(name, original)`` for each name, inside the block
-    (kernels timed or labelled where the model looks them up)."""
+    """``module.<name> = wrap(name, original)`` for each name, inside the block."""
     originals = {name: getattr(module, name) for name in names}
     for name, fn in originals.items():
         setattr(module, name, wrap(name, fn))
@@ -230,8 +225,7 @@ def op_categories(
     categories: dict[str, tuple[str, ...]] | None = None,
     kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
 ) -> dict[str, float]:
-    """Self CPU seconds of one call of ``fn`` (:func:`op_seconds`) summed by category:
-    the matmuls, ``categories`` (op-name prefixes) and the rest."""
+    """:func:`op_seconds` summed: matmuls, ``categories`` (op prefixes), the rest."""
     _, ops = op_seconds(fn, kernels)
     categories = {"matmuls": MATMULS, **(categories or {})}
     out = dict.fromkeys([*categories, "the rest"], 0.0)
@@ -243,8 +237,7 @@ def op_categories(
 
 @dataclass
 class CliRun:
-    """One ``embedcache embed`` run: wall seconds from launch to exit, the engine's
-    seconds (forward passes and commits), and its vectors."""
+    """An ``embed`` run: launch-to-exit and engine seconds, and its vectors."""
 
     wall: float
     engine: float
@@ -258,8 +251,7 @@ class CliRun:
 def run_timed(
     cmd: Sequence[str], env: dict[str, str] | None = None
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """Wall seconds and the finished process of ``cmd``; exits the benchmark if it
-    fails."""
+    """Wall seconds and the finished process of ``cmd``; exits if it fails."""
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - start
@@ -271,8 +263,7 @@ def run_timed(
 def embed_process(
     model: Path | str, store: Path, inputs: Path, output: Path, *options: str
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """``embedcache embed --model MODEL OPTIONS`` from ``inputs`` into ``store`` in a
-    fresh interpreter (:func:`run_timed`)."""
+    """``embedcache embed --model MODEL OPTIONS`` in a fresh interpreter, timed."""
     command = [
         sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model),
         *options, "--store", str(store), "--input", str(inputs),
@@ -357,8 +348,7 @@ def cli_then_peak(*argv: str) -> None:
 
 
 def hwm_mib() -> float:
-    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
-    carry a parent's size over a fork and exec."""
+    """Peak resident set (VmHWM, MiB): ru_maxrss carries a parent's over fork+exec."""
     with Path("/proc/self/status").open() as fh:
         line = next(x for x in fh if x.startswith("VmHWM"))
     return int(line.split()[1]) / 1024
@@ -367,8 +357,8 @@ def hwm_mib() -> float:
 def cold_lookup(
     model: str, store: str, known: Path, env: dict[str, str] | None = None
 ) -> tuple[float, float]:
-    """Median wall seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of the
-    sequences in ``known``, every one stored (the benchmark exits if not)."""
+    """Median seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of ``known``'s
+    sequences, every one stored (the benchmark exits if not)."""
     n = len(known.read_text().split())
     cmd = child(__name__, "cli_then_peak", "embed", "--model", model, "--store", store)
     cmd += ["--input", str(known), "--output"]
@@ -384,8 +374,7 @@ def cold_lookup(
 
 
 class Server:
-    """``embedcache serve --store STORE --model MODEL OPTIONS`` in a subprocess on a
-    free port of 127.0.0.1, ready when constructed; stopped with SIGTERM."""
+    """``embedcache serve`` on a free port of 127.0.0.1, ready when constructed."""
 
     def __init__(
         self, store: Path, model: str, log: Path, options: Sequence[str] = ()
