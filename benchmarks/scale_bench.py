@@ -87,11 +87,8 @@ def fill(n: str, root: str, out_path: str) -> None:
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
-    """Raw sha256 keys of sequences lo..lo+CHUNK (seeded by lo): (k,) S32.
-
-    Held as `embed` holds a chunk of a file: the bases packed (~1 byte each), hashed
-    100,000 at a time (engine/plan.py), never a Python string per row.
-    """
+    """Raw sha256 keys (S32) of sequences lo..lo+CHUNK, from their packed bases 100,000
+    at a time, as `embed` hashes a file's chunk (engine/plan.py): no str per row."""
     from embedcache.hashing import sequence_digest
 
     raw = chunk_bases(lo, n)
@@ -226,9 +223,7 @@ def p99_hashes(start: int, k: int) -> list[str]:
 
 
 def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
-    """The job's sequence keys and vectors, made before anything is timed: what is
-    timed beside the reads is put's work (a server's batcher hands it hashes it
-    already has)."""
+    """The job's keys and vectors, made untimed: a server's batcher hands put both."""
     rng = np.random.default_rng(1)
     return [
         (p99_hashes(lo, batch), rng.random((batch, 4), dtype=np.float32))
@@ -253,10 +248,8 @@ def floor_writer(root: str, n_job: str, batch: str) -> None:
 def p99_under_commits(
     workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
 ) -> tuple[float, float]:
-    """In-process get p99 of one stored hash (ms): idle, and while a job commits,
-    from another thread into the same store (``writer="thread"``, the target's
-    figure) or from another process into another store (``"process"``: the floor
-    the machine alone sets)."""
+    """get's p99 of one stored hash (ms), idle and while a job commits from another
+    thread into this store or (the floor) another process into another store."""
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
@@ -319,9 +312,8 @@ def server_figure(workdir: Path) -> dict[str, Figure]:
 
 
 def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
-    """The ratios the issue targets, largest size over smallest; ``again``: the
-    smallest filled again after the largest (the machine's speed drifts over a run,
-    and a ratio on one slow stretch flatters)."""
+    """The targeted ratios, largest size over smallest; ``again``: the smallest filled
+    again after the largest (the machine's speed drifts over a run)."""
     first, last = rows[0], rows[-1]
 
     def grew(key: str, target: str | None = None) -> Figure:
@@ -337,17 +329,14 @@ def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
         figures["cold s3 look-up requests"] = Figure(round(last["s3_requests"]))
     figures["fill time per row"] = grew("fill_us_row", "<= 1.2")
     if again is not None:
-        us_again = again["seconds"] / first["n"] * 1e6
-        ratio = last["fill_us_row"] / us_again
+        ratio = last["fill_us_row"] / (again["seconds"] / first["n"] * 1e6)
         figures["fill per row vs again"] = Figure(round(ratio, 2), "x", "<= 1.2")
     # beside it, the CPU time (every thread): where the two part, the fill waited (on
     # the disk: its fsyncs, and writeback of a store no longer in memory)
     figures["fill CPU time per row"] = grew("fill_cpu_us_row")
     for r in rows:
-        ratio = r["fill_extra"] / r["out_mib"]
-        figures[f"fill peak / output at {r['n']:,}"] = Figure(
-            round(ratio, 2), "x", "<= 2"
-        )
+        ratio = round(r["fill_extra"] / r["out_mib"], 2)
+        figures[f"fill peak / output at {r['n']:,}"] = Figure(ratio, "x", "<= 2")
     # the output streams to a file: the other form of the target is a peak bounded by
     # the chunk, not growing with n (~1x)
     figures["fill peak over imports"] = grew("fill_extra")
