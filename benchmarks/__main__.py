@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -24,13 +25,9 @@ def discover(folder: Path = HERE) -> dict[str, str]:
     """{name: first docstring line} of every benchmark module in ``folder``."""
     found = {}
     for path in sorted(folder.glob("[!_]*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        mains = [
-            f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "main"
-        ]
-        takes_argv = any(f.args.args and f.args.args[0].arg == "argv" for f in mains)
-        doc = ast.get_docstring(tree)
-        if takes_argv and doc:
+        text = path.read_text()
+        doc = ast.get_docstring(ast.parse(text, filename=str(path)))
+        if doc and re.search(r"^def main\(argv\b", text, re.MULTILINE):
             found[path.stem] = doc.splitlines()[0]
     return found
 
