@@ -29,10 +29,8 @@ docstring and a `main(argv)` that takes `--quick` and ends with `records.record(
 
 def latest(records: list[dict]) -> dict[tuple[str, str], dict]:
     """The newest record of each (benchmark, CPU kind)."""
-    out: dict[tuple[str, str], dict] = {}
-    for rec in sorted(records, key=lambda r: r["date"]):
-        out[rec["benchmark"], rec["cpu_kind"]] = rec
-    return dict(sorted(out.items()))
+    by_date = sorted(records, key=lambda r: r["date"])
+    return dict(sorted({(r["benchmark"], r["cpu_kind"]): r for r in by_date}.items()))
 
 
 def _section(rec: dict) -> list[str]:
