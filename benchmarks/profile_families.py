@@ -170,11 +170,10 @@ def report(
         [*ops[: args.top], ("other ops", total - sum(s for _, s in ops[: args.top]))],
         total,
     )
+    network = round(100 * own[PHASES[2]] / wall, 1)
     return {
         f"{family} {dtype} engine tokens/s": Figure(round(tokens / wall), "tokens/s"),
-        f"{family} {dtype} network share": Figure(
-            round(100 * own[PHASES[2]] / wall, 1), "%"
-        ),
+        f"{family} {dtype} network share": Figure(network, "%"),
     }
 
 
