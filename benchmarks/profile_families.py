@@ -124,9 +124,8 @@ def op_profile(
     from embedcache.models.families.caduceus import kernels as caduceus_kernels
 
     longest = [s for s in seqs if len(s) == max(map(len, seqs))]
-    counts = adapter.n_tokens_many(longest)
-    rule = batch_rule(adapter)
-    batch = [longest[i] for i in plan_batches(counts, rule)[0]]
+    first = plan_batches(adapter.n_tokens_many(longest), batch_rule(adapter))[0]
+    batch = [longest[i] for i in first]
     adapter.embed_batch(batch)  # warm
     names = ("scan_gated", "conv_silu", "add_rms_norm")
     kernels = [(caduceus_kernels, names), *KERNELS]
@@ -166,10 +165,8 @@ def report(
         f"  one batch by op (torch.profiler, self CPU time {total:.3f} s of "
         f"{batch_wall:.3f} s wall):"
     )
-    print_shares(
-        [*ops[: args.top], ("other ops", total - sum(s for _, s in ops[: args.top]))],
-        total,
-    )
+    top = ops[: args.top]
+    print_shares([*top, ("other ops", total - sum(s for _, s in top))], total)
     network = round(100 * own[PHASES[2]] / wall, 1)
     return {
         f"{family} {dtype} engine tokens/s": Figure(round(tokens / wall), "tokens/s"),
