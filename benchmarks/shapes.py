@@ -1,6 +1,6 @@
 """Model shapes for the benchmarks: folders in a published layout with random weights,
 the ``embedcache embed`` options that load them, and the test sequences they run on.
-(DNABERT-2, GENA-LM and GENERator shapes: ``git show d105fc3:benchmarks/shapes.py``.)"""
+(GENA-LM's, which trains a BPE: ``git show d105fc3:benchmarks/shapes.py``.)"""
 
 from __future__ import annotations
 
@@ -136,6 +136,23 @@ def build_ntv2_50m(path: Path) -> None:
         shutil.copy(fixtures / "ntv2" / file, path / file)
 
 
+def build_dnabert2(path: Path) -> None:
+    """DNABERT-2-117M's published config.json and BPE tokenizer."""
+    fixtures = FIXTURES / "dnabert2"
+    shutil.copy(
+        fixtures / "published" / "dnabert2_117m_config.json", path / "config.json"
+    )
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(fixtures / "dnabert2" / name, path / name)
+
+
+def build_generator(path: Path) -> None:
+    """GENERator-1.2b's published config (width 2048, FFN 5632, 32 heads, 4 KV heads)
+    at 4 of its 26 blocks."""
+    config = json.loads((FIXTURES / "generator/published/config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+
+
 def build_caduceus_ph(path: Path) -> None:
     """Caduceus-ph's shape (d_model 256, 16 layers), from the shipped tiny config; its
     weights come from the family's own init (``--random-init``, the official kinds)."""
@@ -174,6 +191,8 @@ SHAPES = {
     "bert-char-256x4": Shape("BERT 256 x 4 layers, one token per base",
                              partial(build_bert_char, width=256, layers=4)),
     "ntv2-50m": Shape("NT-v2 50m (published config, 6-mers)", build_ntv2_50m, RANDOM_INIT),
+    "dnabert2-117m": Shape("DNABERT-2-117M (published config, BPE)", build_dnabert2, RANDOM_INIT),
+    "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
     "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
     "caduceus-ph": Shape("Caduceus-ph shape, RC average", build_caduceus_ph,
                          (*RANDOM_INIT, "--rc", "average")),
