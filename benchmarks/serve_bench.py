@@ -123,10 +123,13 @@ def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
         return out
 
     def forward_totals() -> tuple[float, float]:
-        return (
-            server.metric("embedcache_forward_seconds_sum"),
-            server.metric("embedcache_forward_seconds_count"),
-        )
+        name = "embedcache_forward_seconds"
+        return server.metric(f"{name}_sum"), server.metric(f"{name}_count")
+
+    def mean(start: tuple[float, float], end: tuple[float, float]) -> float:
+        if end[1] == start[1]:
+            sys.exit("no forward batch ran in (c): the stream did not reach the server")
+        return (end[0] - start[0]) / (end[1] - start[1])
 
     def wait_batches(start: tuple[float, float], count: int) -> tuple[float, float]:
         deadline = time.monotonic() + 600
@@ -141,9 +144,9 @@ def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
     # the stream alone: its first batch (its request arriving mid-way) is skipped
     solo_start = wait_batches(forward_totals(), 1)
     mixed_start = wait_batches(solo_start, args.solo_batches)
-    batch = (mixed_start[0] - solo_start[0]) / (mixed_start[1] - solo_start[1])
+    alone = mean(solo_start, mixed_start)
     # long enough for many batches: the p99 of a few would be their maximum
-    seconds = max(args.fair_seconds, args.mixed_batches * batch)
+    seconds = max(args.fair_seconds, args.mixed_batches * alone)
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(small, w) for w in range(8)]
         time.sleep(seconds)
@@ -151,14 +154,8 @@ def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
         latencies = [x for f in futures for x in f.result()]
     mixed_end = forward_totals()
     streamer.join(timeout=600)
-
-    def mean(start: tuple[float, float], end: tuple[float, float]) -> float:
-        if end[1] == start[1]:
-            sys.exit("no forward batch ran in (c): the stream did not reach the server")
-        return (end[0] - start[0]) / (end[1] - start[1])
-
-    p99, alone = np.percentile(latencies, 99), mean(solo_start, mixed_start)
-    mixed, small = mean(mixed_start, mixed_end), f"({len(latencies)} req)"
+    p99, mixed = np.percentile(latencies, 99), mean(mixed_start, mixed_end)
+    small = f"({len(latencies)} req)"
     n_alone, n_mixed = mixed_start[1] - solo_start[1], mixed_end[1] - mixed_start[1]
     return {
         f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(p99, 2), "s"),
