@@ -16,6 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import STDOUT
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -383,18 +384,12 @@ class Server:
 
         with socket.socket() as sock:  # a free port
             sock.bind(("127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", model, "--device", "cpu"),
-                *("--port", self.url.rsplit(":", 1)[1], *options),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+            port = str(sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "embedcache.cli", "serve", "--store", str(store)]
+        cmd += ["--model", model, "--device", "cpu", "--port", port, *options]
+        self._log, env = log.open("w"), {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=STDOUT, env=env)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
