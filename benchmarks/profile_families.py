@@ -151,11 +151,8 @@ def report(
     tokens = sum(adapter.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
         wall, own = engine_phases(family, adapter, seqs, Path(tmp))
-    print(
-        f"\n{family} {dtype}: {what}, {tokens:,} tokens; start-up apart: imports "
-        f"{IMPORTS:.2f} s (torch and the package, once), model load + kernels "
-        f"{loaded:.2f} s; load average {load()}"
-    )
+    print(f"\n{family} {dtype}: {what}, {tokens:,} tokens; load average {load()}")
+    print(f"  start-up apart: imports {IMPORTS:.2f} s, model load {loaded:.2f} s")
     print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
     rest = ("the rest (padding, pooling, Python)", wall - sum(own.values()))
     print_shares([*own.items(), rest], wall)

@@ -101,9 +101,9 @@ def one_seq(http: httpx.Client, seq: str) -> float:
 
 
 def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
-    seed, n_stream = args.seed, args.stream_seqs
+    n_stream = args.stream_seqs
     stop = threading.Event()
-    stream_rng = np.random.default_rng(seed + 1)
+    stream_rng = np.random.default_rng(1)
 
     def stream() -> None:
         # short new sequences: a request ends soon after the mixed period does
@@ -114,7 +114,7 @@ def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
                 client.embed(big, model="bench")
 
     def small(worker: int) -> list[float]:
-        rng = np.random.default_rng(seed * 100 + worker)
+        rng = np.random.default_rng(worker)
         out = []
         with httpx.Client(base_url=server.url, timeout=120) as http:
             while not stop.is_set():
@@ -165,10 +165,8 @@ def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
     }  # fmt: skip
 
 
-def part_d(
-    server: Server, seqs: list[str], seconds: float, seed: int
-) -> dict[str, Figure]:
-    rng = np.random.default_rng(seed)
+def part_d(server: Server, seqs: list[str], seconds: float) -> dict[str, Figure]:
+    rng = np.random.default_rng(0)
     samples: list[int] = []
     stop = threading.Event()
 
@@ -200,7 +198,6 @@ def part_d(
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "fewer, shorter parts")
     parser.add_argument("--shape", default=None, choices=sorted(SHAPES))
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     for name, sizes in SIZES.items():
         setattr(args, name, sizes[args.quick])
@@ -212,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         model_dir = work / "model"
         SHAPES[args.shape].build(model_dir)
-        seqs, about = load_sequences(args.n, seed=args.seed)
+        seqs, about = load_sequences(args.n)
         print(
             f"model: {args.shape} ({SHAPES[args.shape].about}), fp32, CPU, "
             f"torch threads {torch.get_num_threads()}; sequences: {about}"
@@ -231,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"(c) load {load()}", flush=True)
             figures |= part_c(server, args)
             print(f"(d) load {load()}", flush=True)
-            figures |= part_d(server, seqs, args.memory_seconds, args.seed)
+            figures |= part_d(server, seqs, args.memory_seconds)
         finally:
             if server.proc.poll() is not None:  # died: say how, before the work goes
                 log = (work / "server.log").read_text().splitlines()
