@@ -79,8 +79,7 @@ def record(
         if not isinstance(fig, Figure):
             msg = f"figure {name!r} of {benchmark}: expected a Figure, got {fig!r}"
             raise RecordError(msg)
-        if fig.target is not None:
-            parse_target(fig.target)
+        fig.meets()  # parses its target: a malformed one is refused before writing
     rec = {
         "benchmark": benchmark,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

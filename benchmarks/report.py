@@ -53,10 +53,8 @@ def _section(rec: dict) -> list[str]:
     for name, fig in rec["figures"].items():
         figure = Figure(**fig)
         value = f"{figure.value:,}" if isinstance(figure.value, int) else figure.value
-        lines.append(
-            f"| {name} | {value} {figure.unit} | "
-            f"{figure.target or ''} | {VERDICT[figure.meets()]} |"
-        )
+        target, verdict = figure.target or "", VERDICT[figure.meets()]
+        lines.append(f"| {name} | {value} {figure.unit} | {target} | {verdict} |")
     return [*lines, ""]
 
 
