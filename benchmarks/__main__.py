@@ -4,8 +4,8 @@
 ``python -m benchmarks run NAME [--quick] …``  run one (other options go to it)
 
 A benchmark: a module here with a docstring (its first line: what it measures) and a
-top-level ``def main(argv)`` that takes ``--quick`` and ends with
-:func:`benchmarks.records.record`. ``list`` reads the files, it imports none.
+top-level ``def main(argv)`` taking ``--quick`` and ending in a record. ``list`` imports
+none.
 """
 
 from __future__ import annotations

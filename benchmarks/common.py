@@ -104,10 +104,8 @@ def show(label: str, values: dict[str, object]) -> None:
 
 
 def describe(peaks: dict[str, float]) -> str:
-    return (
-        f"matmul fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 "
-        f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s (best {peaks['best'] / 1e9:.1f})"
-    )
+    fp32, bf16, best = (peaks[k] / 1e9 for k in ("float32", "bfloat16", "best"))
+    return f"matmul fp32 {fp32:.1f} GFLOP/s, bf16 {bf16:.1f} GFLOP/s (best {best:.1f})"
 
 
 def record_beside(
