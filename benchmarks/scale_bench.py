@@ -195,13 +195,12 @@ def run_fill(n: int, root: Path, workdir: Path) -> dict:
 def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     root = workdir / f"store-{n}"
     fill = run_fill(n, root, workdir)
-    fill_rss = fill["peak_mib"]  # the child's own VmHWM
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
-    out_mib = n * 4 * 4 / 2**20
+    rss = fill["peak_mib"]  # the child's own VmHWM
     row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
-           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
-           "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
+           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": rss,
+           "fill_extra": rss - fill["base_mib"], "out_mib": n * 16 / 2**20}  # fmt: skip
     row["local_s"], row["local_rss"] = cold_lookup(MODEL, str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
     row["ls_s"], _ = run_timed(ls)
