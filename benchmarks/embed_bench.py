@@ -1,12 +1,9 @@
 """The engine end to end, as a share of this machine's best matmul rate, per model shape.
 
-Per round and shape (``--shapes``, benchmarks/shapes.py, random weights), with both
-matmul rates measured around it: ``embedcache embed`` in a fresh interpreter on a fresh
-store (start-up apart); a naive fp32 loop, one sequence a forward pass, its vectors
-compared.
-FLOPs of t tokens: 2 x non-embedding parameters x t, plus attention's 4 x layers x
-hidden x t² (in full for causal models too). ``--sweep``: tokens/s by token budget in
-process. The record keeps each shape's best round against issue 22's 65% target.
+Per shape (``--shapes``, random weights): ``embedcache embed`` afresh, start-up apart,
+and a naive fp32 loop, one sequence a forward pass; FLOPs: 2 x non-embedding parameters
+x tokens, plus attention's 4 x layers x hidden x t². Records each shape's best round:
+share (target 65%), tokens/s, multiple of the naive loop, min cosine to it.
 """
 
 from __future__ import annotations

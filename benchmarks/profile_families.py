@@ -1,10 +1,8 @@
 """Where a batch's time goes, per family, at each family's benchmark shape.
 
-Per family (``--families``, at embed_bench's, caduceus_bench's and hyena_bench's
-shapes) and dtype (``--dtypes``): ``embed_sequences`` over ``--n`` real test sequences
-into a fresh store, its wall time by phase (each phase's own; start-up apart); then
-one batch at the family's token budget under ``torch.profiler``: self CPU time per op
-(numba kernels labelled), the top ``--top``.
+Per family and dtype: ``embed_sequences``'s wall time by phase (each phase's own), then
+one batch under ``torch.profiler``, self CPU time per op (the top ``--top``). Records
+each family's engine tokens/s and the network's share.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
 
-At 1 M, 4 M and 16 M rows (``--quick``: 100 k to 1.6 M) of random 32 bp sequences under
-``kmer-1``'s key: a fresh process fills a new store as ``embed`` does minus the model;
-a fresh ``embed`` of 100 stored sequences, local and from moto's S3; their growth,
-largest size over smallest. Then ``get``'s p99 idle and while another thread commits
-100,000 sequences, beside the floor: another process committing into another store.
+1 M to 16 M rows (``--quick``: 100 k to 1.6 M) of 32 bp sequences under ``kmer-1``'s
+key: a fill as ``embed`` does minus the model, cold ``embed`` look-ups (local, moto's
+S3), and ``get``'s p99 while another thread commits, beside the floor another process
+sets. Records the growth ratios, largest size over smallest, and the p99 ratios.
 """
 
 from __future__ import annotations
