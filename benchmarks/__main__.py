@@ -2,11 +2,10 @@
 
 ``python -m benchmarks list``                 the benchmarks, one line each
 ``python -m benchmarks run NAME [--quick] …``  run one (other options go to it)
-``python -m benchmarks page OUT_DIR``         docs' benchmarks page from the records
 
 A benchmark: a module here with a docstring (its first line: what it measures) and a
-top-level ``def main(argv)`` that takes ``--quick`` and ends with
-:func:`benchmarks.records.record`. ``list`` reads the files, it imports none.
+top-level ``def main(argv)`` taking ``--quick`` and ending in a record. ``list`` imports
+none.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -25,13 +25,9 @@ def discover(folder: Path = HERE) -> dict[str, str]:
     """{name: first docstring line} of every benchmark module in ``folder``."""
     found = {}
     for path in sorted(folder.glob("[!_]*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        mains = [
-            f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "main"
-        ]
-        takes_argv = any(f.args.args and f.args.args[0].arg == "argv" for f in mains)
-        doc = ast.get_docstring(tree)
-        if takes_argv and doc:
+        text = path.read_text()
+        doc = ast.get_docstring(ast.parse(text, filename=str(path)))
+        if doc and re.search(r"^def main\(argv\b", text, re.MULTILINE):
             found[path.stem] = doc.splitlines()[0]
     return found
 
@@ -42,19 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="the benchmarks")
     run = sub.add_parser("run", add_help=False, help="run one (-h: its options)")
     run.add_argument("name")
-    page = sub.add_parser("page", help="write benchmarks.md and its plot")
-    page.add_argument("out_dir", type=Path)
     args, rest = parser.parse_known_args(argv)
     found = discover()
     if args.command == "list":
         width = max(map(len, found))
         for name, about in found.items():
             print(f"{name:<{width}}  {about}")
-        return 0
-    if args.command == "page":
-        from benchmarks.report import write_page
-
-        print(write_page(args.out_dir))
         return 0
     name = args.name if args.name in found else f"{args.name}_bench"
     if name not in found:

@@ -1,12 +1,6 @@
 """What every benchmark shares: the machine (matmul peaks, CPU kind, load), timing,
-kernels wrapped for a block, ``embedcache embed`` and ``embedcache serve`` run as a
-user runs them.
-
-Every share a benchmark prints is against **the machine's best matmul rate** (max over
-float32 and bfloat16). On a CPU without bf16 instructions PyTorch emulates bf16
-matmuls (~50x slower than fp32 on an AVX2-only EPYC), so its bf16 rate is measured at
-512² there and float32 is the faster dtype.
-"""
+and ``embedcache embed`` and ``embedcache serve`` run as a user runs them. Shares are
+of the machine's best matmul rate (max over float32 and bfloat16)."""
 
 from __future__ import annotations
 
@@ -22,6 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import STDOUT
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +32,16 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE_LOG = re.compile(r"computed (\d+) sequences \((\d+) tokens\) in ([\d.]+) s")
 
 
-# --- the machine ----------------------------------------------------------------------
+def best_seconds(fn: Callable[[], object], seconds: float) -> float:
+    """The fastest of the calls of ``fn`` made in ``seconds`` (after an untimed one)."""
+    fn()
+    best, end = float("inf"), time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+        if time.perf_counter() >= end:
+            return best
 
 
 def matmul_peak(dtype: object, *, size: int = 2048, seconds: float = 2.0) -> float:
@@ -45,20 +49,14 @@ def matmul_peak(dtype: object, *, size: int = 2048, seconds: float = 2.0) -> flo
     import torch
 
     a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while True:
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * size**3 / (time.perf_counter() - start))
-        if time.perf_counter() >= end:
-            return best
+    return 2 * size**3 / best_seconds(lambda: torch.mm(a, b), seconds)
 
 
 def machine_peaks(*, seconds: float = 1.5) -> dict[str, float]:
     """FLOP/s of float32 and bfloat16 matmuls, and ``best`` (their max)."""
     import torch
 
+    # bf16 is emulated (~50x slower) without bf16 instructions: a small size suffices
     bf16_size = 512 if cpu_has_bf16() is False else 2048
     peaks = {
         "float32": matmul_peak(torch.float32, seconds=seconds),
@@ -90,8 +88,7 @@ def machine_line(peaks: dict[str, float] | None = None) -> str:
 
 
 def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
-    """A benchmark's parser: the first line of its docstring and ``--quick``
-    (``quick``: what it cuts)."""
+    """A benchmark's parser: its docstring's first line; ``--quick`` cuts ``quick``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick)
     return parser
@@ -107,10 +104,8 @@ def show(label: str, values: dict[str, object]) -> None:
 
 
 def describe(peaks: dict[str, float]) -> str:
-    return (
-        f"matmul fp32 {peaks['float32'] / 1e9:.1f} GFLOP/s, bf16 "
-        f"{peaks['bfloat16'] / 1e9:.1f} GFLOP/s (best {peaks['best'] / 1e9:.1f})"
-    )
+    fp32, bf16, best = (peaks[k] / 1e9 for k in ("float32", "bfloat16", "best"))
+    return f"matmul fp32 {fp32:.1f} GFLOP/s, bf16 {bf16:.1f} GFLOP/s (best {best:.1f})"
 
 
 def record_beside(
@@ -121,8 +116,7 @@ def record_beside(
     quick: bool,
     argv: list[str] | None,
 ) -> None:
-    """Measure the matmul peaks again and record the run with the better of these
-    and ``before`` (the machine's load moves between the two)."""
+    """Record the run with the better of ``before`` and the matmul peaks now."""
     after = machine_peaks()
     print(f"at the end: {describe(after)}; load average {load()}")
     peaks = max(before, after, key=lambda p: p["best"])
@@ -143,9 +137,6 @@ def set_threads(n: int | None) -> None:
         numba.set_num_threads(n)
 
 
-# --- timing and comparing -------------------------------------------------------------
-
-
 @contextmanager
 def clocks(into: dict[str, float]) -> Iterator[None]:
     """Add wall and process CPU seconds of the block to ``into``."""
@@ -158,8 +149,7 @@ def clocks(into: dict[str, float]) -> Iterator[None]:
 def against_naive(
     what: str, rate: float, naive: float, target: str | None = None
 ) -> dict[str, Figure]:
-    """``what``'s tokens/s and its multiple of the naive loop's (``target``: the
-    multiple's)."""
+    """``what``'s tokens/s, and its multiple of the naive loop's against ``target``."""
     return {
         f"{what} tokens/s": Figure(round(rate), "tokens/s"),
         f"{what} vs naive": Figure(round(rate / naive, 1), "x", target),
@@ -174,8 +164,7 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
 def agreement(
     what: str, a: np.ndarray, b: np.ndarray, target: str | None = None
 ) -> dict[str, Figure]:
-    """How close the vectors ``a`` are to ``b``: the largest absolute difference and
-    the smallest cosine (``target``: the cosine's)."""
+    """``a`` against ``b``: largest difference, smallest cosine (against ``target``)."""
     return {
         f"{what} max abs diff": Figure(float(f"{np.abs(a - b).max():.1e}")),
         f"{what} min cosine": Figure(round(min_cosine(a, b), 7), "", target),
@@ -188,8 +177,7 @@ def wrapped(
     names: Sequence[str],
     wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
 ) -> Iterator[None]:
-    """``module.<name> = wrap(name, original)`` for each name, inside the block
-    (kernels timed or labelled where the model looks them up)."""
+    """``module.<name> = wrap(name, original)`` for each name, inside the block."""
     originals = {name: getattr(module, name) for name in names}
     for name, fn in originals.items():
         setattr(module, name, wrap(name, fn))
@@ -236,8 +224,7 @@ def op_categories(
     categories: dict[str, tuple[str, ...]] | None = None,
     kernels: Sequence[tuple[ModuleType, Sequence[str]]] = (),
 ) -> dict[str, float]:
-    """Self CPU seconds of one call of ``fn`` (:func:`op_seconds`) summed by category:
-    the matmuls, ``categories`` (op-name prefixes) and the rest."""
+    """:func:`op_seconds` summed: matmuls, ``categories`` (op prefixes), the rest."""
     _, ops = op_seconds(fn, kernels)
     categories = {"matmuls": MATMULS, **(categories or {})}
     out = dict.fromkeys([*categories, "the rest"], 0.0)
@@ -247,17 +234,12 @@ def op_categories(
     return out
 
 
-# --- the commands, as a user runs them ------------------------------------------------
-
-
 @dataclass
 class CliRun:
-    """One ``embedcache embed`` run: wall seconds from launch to exit, the engine's
-    seconds (forward passes and commits), sequences computed, and its vectors."""
+    """An ``embed`` run: launch-to-exit and engine seconds, and its vectors."""
 
     wall: float
     engine: float
-    computed: int
     vectors: np.ndarray
 
     @property
@@ -265,24 +247,28 @@ class CliRun:
         return self.wall - self.engine
 
 
+def run_timed(
+    cmd: Sequence[str], env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall seconds and the finished process of ``cmd``; exits if it fails."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        sys.exit(f"{cmd[:6]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return wall, done
+
+
 def embed_process(
     model: Path | str, store: Path, inputs: Path, output: Path, *options: str
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """``embedcache embed --model MODEL OPTIONS`` from ``inputs`` into ``store`` in a
-    fresh interpreter: its wall seconds and the finished process; exits the benchmark
-    if it fails."""
+    """``embedcache embed --model MODEL OPTIONS`` in a fresh interpreter, timed."""
     command = [
         sys.executable, "-m", "embedcache.cli", "embed", "--model", str(model),
         *options, "--store", str(store), "--input", str(inputs),
         "--output", str(output), "--no-progress",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"embedcache embed failed:\n{done.stderr[-2000:]}")
-    return wall, done
+    return run_timed(command, {**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def embed_cli(
@@ -303,14 +289,12 @@ def embed_cli(
     wall, done = embed_process(
         folder, store, inputs, output, *options, "--dtype", dtype
     )
-    last = done.stdout.strip().splitlines()[-1]
     engine = ENGINE_LOG.search(done.stderr)
-    if not last.startswith("computed=") or engine is None:
-        sys.exit(f"unexpected output:\n{done.stdout[-500:]}\n{done.stderr[-1000:]}")
-    computed = int(last.split()[0].split("=")[1])
-    if computed != len(set(seqs)):
-        sys.exit(f"embedcache embed printed {last!r}; expected every sequence computed")
-    return CliRun(wall, float(engine.group(3)), computed, np.load(output))
+    if engine is None or f"computed={len(set(seqs))} " not in done.stdout:
+        sys.exit(
+            f"expected every sequence computed:\n{done.stdout}\n{done.stderr[-1000:]}"
+        )
+    return CliRun(wall, float(engine.group(3)), np.load(output))
 
 
 def end_to_end(
@@ -331,13 +315,8 @@ def end_to_end(
     embed_cli(folder, seqs[:2], work / "warm", dtype=dtype, options=options)
     run = embed_cli(folder, seqs, work / "run", dtype=dtype, options=options)
     cosine = min_cosine(run.vectors[:8], adapter.embed_batch(list(seqs[:8])))
-    rate = tokens / run.wall
-    print(
-        f"embedcache embed end to end ({dtype}, {len(seqs)} seqs): {run.wall:.1f} s = "
-        f"{rate:,.0f} tokens/s, {rate / naive_rate:.1f}x the naive loop (start-up "
-        f"{run.startup:.1f} s apart: {tokens / run.engine / naive_rate:.1f}x); its "
-        f"vectors vs the adapter's: min cosine {cosine:.7f}"
-    )
+    rate, apart = tokens / run.wall, tokens / run.engine / naive_rate
+    print(f"embed end to end: {apart:.1f}x naive minus start-up, cosine {cosine:.7f}")
     return {
         f"embed end to end {dtype}": Figure(round(rate), "tokens/s"),
         f"embed end to end {dtype} vs naive": Figure(round(rate / naive_rate, 1), "x"),
@@ -345,53 +324,45 @@ def end_to_end(
     }
 
 
-# a fresh `embed` that prints its peak resident set last (cold_lookup)
-EMBED = r"""
-import sys
+# a fresh interpreter running a function of a module here: CHILD REPO MODULE NAME ARGS
+CHILD = """import importlib, sys
 sys.path.insert(0, sys.argv[1])
-from embedcache.cli import main
-from benchmarks.common import hwm_mib
-code = main(sys.argv[2:])
-print(f"hwm_mib={hwm_mib()}")
-sys.exit(code)
-"""
+getattr(importlib.import_module(sys.argv[2]), sys.argv[3])(*sys.argv[4:])"""
+
+
+def child(module: str, function: str, *args: object) -> list[str]:
+    """The command that runs ``module.function(*args)`` (as strings) afresh."""
+    return [sys.executable, "-c", CHILD, str(REPO), module, function, *map(str, args)]
+
+
+def cli_then_peak(*argv: str) -> None:
+    """In a fresh process (cold_lookup): ``embedcache ARGV``, then its peak RSS."""
+    from embedcache.cli import main
+
+    code = main(list(argv))
+    print(f"hwm_mib={hwm_mib()}")
+    sys.exit(code)
 
 
 def hwm_mib() -> float:
-    """This process's peak resident set (VmHWM, MiB): unlike ru_maxrss, it does not
-    carry a parent's size over a fork and exec."""
+    """Peak resident set (VmHWM, MiB): ru_maxrss carries a parent's over fork+exec."""
     with Path("/proc/self/status").open() as fh:
         line = next(x for x in fh if x.startswith("VmHWM"))
     return int(line.split()[1]) / 1024
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple:
-    """(wall seconds, ru_maxrss MiB, stdout) of a child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        msg = f"{cmd} failed ({proc.returncode}): {err[-2000:]}"
-        raise RuntimeError(msg)
-    return wall, usage.ru_maxrss / 1024, out
-
-
 def cold_lookup(
     model: str, store: str, known: Path, env: dict[str, str] | None = None
 ) -> tuple[float, float]:
-    """Median wall seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of the
-    sequences in ``known``, every one stored (the benchmark exits if not)."""
+    """Median seconds and peak RSS (MiB) of 3 fresh ``embed`` runs of ``known``'s
+    sequences, every one stored (the benchmark exits if not)."""
     n = len(known.read_text().split())
-    cmd = [sys.executable, "-c", EMBED, str(REPO), "embed", "--model", model]
-    cmd += ["--store", store, "--input", str(known), "--output"]
+    cmd = child(__name__, "cli_then_peak", "embed", "--model", model, "--store", store)
+    cmd += ["--input", str(known), "--output"]
     runs = []
     for i in range(3):
-        wall, _, out = run_measured([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        wall, done = run_timed([*cmd, str(known.with_name(f"o{i}.npy"))], env)
+        out = done.stdout
         if f"computed=0 cached={n}" not in out:
             sys.exit(f"expected all {n} known sequences stored:\n{out}")
         runs.append((wall, float(out.split("hwm_mib=")[1].split()[0])))
@@ -399,15 +370,8 @@ def cold_lookup(
     return float(np.median(walls)), float(np.median(rsss))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
-    """``embedcache serve --store STORE --model MODEL OPTIONS`` in a subprocess on a
-    free port of 127.0.0.1, ready when constructed; stopped with SIGTERM."""
+    """``embedcache serve`` on a free port of 127.0.0.1, ready when constructed."""
 
     def __init__(
         self, store: Path, model: str, log: Path, options: Sequence[str] = ()
@@ -416,18 +380,14 @@ class Server:
 
         from embedcache.service import wire
 
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "embedcache.cli", "serve"),
-                *("--store", str(store), "--model", model, "--device", "cpu"),
-                *("--port", self.url.rsplit(":", 1)[1], *options),
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+        with socket.socket() as sock:  # a free port
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "embedcache.cli", "serve", "--store", str(store)]
+        cmd += ["--model", model, "--device", "cpu", "--port", port, *options]
+        self._log, env = log.open("w"), {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=STDOUT, env=env)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,29 +1,18 @@
 """The engine end to end, as a share of this machine's best matmul rate, per model shape.
 
-Shapes (benchmarks/shapes.py; ``--shapes``, default ``bert-char-512x8,ntv2-50m``: a
-512-wide 8-layer BERT with one token per base, and NT-v2 50m's published config with
-its seeded init) are model folders with random weights. Each round runs, per shape,
-interleaved: both matmul rates before and after; ``embedcache embed`` in a fresh
-interpreter on a fresh store (``--dtype``, default the faster one here), start-up shown
-apart from the engine's own time; the model's linear layers alone at a full batch's
-rows (the ceiling of the share); and a naive fp32 loop, one sequence a forward pass,
-whose vectors are compared with the engine's. ``--sweep`` adds in-process forward
-passes at several token budgets: the measurement behind each family's batch size.
-
-FLOPs of t tokens: 2 x (parameters outside embedding tables) x t, plus the attention
-matmuls (4 x layers x hidden x t², counted in full for causal models too). The summary
-takes each shape's best round against the 65% target (issue 22).
+Per shape (``--shapes``, random weights): ``embedcache embed`` afresh, start-up apart,
+and a naive fp32 loop, one sequence a forward pass; FLOPs: 2 x non-embedding parameters
+x tokens, plus attention's 4 x layers x hidden x t². Records each shape's best round:
+share (target 65%), tokens/s, multiple of the naive loop, min cosine to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,15 +20,14 @@ import numpy as np
 import torch
 
 from benchmarks.common import (
-    CliRun,
     bench_parser,
+    best_seconds,
     describe,
     embed_cli,
     faster_dtype,
     machine_line,
     machine_peaks,
     min_cosine,
-    set_threads,
     show,
 )
 from benchmarks.records import Figure, record
@@ -50,69 +38,20 @@ from embedcache.models import load_adapter
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-TARGET_SHARE = 0.65  # issue 22: of the machine's best matmul rate
+TARGET_SHARE = ">= 65"  # issue 22: % of the machine's best matmul rate
 
 
-# --- measuring ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Work:
-    """FLOPs of the model over some sequences: weights and attention apart."""
-
-    tokens: int
-    weight_flops: float
-    attention_flops: float
-
-    @classmethod
-    def of(cls, adapter: object, counts: Sequence[int]) -> Work:
-        network = adapter.network
-        tables = sum(
-            m.weight.numel()
-            for m in network.modules()
-            if isinstance(m, torch.nn.Embedding)
-        )
-        params = sum(p.numel() for p in network.parameters()) - tables
-        per_t2 = 4 * network.n_layers * adapter.dim if adapter.attention_maps else 0
-        strands = 2 if adapter.rc_mode == "average" else 1  # both run
-        return cls(
-            tokens=sum(counts),
-            weight_flops=2.0 * params * sum(counts) * strands,
-            attention_flops=float(per_t2 * sum(t * t for t in counts) * strands),
-        )
-
-    def shares(self, seconds: float, peak: float) -> tuple[float, float]:
-        """(with attention, weights only) as shares of ``peak``."""
-        total = self.weight_flops + self.attention_flops
-        return total / seconds / peak, self.weight_flops / seconds / peak
-
-
-def linear_rate(adapter: object, rows: int, *, seconds: float = 1.0) -> float:
-    """FLOP/s of the model's own linear layers as plain ``F.linear`` calls on random
-    inputs of ``rows`` rows (a full batch's padded tokens): the rate its matmuls can
-    reach at its shapes, with nothing else of the forward pass around them."""
-    import torch.nn.functional as F
-
-    shapes = [
-        (m.in_features, m.out_features)
-        for m in adapter.network.modules()
-        if isinstance(m, torch.nn.Linear)
-    ]
-    inputs = {n_in: torch.randn(rows, n_in) for n_in in {i for i, _ in shapes}}
-    weights = [torch.randn(n_out, n_in) for n_in, n_out in shapes]
-    flops = sum(2.0 * rows * w.numel() for w in weights)
-
-    def once() -> float:
-        start = time.perf_counter()
-        for w in weights:
-            F.linear(inputs[w.shape[1]], w)
-        return time.perf_counter() - start
-
-    once()
-    best, end = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        best = min(best, once())
-    return flops / best
+def flops(adapter: object, counts: Sequence[int]) -> tuple[float, float]:
+    """FLOPs of the model over sequences of ``counts`` tokens: (all, weights only)."""
+    network = adapter.network
+    tables = [m.weight for m in network.modules() if isinstance(m, torch.nn.Embedding)]
+    params = sum(p.numel() for p in network.parameters()) - sum(
+        t.numel() for t in tables
+    )
+    per_t2 = 4 * network.n_layers * adapter.dim if adapter.attention_maps else 0
+    strands = 2 if adapter.rc_mode == "average" else 1  # both run
+    weights = 2.0 * params * sum(counts) * strands
+    return weights + per_t2 * sum(t * t for t in counts) * strands, weights
 
 
 def naive_loop(adapter: object, seqs: Sequence[str]) -> tuple[np.ndarray, float]:
@@ -134,12 +73,7 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
         for budget in budgets:
             count = max(budget // t, 1)
             batch = list(itertools.islice(itertools.cycle(same), count))
-            adapter.embed_batch(batch)
-            runs, start = 0, time.perf_counter()
-            while time.perf_counter() - start < 1.5:
-                adapter.embed_batch(batch)
-                runs += 1
-            rate = count * t * runs / (time.perf_counter() - start)
+            rate = count * t / best_seconds(lambda b=batch: adapter.embed_batch(b), 1.5)
             cells.append(f"{budget}: {rate:,.0f}")
         chosen = len(plan_batches([t] * len(same), rule)[0])
         print(
@@ -149,74 +83,44 @@ def sweep(adapter: object, seqs: Sequence[str], budgets: Sequence[int]) -> None:
         )
 
 
-# --- the harness ----------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    shape: str
-    round: int
-    run: CliRun
-    peak: float  # the machine's best matmul rate (max over fp32 and bf16)
-    peaks: dict[str, float]
-    work: Work
-    naive_rate: float
-    cosine: float
-    linears: float  # the model's linear layers alone, FLOP/s (linear_rate)
-
-
 def measure(
     name: str, folder: Path, seqs: list[str], args: argparse.Namespace, rnd: int
-) -> Result:
+) -> tuple[float, dict[str, Figure], dict[str, float]]:
+    """One round of one shape: its share (attention counted), figures and peaks."""
     shape = SHAPES[name]
     options = adapter_options(shape)
     fast = load_adapter(str(folder), device="cpu", dtype=args.dtype, **options)
-    work = Work.of(fast, fast.n_tokens_many(seqs))
+    counts = fast.n_tokens_many(seqs)
+    (total, weights), tokens = flops(fast, counts), sum(counts)
     with tempfile.TemporaryDirectory() as tmp:
         before = machine_peaks()
         run = embed_cli(
             folder, seqs, Path(tmp), dtype=args.dtype, options=shape.options
         )
-        after = machine_peaks()
-        counts = fast.n_tokens_many(seqs)
-        longest = max(counts)
-        rows = max(batch_rule(fast).token_budget // longest, 1) * longest
-        linears = linear_rate(fast, rows)
-        engine_vectors = run.vectors[: args.n_naive]
+        peaks = max(before, machine_peaks(), key=lambda p: p["best"])
     fp32 = load_adapter(str(folder), device="cpu", **options)
-    naive_seqs = seqs[: args.n_naive]
-    naive_vectors, naive_seconds = naive_loop(fp32, naive_seqs)
-    naive_tokens = sum(fp32.n_tokens_many(naive_seqs))
+    naive_vectors, naive_seconds = naive_loop(fp32, seqs[: args.n_naive])
+    naive_rate = sum(fp32.n_tokens_many(seqs[: args.n_naive])) / naive_seconds
+    cosine = min_cosine(run.vectors[: args.n_naive], naive_vectors)
     if args.sweep:
         sweep(fast, seqs[:400], (1536, 4096, 8192, 16384, 32768))
-    return Result(
-        shape=name,
-        round=rnd,
-        run=run,
-        peak=max(before["best"], after["best"]),
-        peaks=after,
-        work=work,
-        naive_rate=naive_tokens / naive_seconds,
-        cosine=min_cosine(engine_vectors, naive_vectors),
-        linears=linears,
-    )
-
-
-def print_result(r: Result) -> None:
-    run, work = r.run, r.work
-    with_attn, weights_only = work.shares(run.wall, r.peak)
-    rate = work.tokens / run.wall
-    show(f"  round {r.round} {r.shape}", {
+    share, rate = total / run.wall / peaks["best"], tokens / run.wall
+    show(f"  round {rnd} {name}", {
         "end to end s": run.wall, "engine s": run.engine, "start-up s": run.startup,
-        "tokens/s": round(rate), "start-up excluded": round(work.tokens / run.engine),
-        "% of the best matmul rate": 100 * with_attn,
-        "without attention": 100 * weights_only,
-        "engine alone": 100 * work.shares(run.engine, r.peak)[0],
-        "naive fp32 batch-1 tokens/s": round(r.naive_rate),
-        "x naive": rate / r.naive_rate, "cosine vs naive": f"{r.cosine:.5f}",
-        "linear layers alone at a full batch, % of best": 100 * r.linears / r.peak,
+        "tokens/s": round(rate), "start-up excluded": round(tokens / run.engine),
+        "% of the best matmul rate": 100 * share,
+        "without attention": 100 * weights / run.wall / peaks["best"],
+        "engine alone": 100 * total / run.engine / peaks["best"],
+        "naive fp32 batch-1 tokens/s": round(naive_rate),
+        "x naive": rate / naive_rate, "cosine vs naive": f"{cosine:.5f}",
     })  # fmt: skip
-    print(f"    {describe(r.peaks)}")
+    print(f"    {describe(peaks)}")
+    return share, {
+        f"{name} share of best matmul rate": Figure(round(100 * share, 1), "%", TARGET_SHARE),
+        f"{name} tokens/s end to end": Figure(round(rate), "tokens/s"),
+        f"{name} vs naive fp32 batch-1": Figure(round(rate / naive_rate, 2), "x"),
+        f"{name} engine vs naive min cosine": Figure(round(cosine, 5)),
+    }, peaks  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
         "--dtype", choices=("float32", "bfloat16"), default=faster_dtype()
     )
     parser.add_argument("--sweep", action="store_true", help="token budgets in process")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.tokens, args.n_naive = 1, 20_000, 8
@@ -237,11 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         sys.exit(f"unknown shape {unknown[0]!r}; known: {', '.join(SHAPES)}")
-    set_threads(args.threads)
     print(f"{machine_line()}; engine dtype {args.dtype}")
-    root = Path(tempfile.mkdtemp(prefix="embed_bench-"))
     inputs: dict[str, list[str]] = {}
-    try:
+    with tempfile.TemporaryDirectory(prefix="embed_bench-") as tmp:
+        root = Path(tmp)
         for name in names:
             folder = root / name
             folder.mkdir()
@@ -252,38 +154,19 @@ def main(argv: list[str] | None = None) -> int:
             sample, _ = load_sequences(200, seed=1)
             per_seq = sum(probe.n_tokens_many(sample)) / len(sample)
             inputs[name], what = load_sequences(max(int(args.tokens / per_seq), 40))
-            rule = batch_rule(probe)
             print(
                 f"{name}: {SHAPES[name].about}; {what}, {per_seq:.0f} tokens each; "
-                f"batches of up to {rule.token_budget} tokens, "
+                f"batches of up to {batch_rule(probe).token_budget} tokens, "
                 f"{probe.attention_maps} score maps a sequence"
             )
-            del probe
-        results = []
+        best: dict[str, tuple] = {}  # shape: its best round's (share, figures, peaks)
         for rnd in range(1, args.rounds + 1):
             for name in names:
                 result = measure(name, root / name, inputs[name], args, rnd)
-                print_result(result)
-                results.append(result)
-        print("\nbest round per shape (end to end, attention counted):")
-        figures = {}
-        for name in names:
-            best = max(
-                (r for r in results if r.shape == name),
-                key=lambda r: r.work.shares(r.run.wall, r.peak)[0],
-            )
-            share = best.work.shares(best.run.wall, best.peak)[0]
-            rate = best.work.tokens / best.run.wall
-            figures |= {
-                f"{name} share of best matmul rate": Figure(round(100 * share, 1), "%", f">= {100 * TARGET_SHARE:.0f}"),
-                f"{name} tokens/s end to end": Figure(round(rate), "tokens/s"),
-                f"{name} vs naive fp32 batch-1": Figure(round(rate / best.naive_rate, 2), "x"),
-                f"{name} engine vs naive min cosine": Figure(round(best.cosine, 5)),
-            }  # fmt: skip
-        peaks = max((r.peaks for r in results), key=lambda p: p["best"])
+                best[name] = max(best.get(name, result), result, key=lambda r: r[0])
+        figures = {k: v for _, figs, _ in best.values() for k, v in figs.items()}
+        peaks = max((p for *_, p in best.values()), key=lambda p: p["best"])
         record("embed_bench", figures, quick=args.quick, peaks=peaks, argv=argv)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

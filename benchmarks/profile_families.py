@@ -1,14 +1,8 @@
 """Where a batch's time goes, per family, at each family's benchmark shape.
 
-For each family (``--families``: bert and ntv2 as embed_bench builds them, caduceus as
-caduceus_bench, hyena as hyena_bench) and dtype (``--dtypes``), two tables:
-
-* the engine in process: ``embed_sequences`` over ``--n`` real test sequences into a
-  fresh store, its wall time split by phase, each phase's own time (planning,
-  tokenising, the network, the store's commits, the read-back, the rest); start-up
-  (imports, model load) apart;
-* the network by op: one batch at the family's token budget under ``torch.profiler``,
-  self CPU time per op (numba kernels labelled), the top ``--top`` ops.
+Per family and dtype: ``embed_sequences``'s wall time by phase (each phase's own), then
+one batch under ``torch.profiler``, self CPU time per op (the top ``--top``). Records
+each family's engine tokens/s and the network's share.
 """
 
 from __future__ import annotations
@@ -30,7 +24,6 @@ from benchmarks.common import (
     machine_peaks,
     op_seconds,
     record_beside,
-    set_threads,
     wrapped,
 )
 from benchmarks.records import Figure
@@ -48,9 +41,6 @@ if TYPE_CHECKING:
 IMPORTS = time.perf_counter() - START
 PHASES = ("plan (validate, hash, look up)", "tokenise", "network", "store commit",
           "read back")  # fmt: skip
-
-
-# --- phase clocks ---------------------------------------------------------------------
 
 
 class Phases:
@@ -76,66 +66,55 @@ class Phases:
         return run
 
 
-# --- the families ---------------------------------------------------------------------
-
-
 # each family at its speed benchmark's shape (benchmarks/shapes.py)
 FAMILY_SHAPES = {"bert": "bert-char-512x8", "ntv2": "ntv2-50m",
                  "caduceus": "caduceus-ph", "hyena": "hyena-medium-160k"}  # fmt: skip
 
 
-def network_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
-    """(object, attribute) pairs whose calls are the network's forward pass."""
-    if family == "caduceus":
-        return [(adapter.backbone, "pooled_layers"), (adapter.backbone, "pooled")]
-    return [(adapter.network, "forward")]
-
-
-def tokenise_points(family: str, adapter: Adapter) -> list[tuple[object, str]]:
-    """(object, attribute) pairs whose calls tokenise."""
+def phase_points(
+    family: str, adapter: Adapter, store: EmbeddingStore
+) -> list[tuple[object, str, str]]:
+    """(object, attribute, phase): the calls that make up each phase."""
     if family == "caduceus":
         import embedcache.models.families.caduceus.adapter as module
 
-        return [(module, "tokenize")]
-    tokenizer = adapter.tokenizer
-    names = [n for n in ("encode_many", "encode") if hasattr(tokenizer, n)]
-    return [(tokenizer, n) for n in names]
-
-
-# --- measuring ------------------------------------------------------------------------
+        tokenise = [(module, "tokenize")]
+        network = [(adapter.backbone, "pooled_layers"), (adapter.backbone, "pooled")]
+    else:
+        names = ("encode_many", "encode")
+        tokenise = [
+            (adapter.tokenizer, n) for n in names if hasattr(adapter.tokenizer, n)
+        ]
+        network = [(adapter.network, "forward")]
+    return [
+        (engine_local, "plan_embedding", PHASES[0]),
+        *((o, n, PHASES[1]) for o, n in tokenise),
+        *((o, n, PHASES[2]) for o, n in network),
+        (store, "put", PHASES[3]),
+        (engine_local, "collect_result", PHASES[4]),
+    ]
 
 
 def engine_phases(
-    family: str,
-    adapter: Adapter,
-    seqs: list[str],
-    tmp: Path,
+    family: str, adapter: Adapter, seqs: list[str], tmp: Path
 ) -> tuple[float, dict[str, float]]:
     """Wall seconds of ``embed_sequences`` into a fresh store, and each phase's own."""
     phases = Phases()
     store = EmbeddingStore(tmp / "store")
-    points = [
-        (engine_local, "plan_embedding", PHASES[0]),
-        (engine_local, "collect_result", PHASES[4]),
-        (store, "put", PHASES[3]),
-        *((o, n, PHASES[2]) for o, n in network_points(family, adapter)),
-        *((o, n, PHASES[1]) for o, n in tokenise_points(family, adapter)),
-    ]
     with ExitStack() as stack:
-        for obj, name, phase in points:
+        for obj, name, phase in phase_points(family, adapter, store):
             wrap = lambda _, fn, p=phase: phases.timed(p, fn)
             stack.enter_context(wrapped(obj, [name], wrap))
         start = time.perf_counter()
         result = engine_local.embed_sequences(adapter, seqs, store)
         wall = time.perf_counter() - start
     if result.n_computed != len(set(seqs)):
-        msg = f"{family}: computed {result.n_computed} of {len(set(seqs))}"
-        raise SystemExit(msg)
+        sys.exit(f"{family}: computed {result.n_computed} of {len(set(seqs))}")
     return wall, phases.own
 
 
 def op_profile(
-    adapter: Adapter, seqs: list[str], budget: int | None
+    adapter: Adapter, seqs: list[str]
 ) -> tuple[float, list[tuple[str, float]]]:
     """One batch at the adapter's token budget under torch.profiler: wall seconds,
     and (op, self CPU seconds) largest first."""
@@ -143,9 +122,8 @@ def op_profile(
     from embedcache.models.families.caduceus import kernels as caduceus_kernels
 
     longest = [s for s in seqs if len(s) == max(map(len, seqs))]
-    counts = adapter.n_tokens_many(longest)
-    rule = batch_rule(adapter, budget)
-    batch = [longest[i] for i in plan_batches(counts, rule)[0]]
+    first = plan_batches(adapter.n_tokens_many(longest), batch_rule(adapter))[0]
+    batch = [longest[i] for i in first]
     adapter.embed_batch(batch)  # warm
     names = ("scan_gated", "conv_silu", "add_rms_norm")
     kernels = [(caduceus_kernels, names), *KERNELS]
@@ -153,13 +131,16 @@ def op_profile(
     return wall, list(ops.items())
 
 
+def print_shares(rows: list[tuple[str, float]], total: float) -> None:
+    for name, seconds in rows:
+        print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
+
+
 def report(
-    family: str,
-    dtype: str,
-    options: dict[str, Any],
-    folder: Path,
-    args: argparse.Namespace,
+    family: str, dtype: str, folder: Path, args: argparse.Namespace
 ) -> dict[str, Figure]:
+    """Both tables of one family in one dtype; its figures."""
+    options = adapter_options(SHAPES[FAMILY_SHAPES[family]])
     start = time.perf_counter()
     adapter = load_adapter(str(folder), device="cpu", dtype=dtype, **options)
     adapter.embed_batch(["ACGT" * 16])  # numba kernels: compiled or loaded once
@@ -168,30 +149,23 @@ def report(
     tokens = sum(adapter.n_tokens_many(seqs))
     with tempfile.TemporaryDirectory() as tmp:
         wall, own = engine_phases(family, adapter, seqs, Path(tmp))
-    rest = wall - sum(own.values())
-    print(
-        f"\n{family} {dtype}: {what}, {tokens:,} tokens; start-up apart: imports "
-        f"{IMPORTS:.2f} s (torch and the package, once), model load + kernels "
-        f"{loaded:.2f} s; load average {load()}"
-    )
+    print(f"\n{family} {dtype}: {what}, {tokens:,} tokens; load average {load()}")
+    print(f"  start-up apart: imports {IMPORTS:.2f} s, model load {loaded:.2f} s")
     print(f"  engine in process: {wall:.2f} s, {tokens / wall:,.0f} tokens/s")
-    for name, seconds in [*own.items(), ("the rest (padding, pooling, Python)", rest)]:
-        print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / wall:5.1f}%")
-    batch_wall, ops = op_profile(adapter, seqs, args.batch_tokens)
+    rest = ("the rest (padding, pooling, Python)", wall - sum(own.values()))
+    print_shares([*own.items(), rest], wall)
+    batch_wall, ops = op_profile(adapter, seqs)
     total = sum(s for _, s in ops)
     print(
         f"  one batch by op (torch.profiler, self CPU time {total:.3f} s of "
         f"{batch_wall:.3f} s wall):"
     )
-    for name, seconds in ops[: args.top]:
-        print(f"    {name:<38} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
-    others = sum(s for _, s in ops[args.top :])
-    print(f"    {'other ops':<38} {others:7.3f} s  {100 * others / total:5.1f}%")
+    top = ops[: args.top]
+    print_shares([*top, ("other ops", total - sum(s for _, s in top))], total)
+    network = round(100 * own[PHASES[2]] / wall, 1)
     return {
         f"{family} {dtype} engine tokens/s": Figure(round(tokens / wall), "tokens/s"),
-        f"{family} {dtype} network share": Figure(
-            round(100 * own[PHASES[2]] / wall, 1), "%"
-        ),
+        f"{family} {dtype} network share": Figure(network, "%"),
     }
 
 
@@ -200,13 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default="bert,ntv2,caduceus,hyena")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--n", type=int, default=128, help="sequences per engine run")
-    parser.add_argument("--batch-tokens", type=int, help="profiled batch's tokens")
     parser.add_argument("--top", type=int, default=12, help="ops shown per batch")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args(argv)
     if args.quick:
         args.n = 32
-    set_threads(args.threads)
     peaks = machine_peaks()
     print(machine_line(peaks))
     figures: dict[str, Figure] = {}
@@ -214,11 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         for family in args.families.split(","):
             folder = Path(root) / family
             folder.mkdir()
-            shape = SHAPES[FAMILY_SHAPES[family]]
-            shape.build(folder)
-            options = adapter_options(shape)
+            SHAPES[FAMILY_SHAPES[family]].build(folder)
             for dtype in args.dtypes.split(","):
-                figures |= report(family, dtype, options, folder, args)
+                figures |= report(family, dtype, folder, args)
     record_beside("profile_families", figures, peaks, quick=args.quick, argv=argv)
     return 0
 

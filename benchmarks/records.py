@@ -1,11 +1,6 @@
-"""Benchmark results as data: one JSON record per run, appended to
-``benchmarks/results/<benchmark>.jsonl`` (committed, so the docs' benchmarks page and
-its history plot are built from them).
-
-A record names its machine (CPU kind, both matmul peaks, the load average) and its
-commit, and holds every figure the run printed, each with its unit and, where the
-project set one, its target (``">= 0.9"``, ``"< 20"``).
-"""
+"""Benchmark results as data: one JSON record per run, appended to the committed
+``benchmarks/results/<benchmark>.jsonl``: its machine (CPU kind, matmul peaks, load),
+commit, and every figure with its unit and target (``">= 0.9"``), if any."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ import operator
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,16 +54,12 @@ def git_commit() -> str:
     """The checkout's commit (``+dirty`` when it has uncommitted changes)."""
 
     def git(*args: str) -> str:
-        cmd, here = ["git", *args], RESULTS.parent
-        done = subprocess.run(
-            cmd, cwd=here, capture_output=True, text=True, check=False
-        )
+        cmd = ["git", "-C", str(RESULTS.parent), *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return (git("rev-parse", "--short=12", "HEAD") or "unknown") + (
-        "+dirty" * bool(dirty)
-    )
+    dirty = "+dirty" * bool(git("status", "--porcelain", "--untracked-files=no"))
+    return (git("rev-parse", "--short=12", "HEAD") or "unknown") + dirty
 
 
 def record(
@@ -88,8 +79,7 @@ def record(
         if not isinstance(fig, Figure):
             msg = f"figure {name!r} of {benchmark}: expected a Figure, got {fig!r}"
             raise RecordError(msg)
-        if fig.target is not None:
-            parse_target(fig.target)
+        fig.meets()  # parses its target: a malformed one is refused before writing
     rec = {
         "benchmark": benchmark,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -101,10 +91,7 @@ def record(
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "quick": quick,
         "argv": list(sys.argv[1:] if argv is None else argv),
-        "figures": {
-            name: {"value": fig.value, "unit": fig.unit, "target": fig.target}
-            for name, fig in figures.items()
-        },
+        "figures": {name: asdict(fig) for name, fig in figures.items()},
     }
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{benchmark}.jsonl"

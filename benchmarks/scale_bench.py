@@ -1,18 +1,9 @@
 """How the store's costs grow with the rows of a key: fill, cold look-up, p99 under load.
 
-For each size (1 M, 4 M and 16 M rows; ``--quick``: 100 k, 400 k, 1.6 M): ``fill``, a
-fresh process fills a new store with random 32 bp sequences under ``kmer-1``'s key as
-``embed`` does minus the model (hash, look up in hash order, ``put`` in batches with
-auto-merge, read back in input order into the output), with its wall and CPU time per
-row and peak RSS; ``cold local``, a fresh ``embedcache embed`` of 100 stored sequences
-(median of 3); ``store ls``; ``cold s3``, the same against moto's S3 server holding a
-copy, with its HTTP requests counted. Then the ratios the issue targets, largest size
-over smallest (the smallest is filled again after the largest: the machine drifts).
-
-Last, the server figure: in one process, the p99 of ``get`` of one stored hash idle
-and while another thread commits a 100,000-sequence job (target: within 2x idle); and
-beside it, alternating, the floor: the same reader while another process commits into
-another store, sharing only the machine.
+1 M to 16 M rows (``--quick``: 100 k to 1.6 M) of 32 bp sequences under ``kmer-1``'s
+key: a fill as ``embed`` does minus the model, cold ``embed`` look-ups (local, moto's
+S3), and ``get``'s p99 while another thread commits, beside the floor another process
+sets. Records the growth ratios, largest size over smallest, and the p99 ratios.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from subprocess import PIPE
 from typing import TYPE_CHECKING
@@ -33,85 +24,70 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchmarks.common import (
-    REPO,
     bench_parser,
+    child,
+    clocks,
     cold_lookup,
+    hwm_mib,
     machine_peaks,
-    run_measured,
+    run_timed,
     show,
 )
 from benchmarks.records import Figure, record
+from embedcache.data.seqfile import STREAM_ROWS as CHUNK  # `embed`'s chunk of a file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 MODEL = "kmer-1"
 BATCH = 50_000  # rows per commit in the fill (kmer batches are large)
-CHUNK = 1 << 20  # sequences a fill takes at a time: `embed`'s STREAM_ROWS
 SEQ_BP = 32
 N_KNOWN = 100
+HERE = "benchmarks.scale_bench"  # its functions run afresh (common.child)
 
-FILL = r"""
-import json, os, sys, time
-import numpy as np
-sys.path.insert(0, sys.argv[4])
-from benchmarks.scale_bench import CHUNK, chunk_digests
-from embedcache.data.seqfile import STREAM_ROWS
-from embedcache.engine.output import npy_rows
-from embedcache.models import load_adapter
-from embedcache.store import EmbeddingStore
-from embedcache.store.index import to_hex
-assert CHUNK == STREAM_ROWS
-n, root, batch, out_path = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[5]
-key = load_adapter("kmer-1").key
-# as `embed` sets it for a floor (engine/api.py): freed temporaries go back at once
-from embedcache.engine.memory import return_freed_memory
-return_freed_memory()
-from benchmarks.common import hwm_mib
-base = hwm_mib()  # imports only
-phase = dict.fromkeys(("hash", "look-up", "put", "read"), 0.0)
-t0 = time.perf_counter()
-cpu0 = sum(os.times()[:2])  # user + system, every thread of this process
-store = EmbeddingStore(root)
-with npy_rows(out_path, (n, 4)) as out:
-    # as `embed` streams a file of several chunks (engine/api.py), a chunk at a time
-    for lo in range(0, n, CHUNK):
-        t = time.perf_counter()
-        digests = chunk_digests(lo, n)
-        phase["hash"] += time.perf_counter() - t
-        t = time.perf_counter()
-        order = np.sort(digests)  # the plan's look-up, in hash order
-        for i in range(0, len(order), 100_000):
-            store.contains(key, to_hex(order[i : i + 100_000]))
-        del order
-        phase["look-up"] += time.perf_counter() - t
-        t = time.perf_counter()
-        rng = np.random.default_rng(lo)
-        for i in range(0, len(digests), batch):
-            hashes = to_hex(digests[i : i + batch])
-            store.put(key, hashes, rng.random((len(hashes), 4), dtype=np.float32))
-        phase["put"] += time.perf_counter() - t
-        t = time.perf_counter()
-        vectors = np.empty((len(digests), 4), np.float32)
-        assert store.read_into(key, digests, vectors).all()
-        out.write(vectors)
-        del vectors
-        phase["read"] += time.perf_counter() - t
-seconds = time.perf_counter() - t0
-cpu = sum(os.times()[:2]) - cpu0
-peak = hwm_mib()
-shards = store.keys()[0].n_shards
-print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
-                  "peak_mib": peak, "base_mib": base, "shards": shards}))
-"""
+
+def fill(n: str, root: str, out_path: str) -> None:
+    """In a fresh process (:func:`run_fill`): fill a new store with ``n`` rows as
+    `embed` streams a file, a chunk at a time; print the times and peaks as JSON."""
+    from embedcache.engine.memory import return_freed_memory
+    from embedcache.engine.output import npy_rows
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+    from embedcache.store.index import to_hex
+
+    n, key = int(n), load_adapter(MODEL).key
+    return_freed_memory()  # as `embed` sets it: freed temporaries go back at once
+    base, total, phase = hwm_mib(), {}, defaultdict(dict)  # base: the imports only
+    with clocks(total), npy_rows(out_path, (n, 4)) as out:
+        store = EmbeddingStore(root)
+        for lo in range(0, n, CHUNK):
+            with clocks(phase["hash"]):
+                digests = chunk_digests(lo, n)
+            with clocks(phase["look-up"]):  # the plan's, in hash order
+                order = np.sort(digests)
+                for i in range(0, len(order), 100_000):
+                    store.contains(key, to_hex(order[i : i + 100_000]))
+                del order
+            with clocks(phase["put"]):
+                rng = np.random.default_rng(lo)
+                for i in range(0, len(digests), BATCH):
+                    hashes = to_hex(digests[i : i + BATCH])
+                    vectors = rng.random((len(hashes), 4), dtype=np.float32)
+                    store.put(key, hashes, vectors)
+            with clocks(phase["read"]):
+                vectors = np.empty((len(digests), 4), np.float32)
+                assert store.read_into(key, digests, vectors).all()
+                out.write(vectors)
+                del vectors
+    phase = {name: spent["wall"] for name, spent in phase.items()}
+    print(json.dumps({"seconds": total["wall"], "cpu": total["cpu"], **phase,
+                      "peak_mib": hwm_mib(), "base_mib": base,
+                      "shards": store.keys()[0].n_shards}))  # fmt: skip
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
-    """Raw sha256 keys of sequences lo..lo+CHUNK (seeded by lo): (k,) S32.
-
-    Held as `embed` holds a chunk of a file: the bases packed (~1 byte each), hashed
-    100,000 at a time (engine/plan.py), never a Python string per row.
-    """
+    """Raw sha256 keys (S32) of sequences lo..lo+CHUNK, from their packed bases 100,000
+    at a time, as `embed` hashes a file's chunk (engine/plan.py): no str per row."""
     from embedcache.hashing import sequence_digest
 
     raw = chunk_bases(lo, n)
@@ -137,18 +113,14 @@ def chunk_bases(lo: int, n: int) -> bytes:
     return np.frombuffer(b"ACGT", np.uint8)[codes].tobytes()
 
 
-def chunk_seqs(lo: int, n: int) -> list[str]:
-    raw = chunk_bases(lo, n)
-    return [raw[i : i + SEQ_BP].decode() for i in range(0, len(raw), SEQ_BP)]
-
-
 def known_seqs(n: int) -> list[str]:
     """N_KNOWN stored sequences, spread over the key."""
     rows = np.random.default_rng(n).choice(n, N_KNOWN, replace=False)
     out = []
     for lo in sorted({int(r) // CHUNK * CHUNK for r in rows}):
-        seqs = chunk_seqs(lo, n)
-        out += [seqs[r - lo] for r in rows if lo <= r < lo + CHUNK]
+        raw = chunk_bases(lo, n)
+        picked = [r - lo for r in rows if lo <= r < lo + CHUNK]
+        out += [raw[i * SEQ_BP : (i + 1) * SEQ_BP].decode() for i in picked]
     return out
 
 
@@ -213,29 +185,24 @@ class S3:
 
 def run_fill(n: int, root: Path, workdir: Path) -> dict:
     """A fresh process's fill of ``n`` rows into a new store at ``root``."""
-    here = str(REPO)
     output = workdir / f"out-{n}.npy"
-    _, _, out = run_measured(
-        [sys.executable, "-c", FILL, str(n), str(root), str(BATCH), here, str(output)]
-    )
+    _, done = run_timed(child(HERE, "fill", n, root, output))
     output.unlink()
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
     root = workdir / f"store-{n}"
     fill = run_fill(n, root, workdir)
-    # the child's own VmHWM: ru_maxrss of a forked child starts at its parent's size
-    fill_rss = fill["peak_mib"]
     known = workdir / f"known-{n}.txt"
     known.write_text("\n".join(known_seqs(n)) + "\n")
-    out_mib = n * 4 * 4 / 2**20
+    rss = fill["peak_mib"]  # the child's own VmHWM
     row = {"n": n, "fill_s": fill["seconds"], "fill_us_row": fill["seconds"] / n * 1e6,
-           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": fill_rss,
-           "fill_extra": fill_rss - fill["base_mib"], "out_mib": out_mib}  # fmt: skip
+           "fill_cpu_us_row": fill["cpu"] / n * 1e6, "fill_rss": rss,
+           "fill_extra": rss - fill["base_mib"], "out_mib": n * 16 / 2**20}  # fmt: skip
     row["local_s"], row["local_rss"] = cold_lookup(MODEL, str(root), known)
     ls = [sys.executable, "-m", "embedcache.cli", "store", "ls", "--store", str(root)]
-    row["ls_s"], _, _ = run_measured(ls)
+    row["ls_s"], _ = run_timed(ls)
     if s3 is not None:
         url = s3.upload(root, f"scale-{n}")
         s3.counts.clear()
@@ -254,9 +221,7 @@ def p99_hashes(start: int, k: int) -> list[str]:
 
 
 def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
-    """The job's sequence keys and vectors, made before anything is timed: what is
-    timed beside the reads is put's work (a server's batcher hands it hashes it
-    already has)."""
+    """The job's keys and vectors, made untimed: a server's batcher hands put both."""
     rng = np.random.default_rng(1)
     return [
         (p99_hashes(lo, batch), rng.random((batch, 4), dtype=np.float32))
@@ -264,34 +229,25 @@ def p99_job(n_job: int, batch: int) -> list[tuple[list[str], np.ndarray]]:
     ]
 
 
-# the floor's writer: the same job through put into a store of its own, in a
-# process of its own, sharing nothing with the reader but the machine
-FLOOR_WRITER = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from benchmarks.scale_bench import MODEL, p99_job
-from embedcache.models import load_adapter
-from embedcache.store import EmbeddingStore
-key = load_adapter(MODEL).key
-store = EmbeddingStore(sys.argv[2])
-work = p99_job(int(sys.argv[3]), int(sys.argv[4]))
-print("ready", flush=True)
-sys.stdin.readline()
-for hashed, vectors in work:
-    store.put(key, hashed, vectors)
-"""
+def floor_writer(root: str, n_job: str, batch: str) -> None:
+    """In a fresh process: the job through put into a store of its own, begun at the
+    end of stdin once ready (the floor's writer: it shares only the machine)."""
+    from embedcache.models import load_adapter
+    from embedcache.store import EmbeddingStore
+
+    key, store = load_adapter(MODEL).key, EmbeddingStore(root)
+    work = p99_job(int(n_job), int(batch))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for hashed, vectors in work:
+        store.put(key, hashed, vectors)
 
 
 def p99_under_commits(
     workdir: Path, *, writer: str = "thread", n_job: int = 100_000, batch: int = 2_000
 ) -> tuple[float, float]:
-    """In-process get p99 of one stored hash (ms): idle, and while a job commits.
-
-    ``writer="thread"``: another thread of this process commits the job into the
-    same store (the target's figure). ``writer="process"``: another process commits
-    it into another store, so the reader shares only the machine with it: the
-    floor this machine sets on the figure.
-    """
+    """get's p99 of one stored hash (ms), idle and while a job commits from another
+    thread into this store or (the floor) another process into another store."""
     from embedcache.models import load_adapter
     from embedcache.store import EmbeddingStore
 
@@ -314,32 +270,20 @@ def p99_under_commits(
     idle = sample(lambda: True, 2_000)
     if writer == "thread":
         work = p99_job(n_job, batch)
-        done = threading.Event()
-
-        def job() -> None:
-            for hashed, vectors in work:
-                store.put(key, hashed, vectors)
-            done.set()
-
+        thread = threading.Thread(target=lambda: [store.put(key, *w) for w in work])
         t0 = time.perf_counter()
-        thread = threading.Thread(target=job)
         thread.start()
-        busy = sample(lambda: not done.is_set(), 10**9)
+        busy = sample(thread.is_alive, 10**9)
         thread.join()
     else:
-        cmd = [sys.executable, "-c", FLOOR_WRITER, str(REPO)]
-        cmd += [str(workdir / "other"), str(n_job), str(batch)]
-        # it prints "ready" once set up and waits for a line to begin: what is timed
-        # beside it is its work, not its start-up
+        cmd = child(HERE, "floor_writer", workdir / "other", n_job, batch)
+        # it says "ready" once set up and begins at EOF: its start-up is not timed
         proc = subprocess.Popen(cmd, stdin=PIPE, stdout=PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+        proc.stdin.close()
         t0 = time.perf_counter()
         busy = sample(lambda: proc.poll() is None, 10**9)
-        if proc.wait():
-            msg = f"the floor's writer failed ({proc.returncode})"
-            raise RuntimeError(msg)
+        assert proc.wait() == 0, "the floor's writer failed"
     job_s = time.perf_counter() - t0
     p_idle, p_busy = np.percentile(idle, 99) * 1e3, np.percentile(busy, 99) * 1e3
     show(
@@ -350,23 +294,24 @@ def p99_under_commits(
     return p_idle, p_busy
 
 
-def server_figure(workdir: Path, sittings: int) -> list[tuple[float, float, float]]:
-    """The server figure, and beside it (alternating, one sitting each at a time)
-    the floor: the same reader while a writer shares nothing with it but the
-    machine. The store's own share is the first busy p99 over the second.
-    (idle, busy, floor's busy) p99 ms per sitting."""
-    out = []
-    for i in range(sittings):
+def server_figure(workdir: Path) -> dict[str, Figure]:
+    """The p99 figures, the thread's and the floor's alternating for two sittings;
+    the median sitting's ratios (a p99 under load moves between sittings)."""
+    ratios = []
+    for i in range(2):
         idle, busy = p99_under_commits(workdir / f"thread-{i}", writer="thread")
         _, floor = p99_under_commits(workdir / f"process-{i}", writer="process")
-        out.append((idle, busy, floor))
-    return out
+        ratios.append((busy / idle, busy / floor))
+    busy_idle, busy_floor = np.median(ratios, 0)
+    return {
+        "get p99 busy / idle": Figure(round(busy_idle, 2), "x", "<= 2"),
+        "get p99 busy / floor's busy": Figure(round(busy_floor, 2), "x"),
+    }
 
 
 def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
-    """The ratios the issue targets, largest size over smallest; ``again``: the
-    smallest filled again after the largest (the machine's speed drifts over a run,
-    and a ratio on one slow stretch flatters)."""
+    """The targeted ratios, largest size over smallest; ``again``: the smallest filled
+    again after the largest (the machine's speed drifts over a run)."""
     first, last = rows[0], rows[-1]
 
     def grew(key: str, target: str | None = None) -> Figure:
@@ -382,17 +327,14 @@ def growth(rows: list[dict], again: dict | None, s3: bool) -> dict[str, Figure]:
         figures["cold s3 look-up requests"] = Figure(round(last["s3_requests"]))
     figures["fill time per row"] = grew("fill_us_row", "<= 1.2")
     if again is not None:
-        us_again = again["seconds"] / first["n"] * 1e6
-        ratio = last["fill_us_row"] / us_again
+        ratio = last["fill_us_row"] / (again["seconds"] / first["n"] * 1e6)
         figures["fill per row vs again"] = Figure(round(ratio, 2), "x", "<= 1.2")
     # beside it, the CPU time (every thread): where the two part, the fill waited (on
     # the disk: its fsyncs, and writeback of a store no longer in memory)
     figures["fill CPU time per row"] = grew("fill_cpu_us_row")
     for r in rows:
-        ratio = r["fill_extra"] / r["out_mib"]
-        figures[f"fill peak / output at {r['n']:,}"] = Figure(
-            round(ratio, 2), "x", "<= 2"
-        )
+        ratio = round(r["fill_extra"] / r["out_mib"], 2)
+        figures[f"fill peak / output at {r['n']:,}"] = Figure(ratio, "x", "<= 2")
     # the output streams to a file: the other form of the target is a peak bounded by
     # the chunk, not growing with n (~1x)
     figures["fill peak over imports"] = grew("fill_extra")
@@ -404,28 +346,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--no-p99", action="store_true")
-    parser.add_argument("--p99-only", action="store_true", help="three sittings")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args(argv)
     default = "100000,400000,1600000" if args.quick else "1000000,4000000,16000000"
     sizes = [int(x) for x in (args.sizes or default).split(",")]
     figures: dict[str, Figure] = {}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        s3 = None if args.no_s3 or args.p99_only else S3()
-        rows = [] if args.p99_only else [measure(n, Path(tmp), s3) for n in sizes]
-        if rows:
-            again = None
-            if len(rows) > 1:
-                again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
-            figures |= growth(rows, again, s3 is not None)
+        s3 = None if args.no_s3 else S3()
+        rows = [measure(n, Path(tmp), s3) for n in sizes]
+        again = None
+        if len(rows) > 1:
+            again = run_fill(rows[0]["n"], Path(tmp) / "again", Path(tmp))
+        figures |= growth(rows, again, s3 is not None)
         if not args.no_p99:
-            sittings = server_figure(Path(tmp) / "p99", 3 if args.p99_only else 2)
-            # the median sitting: a p99 under load moves between sittings
-            busy_idle, busy_floor = np.median(
-                [(b / i, b / f) for i, b, f in sittings], 0
-            )
-            figures["get p99 busy / idle"] = Figure(round(busy_idle, 2), "x", "<= 2")
-            figures["get p99 busy / floor's busy"] = Figure(round(busy_floor, 2), "x")
+            figures |= server_figure(Path(tmp) / "p99")
     record("scale_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv)
     return 0
 

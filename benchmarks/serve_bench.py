@@ -1,25 +1,16 @@
 """`embedcache serve` against `embedcache embed` in one process, side by side in one run.
 
-Issue 20's four figures on one model (``--shape``, default ``esm-6mer-512x12``, a
-stock ESM shaped like NT-v2 50m with random weights) and the same sequences; fp32,
-CPU, the server a subprocess on 127.0.0.1:
-
-(a) no hits: ``--clients`` clients sending 32-sequence requests of new sequences
-    against the engine in this process on another fresh store (target >= 0.9x);
-(b) all hits: 4 clients asking 512 a request as NPY (>= 20,000 vectors/s); one client
-    asking one cached sequence a request (p99 < 20 ms);
-(c) fairness: eight one-sequence clients beside a client streaming 10,000-sequence
-    requests: their p99 against one forward batch, the mean /metrics report for the
-    stream alone just before (<= 2x);
-(d) memory: the server's RSS through a mixed run, second third to last (< 5%).
-
-``--quick``: a 256-wide 4-layer BERT and shorter parts.
+Issue 20's figures, fp32, ``--shape`` (a stock ESM shaped like NT-v2 50m; ``--quick``:
+BERT 256 x 4): (a) no hits, 32-sequence requests against the engine in process (>=
+0.9x); (b) all hits, 4 clients asking 512 a request as NPY (>= 20,000 vectors/s), one
+asking one cached sequence (p99 < 20 ms); (c) eight one-sequence clients beside a
+stream of 10,000-sequence requests, their p99 over a batch of the stream alone (<=
+2x); (d) the server's RSS, second third of a mixed run to last (< 5%).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -42,17 +33,21 @@ from embedcache.service import wire
 from embedcache.store import EmbeddingStore
 
 SERVE_SHAPE = "esm-6mer-512x12"
-SERVE_OPTIONS = (
-    *("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000"),
-    # throughput, not deadlines: on a loaded machine part (a)'s clients wait longer
-    # than the default 300 s
-    *("--request-timeout", "3600"),
-)
+# full and --quick: (a)'s and (b)'s sequences and clients, (b)'s rounds, (c)'s seconds,
+# its stream alone and mixed (in batches) and a stream request, (d)'s seconds
+SIZES = {
+    "n": (512, 128), "clients": (16, 4), "hit_rounds": (12, 3),
+    "fair_seconds": (20.0, 5.0), "solo_batches": (3, 2), "mixed_batches": (12, 4),
+    "stream_seqs": (10_000, 1_000), "memory_seconds": (30.0, 10.0),
+}  # fmt: skip
+# throughput, not deadlines: loaded, (a)'s clients wait over the default 300 s
+SERVE_OPTIONS = ("--max-queue-tokens", str(64 * 2**20), "--max-sequences", "10000",
+                 "--request-timeout", "3600")  # fmt: skip
 
 
 def part_a(
     server: Server, adapter: Adapter, seqs: list[str], work: Path, clients: int
-) -> dict:
+) -> dict[str, Figure]:
     tokens = sum(adapter.n_tokens(s) for s in seqs)
     t0 = time.perf_counter()
     embed_sequences(adapter, seqs, EmbeddingStore(work / "local-store"))
@@ -67,11 +62,15 @@ def part_a(
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(run, range(clients)))
-    served = time.perf_counter() - t0
-    return {"tokens": tokens, "local_s": local, "served_s": served}
+    local, served = tokens / local, tokens / (time.perf_counter() - t0)
+    return {
+        "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
+        f"(a) no hits, {clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
+        "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
+    }  # fmt: skip
 
 
-def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
+def part_b(server: Server, seqs: list[str], rounds: int) -> dict[str, Figure]:
     def run(_: int) -> int:
         with EmbedClient(server.url, max_sequences=512, concurrency=1) as client:
             return sum(len(client.embed(seqs, model="bench")) for _ in range(rounds))
@@ -80,28 +79,31 @@ def part_b(server: Server, seqs: list[str], rounds: int) -> dict:
     with ThreadPoolExecutor(4) as pool:
         n = sum(pool.map(run, range(4)))
     rate = n / (time.perf_counter() - t0)
-    latencies = []
-    body = {"model": "bench", "sequences": [seqs[0]]}
     with httpx.Client(base_url=server.url) as http:
-        for _ in range(520):
-            t0 = time.perf_counter()
-            r = http.post(
-                wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY}
-            )
-            latencies.append(time.perf_counter() - t0)
-            r.raise_for_status()
-    latencies = latencies[20:]  # connection set-up and first reads
+        latencies = [one_seq(http, seqs[0]) for _ in range(520)]
+    # the first 20 left out: connection set-up and first reads
+    p50, p99 = 1e3 * np.percentile(latencies[20:], [50, 99])
     return {
-        "vectors_per_s": rate,
-        "p50_ms": 1e3 * np.percentile(latencies, 50),
-        "p99_ms": 1e3 * np.percentile(latencies, 99),
+        "(b) all hits, NPY, 4 clients": Figure(round(rate), "vectors/s", ">= 20000"),
+        "(b) cached 1-seq request p50": Figure(round(p50, 1), "ms"),
+        "(b) cached 1-seq request p99": Figure(round(p99, 1), "ms", "< 20"),
     }
 
 
-def part_c(server: Server, args: argparse.Namespace) -> dict:
-    seed, n_stream = args.seed, args.stream_seqs
+def one_seq(http: httpx.Client, seq: str) -> float:
+    """Seconds of a one-sequence request, NPY back."""
+    t0 = time.perf_counter()
+    body = {"model": "bench", "sequences": [seq]}
+    r = http.post(wire.ROUTE_EMBED, json=body, headers={"Accept": wire.MEDIA_NPY})
+    seconds = time.perf_counter() - t0
+    r.raise_for_status()
+    return seconds
+
+
+def part_c(server: Server, args: argparse.Namespace) -> dict[str, Figure]:
+    n_stream = args.stream_seqs
     stop = threading.Event()
-    stream_rng = np.random.default_rng(seed + 1)
+    stream_rng = np.random.default_rng(1)
 
     def stream() -> None:
         # short new sequences: a request ends soon after the mixed period does
@@ -112,26 +114,22 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
                 client.embed(big, model="bench")
 
     def small(worker: int) -> list[float]:
-        rng = np.random.default_rng(seed * 100 + worker)
+        rng = np.random.default_rng(worker)
         out = []
         with httpx.Client(base_url=server.url, timeout=120) as http:
             while not stop.is_set():
                 [seq] = random_sequences(rng, [rng.integers(200, 500)])
-                t0 = time.perf_counter()
-                r = http.post(
-                    wire.ROUTE_EMBED,
-                    json={"model": "bench", "sequences": [seq]},
-                    headers={"Accept": wire.MEDIA_NPY},
-                )
-                out.append(time.perf_counter() - t0)
-                r.raise_for_status()
+                out.append(one_seq(http, seq))
         return out
 
     def forward_totals() -> tuple[float, float]:
-        return (
-            server.metric("embedcache_forward_seconds_sum"),
-            server.metric("embedcache_forward_seconds_count"),
-        )
+        name = "embedcache_forward_seconds"
+        return server.metric(f"{name}_sum"), server.metric(f"{name}_count")
+
+    def mean(start: tuple[float, float], end: tuple[float, float]) -> float:
+        if end[1] == start[1]:
+            sys.exit("no forward batch ran in (c): the stream did not reach the server")
+        return (end[0] - start[0]) / (end[1] - start[1])
 
     def wait_batches(start: tuple[float, float], count: int) -> tuple[float, float]:
         deadline = time.monotonic() + 600
@@ -146,9 +144,9 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
     # the stream alone: its first batch (its request arriving mid-way) is skipped
     solo_start = wait_batches(forward_totals(), 1)
     mixed_start = wait_batches(solo_start, args.solo_batches)
-    batch = (mixed_start[0] - solo_start[0]) / (mixed_start[1] - solo_start[1])
+    alone = mean(solo_start, mixed_start)
     # long enough for many batches: the p99 of a few would be their maximum
-    seconds = max(args.fair_seconds, args.mixed_batches * batch)
+    seconds = max(args.fair_seconds, args.mixed_batches * alone)
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(small, w) for w in range(8)]
         time.sleep(seconds)
@@ -156,25 +154,19 @@ def part_c(server: Server, args: argparse.Namespace) -> dict:
         latencies = [x for f in futures for x in f.result()]
     mixed_end = forward_totals()
     streamer.join(timeout=600)
-
-    def mean(start: tuple[float, float], end: tuple[float, float]) -> float:
-        if end[1] == start[1]:
-            sys.exit("no forward batch ran in (c): the stream did not reach the server")
-        return (end[0] - start[0]) / (end[1] - start[1])
-
+    p99, mixed = np.percentile(latencies, 99), mean(mixed_start, mixed_end)
+    small = f"({len(latencies)} req)"
+    n_alone, n_mixed = mixed_start[1] - solo_start[1], mixed_end[1] - mixed_start[1]
     return {
-        "n_small": len(latencies),
-        "p50_s": np.percentile(latencies, 50),
-        "p99_s": np.percentile(latencies, 99),
-        "forward_s": mean(solo_start, mixed_start),
-        "batches": mixed_start[1] - solo_start[1],
-        "mixed_forward_s": mean(mixed_start, mixed_end),
-        "mixed_batches": mixed_end[1] - mixed_start[1],
-    }
+        f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(p99, 2), "s"),
+        f"(c) one forward batch, stream alone ({n_alone:.0f})": Figure(round(alone, 3), "s"),
+        "(c) one-seq p99 / forward batch": Figure(round(p99 / alone, 2), "x", "<= 2"),
+        f"(c) mean batch while mixed ({n_mixed:.0f})": Figure(round(mixed, 3), "s"),
+    }  # fmt: skip
 
 
-def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
+def part_d(server: Server, seqs: list[str], seconds: float) -> dict[str, Figure]:
+    rng = np.random.default_rng(0)
     samples: list[int] = []
     stop = threading.Event()
 
@@ -195,39 +187,29 @@ def part_d(server: Server, seqs: list[str], seconds: float, seed: int) -> dict:
     sampler.join()
     third = len(samples) // 3
     second, last = samples[third : 2 * third], samples[2 * third :]
+    growth = 100 * (statistics.median(last) / statistics.median(second) - 1)
+    last_mb = statistics.median(last) / 2**20
     return {
-        "second_mb": statistics.median(second) / 2**20,
-        "last_mb": statistics.median(last) / 2**20,
-        "n_samples": len(samples),
-    }
+        f"(d) server RSS, last third ({len(samples)} samples)": Figure(round(last_mb), "MB"),
+        "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "fewer, shorter parts")
-    parser.add_argument("--shape", default=SERVE_SHAPE, choices=sorted(SHAPES))
-    parser.add_argument("--n", type=int, default=512, help="sequences of (a) and (b)")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--hit-rounds", type=int, default=12)
-    parser.add_argument("--fair-seconds", type=float, default=20.0)
-    parser.add_argument("--solo-batches", type=int, default=3, help="(c) stream alone")
-    parser.add_argument("--mixed-batches", type=int, default=12, help="(c) at least")
-    parser.add_argument("--stream-seqs", type=int, default=10_000, help="(c) a request")
-    parser.add_argument("--memory-seconds", type=float, default=30.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", default=None, choices=sorted(SHAPES))
     args = parser.parse_args(argv)
-    if args.quick:
-        args.n, args.clients, args.hit_rounds = 128, 4, 3
-        args.fair_seconds, args.mixed_batches, args.memory_seconds = 5.0, 4, 10.0
-        args.solo_batches, args.stream_seqs = 2, 1_000
-        if args.shape == SERVE_SHAPE:  # a batch takes seconds, not minutes
-            args.shape = "bert-char-256x4"
+    for name, sizes in SIZES.items():
+        setattr(args, name, sizes[args.quick])
+    # --quick: a batch takes seconds, not minutes
+    args.shape = args.shape or ("bert-char-256x4" if args.quick else SERVE_SHAPE)
     import torch
 
-    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
+        work = Path(tmp)
         model_dir = work / "model"
         SHAPES[args.shape].build(model_dir)
-        seqs, about = load_sequences(args.n, seed=args.seed)
+        seqs, about = load_sequences(args.n)
         print(
             f"model: {args.shape} ({SHAPES[args.shape].about}), fp32, CPU, "
             f"torch threads {torch.get_num_threads()}; sequences: {about}"
@@ -240,41 +222,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             print(f"(a) load {load()}", flush=True)
-            a = part_a(server, adapter, seqs, work, args.clients)
+            figures = part_a(server, adapter, seqs, work, args.clients)
             print(f"(b) load {load()}", flush=True)
-            b = part_b(server, seqs, args.hit_rounds)
+            figures |= part_b(server, seqs, args.hit_rounds)
             print(f"(c) load {load()}", flush=True)
-            c = part_c(server, args)
+            figures |= part_c(server, args)
             print(f"(d) load {load()}", flush=True)
-            d = part_d(server, seqs, args.memory_seconds, args.seed)
+            figures |= part_d(server, seqs, args.memory_seconds)
         finally:
             if server.proc.poll() is not None:  # died: say how, before the work goes
                 log = (work / "server.log").read_text().splitlines()
                 print("server log, last lines:", *log[-40:], sep="\n")
             code = server.stop()
-        local, served = a["tokens"] / a["local_s"], a["tokens"] / a["served_s"]
-        growth = 100 * (d["last_mb"] / d["second_mb"] - 1)
         print(f"server exit code after SIGTERM: {code}; load at the end {load()}")
-        small, batch = f"({c['n_small']} req)", f"({c['batches']:.0f})"
-        figures = {
-            "(a) no hits, embed in process": Figure(round(local), "tokens/s"),
-            f"(a) no hits, {args.clients} clients x 32-seq requests": Figure(round(served), "tokens/s"),
-            "(a) served / in process": Figure(round(served / local, 2), "x", ">= 0.9"),
-            "(b) all hits, NPY, 4 clients": Figure(round(b["vectors_per_s"]), "vectors/s", ">= 20000"),
-            "(b) cached 1-seq request p50": Figure(round(b["p50_ms"], 1), "ms"),
-            "(b) cached 1-seq request p99": Figure(round(b["p99_ms"], 1), "ms", "< 20"),
-            f"(c) 8 one-seq clients beside a stream, p99 {small}": Figure(round(c["p99_s"], 2), "s"),
-            f"(c) one forward batch, stream alone {batch}": Figure(round(c["forward_s"], 3), "s"),
-            "(c) one-seq p99 / forward batch": Figure(round(c["p99_s"] / c["forward_s"], 2), "x", "<= 2"),
-            f"(c) mean batch while mixed ({c['mixed_batches']:.0f})": Figure(round(c["mixed_forward_s"], 3), "s"),
-            f"(d) server RSS, last third ({d['n_samples']} samples)": Figure(round(d["last_mb"]), "MB"),
-            "(d) server RSS, 2nd third -> last third": Figure(round(growth, 1), "%", "< 5"),
-        }  # fmt: skip
         record(
             "serve_bench", figures, quick=args.quick, peaks=machine_peaks(), argv=argv
         )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

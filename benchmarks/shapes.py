@@ -1,5 +1,6 @@
 """Model shapes for the benchmarks: folders in a published layout with random weights,
-the ``embedcache embed`` options that load them, and the test sequences they run on."""
+the ``embedcache embed`` options that load them, and the test sequences they run on.
+(GENA-LM's, which trains a BPE: ``git show d105fc3:benchmarks/shapes.py``.)"""
 
 from __future__ import annotations
 
@@ -20,28 +21,14 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 # ../shared/data beside the checkout (a worktree looks further up)
 DATA = next(
-    (
-        p / "shared" / "data" / "genomic-benchmarks"
-        for p in REPO.parents
-        if (p / "shared" / "data" / "genomic-benchmarks").is_dir()
-    ),
-    REPO.parent / "shared" / "data" / "genomic-benchmarks",
+    (d for p in REPO.parents if (d := p / "shared/data/genomic-benchmarks").is_dir()),
+    REPO.parent / "shared/data/genomic-benchmarks",
 )
 FIXTURES = REPO / "tests" / "fixtures"
-CLASSIFIER_FIELDS = (
-    "id2label",
-    "label2id",
-    "problem_type",
-    "dtype",
-    "transformers_version",
-)
 BERT_SPECIALS = {
     f"{t}_token": f"[{t.upper()}]" for t in ("pad", "unk", "cls", "sep", "mask")
 }
 ESM_SPECIALS = {f"{t}_token": f"<{t}>" for t in ("unk", "pad", "mask", "cls", "eos")}
-
-
-# --- sequences ------------------------------------------------------------------------
 
 
 def load_sequences(
@@ -56,32 +43,26 @@ def load_sequences(
     rng = np.random.default_rng(seed)
     names = datasets or sorted(p.parent.name for p in DATA.glob("*/test.tsv"))
     files = [DATA / name / "test.tsv" for name in names]
-    if files and all(f.exists() for f in files):
-        import polars as pl
+    if not files or not all(f.exists() for f in files):
+        seqs = random_sequences(rng, rng.choice(list(lengths), size=n))
+        about = "/".join(map(str, lengths))
+        return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+    import polars as pl
 
-        per_file = -(-n // len(files))
-        seqs: list[str] = []
-        for path in files:
-            frame = pl.read_csv(path, separator="\t")
-            rows = rng.choice(
-                frame.height, size=min(per_file, frame.height), replace=False
-            )
-            seqs.extend(frame["seq"].gather(rows).str.to_uppercase().to_list())
-        rng.shuffle(seqs)  # the naive loop must not profit from sorted input
-        seqs = seqs[:n]
-        return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
-    sizes = rng.choice(list(lengths), size=n)
-    seqs = random_sequences(rng, sizes)
-    about = "/".join(map(str, lengths))
-    return seqs, f"{n} random sequences ({about} bp; shared data absent)"
+    seqs: list[str] = []
+    for path in files:
+        column = pl.read_csv(path, separator="\t")["seq"]
+        k = min(-(-n // len(files)), len(column))  # an equal part of each
+        rows = rng.choice(len(column), size=k, replace=False)
+        seqs += column.gather(rows).str.to_uppercase().to_list()
+    rng.shuffle(seqs)  # the naive loop must not profit from sorted input
+    seqs = seqs[:n]
+    return seqs, f"{len(seqs)} real test sequences from {', '.join(names)}"
 
 
 def random_sequences(rng: np.random.Generator, lengths: Sequence[int]) -> list[str]:
     """Random ACGT sequences of ``lengths``."""
     return ["".join(rng.choice(list("ACGT"), size=int(m))) for m in lengths]
-
-
-# --- shapes ---------------------------------------------------------------------------
 
 
 def _save_fast_tokenizer(
@@ -158,47 +139,17 @@ def build_ntv2_50m(path: Path) -> None:
 def build_dnabert2(path: Path) -> None:
     """DNABERT-2-117M's published config.json and BPE tokenizer."""
     fixtures = FIXTURES / "dnabert2"
-    config = fixtures / "published" / "dnabert2_117m_config.json"
-    shutil.copy(config, path / "config.json")
+    shutil.copy(
+        fixtures / "published" / "dnabert2_117m_config.json", path / "config.json"
+    )
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(fixtures / "dnabert2" / name, path / name)
-
-
-def build_gena_base(path: Path) -> None:
-    """GENA-LM base-t2t's published config and a 32k BPE trained on 4,000 real
-    sequences, dressed as the published one (which the repository does not hold)."""
-    import tokenizers as tk
-
-    printout = "gena-lm-bert-base-t2t.config-printout.json"
-    config = json.loads((FIXTURES / "gena" / "published" / printout).read_text())
-    config.pop("_name_or_path")
-    config["auto_map"] = {"AutoModel": "modeling_bert.BertForMaskedLM"}
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    tok = tk.Tokenizer(tk.models.BPE(unk_token="[UNK]"))
-    runs_of_n = tk.normalizers.Replace(tk.Regex("N{10,}"), "-")
-    tok.normalizer = tk.normalizers.Sequence([tk.normalizers.Strip(), runs_of_n])
-    tok.pre_tokenizer = tk.pre_tokenizers.Split("-", behavior="isolated")
-    trainer = tk.trainers.BpeTrainer(
-        vocab_size=config["vocab_size"],
-        special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "-"],
-        initial_alphabet=list("ACGTN"),
-        show_progress=False,
-    )
-    corpus, _ = load_sequences(4000, seed=1)
-    tok.train_from_iterator(corpus, trainer)
-    tok.post_processor = tk.processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
-    )
 
 
 def build_generator(path: Path) -> None:
     """GENERator-1.2b's published config (width 2048, FFN 5632, 32 heads, 4 KV heads)
     at 4 of its 26 blocks."""
-    config = json.loads(
-        (FIXTURES / "generator" / "published" / "config.json").read_text()
-    )
+    config = json.loads((FIXTURES / "generator/published/config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
 
 
@@ -215,9 +166,8 @@ def build_hyena_medium(path: Path) -> None:
     """HyenaDNA medium-160k's shape (d_model 256, 8 layers, d_inner 1024, max_seq_len
     160002): the published small-32k config with medium's depth and length."""
     fixture = FIXTURES / "hyena" / "published_small32k_finetune_config.json"
-    config = json.loads(fixture.read_text())
-    for name in CLASSIFIER_FIELDS:
-        config.pop(name)
+    drop = {"id2label", "label2id", "problem_type", "dtype", "transformers_version"}
+    config = {k: v for k, v in json.loads(fixture.read_text()).items() if k not in drop}
     config |= {
         "architectures": ["HyenaDNAForCausalLM"],
         "n_layer": 8,
@@ -242,7 +192,6 @@ SHAPES = {
                              partial(build_bert_char, width=256, layers=4)),
     "ntv2-50m": Shape("NT-v2 50m (published config, 6-mers)", build_ntv2_50m, RANDOM_INIT),
     "dnabert2-117m": Shape("DNABERT-2-117M (published config, BPE)", build_dnabert2, RANDOM_INIT),
-    "gena-base": Shape("GENA-LM base-t2t (published config, BPE)", build_gena_base, RANDOM_INIT),
     "generator-1.2b-4l": Shape("GENERator 1.2b width, 4 blocks", build_generator, RANDOM_INIT),
     "esm-6mer-512x12": Shape("stock ESM shaped like NT-v2 50m", build_model),
     "caduceus-ph": Shape("Caduceus-ph shape, RC average", build_caduceus_ph,
