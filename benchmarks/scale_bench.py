@@ -100,7 +100,7 @@ with npy_rows(out_path, (n, 4)) as out:
 seconds = time.perf_counter() - t0
 cpu = sum(os.times()[:2]) - cpu0
 peak = hwm_mib()
-shards = store.keys()[0].n_shards
+shards = store.keys()[0].n_runs
 print(json.dumps({"seconds": seconds, "cpu": cpu, **phase,
                   "peak_mib": peak, "base_mib": base, "shards": shards}))
 """

@@ -26,7 +26,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "ls": "list model keys with counts, sizes and aliases",
         "info": "show each key's full JSON, counts, aliases and leftovers",
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
-        "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
+        "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
         "migrate": "convert a store of an older schema (1 or 2) in place",
     }
     handlers = {
@@ -60,13 +60,11 @@ def _selected_keys(store: EmbeddingStore, prefix: str | None) -> list[KeyInfo]:
 def _cmd_store_ls(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     infos = store.keys()
-    print(
-        f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'shards':>6}  {'MB':>8}  model"
-    )
+    print(f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'runs':>6}  {'MB':>8}  model")
     for i in infos:
         aliases = f"  aka {', '.join(i.aliases)}" if i.aliases else ""
         print(
-            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_shards:>6}  "
+            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_runs:>6}  "
             f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}{aliases}"
         )
     print(f"{len(infos)} keys in {store.root}")
@@ -80,7 +78,7 @@ def _cmd_store_info(args: argparse.Namespace) -> int:
     garbage = store.garbage()
     for i in _selected_keys(store, args.key):
         print(f"key {i.digest}")
-        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_shards} shard(s)")
+        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_runs} run(s)")
         print(f"  {i.nbytes:,} bytes stored")
         print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
         leftovers = sum(1 for g in garbage if i.digest in g)
@@ -104,7 +102,7 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
     if faults:
         print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
         return 1
-    print(f"ok: every committed shard in {store.root} verified")
+    print(f"ok: every committed run in {store.root} verified")
     return 0
 
 
@@ -112,9 +110,7 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     for i in _selected_keys(store, args.key):
         store.compact(i.key)
-        print(
-            f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_shards} shards)"
-        )
+        print(f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_runs} runs)")
     return 0
 
 

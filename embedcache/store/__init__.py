@@ -9,12 +9,12 @@ by a commit record and ordered by a log entry, both created with put-if-absent
 - ``groups``: open the location, the root group and the key groups
 - ``commits``: the commit protocol (claim, publish in the log, the collector's
   tombstone, retiring superseded runs)
-- ``views``: each key's view: immutable snapshots of its committed shards,
+- ``views``: each key's view: immutable snapshots of its committed runs,
   refreshed from the listing every ``refresh_seconds``, and look-ups in them
-- ``shards``: shard reads: zarr arrays with the crc32c codec; ``chunks``: raw chunk
-  reads beside zarr (the same crc32c check); ``shard_writes``: a shard's chunks
+- ``runs``: run reads: zarr arrays with the crc32c codec; ``chunks``: raw chunk
+  reads beside zarr (the same crc32c check); ``run_writes``: a run's chunks
   written directly (the bytes zarr writes) from rows handed over in pieces
-- ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
+- ``runs``: each run's sorted index (sorted hashes, rows, fences, Bloom filter)
   and look-ups that read only the blocks that can hold the asked hashes
 - ``index``: sequence hashes as raw sha256 keys
 - ``verify``: full checks; ``maintenance``: merges by level, compaction, fenced

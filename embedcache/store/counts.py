@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def n_distinct(backend: Backend, view: KeyView, snap: Snapshot) -> int:
     """Distinct hashes of the runs of ``snap``."""
-    records = [s.record for s in snap.shards]
+    records = [s.record for s in snap.runs]
     total = 0
     for group in overlapping_groups(records):
         if len(group) == 1:
@@ -58,4 +58,4 @@ def overlapping_groups(records: list[CommitRecord]) -> list[list[int]]:
 
 def _lacks(lacks: frozenset[str], b: CommitRecord) -> bool:
     # a run lacks b, or lacks every run b was merged from (its look-up saw those)
-    return b.shard in lacks or (bool(b.supersedes) and lacks.issuperset(b.supersedes))
+    return b.run in lacks or (bool(b.supersedes) and lacks.issuperset(b.supersedes))

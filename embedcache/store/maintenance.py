@@ -1,10 +1,10 @@
-"""Garbage collection and compaction: merge shards, remove what readers ignore.
+"""Garbage collection and compaction: merge runs, remove what readers ignore.
 
-Leftovers are *garbage*, not faults: a killed writer's uncommitted shard, or a
-superseded shard whose retirement was interrupted. Readers never look at them.
-``compact`` merges a key's shards into one committed shard that supersedes them,
+Leftovers are *garbage*, not faults: a killed writer's uncommitted run, or a
+superseded run whose retirement was interrupted. Readers never look at them.
+``compact`` merges a key's runs into one committed run that supersedes them,
 retires them, and removes garbage whose writer's lease expired more than the
-margin ago (see ``lease``; a shard without a lease: its newest object is older
+margin ago (see ``lease``; a run without a lease: its newest object is older
 than the lease plus the margin), and leases that expired as long ago.
 """
 
@@ -15,21 +15,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.commits import claim, commit_shard, publish, retire
+from embedcache.store.commits import claim, commit_run, publish, retire
 from embedcache.store.layout import (
     LEASES,
     CommitRecord,
     is_tombstone,
     lease_path,
     record_path,
+    run_prefix,
+    runs_prefix,
     session_of,
-    shard_prefix,
-    shards_prefix,
 )
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.views import (
     RETRIES,
-    ShardRetiredError,
+    RunRetiredError,
     adopt,
     refresh,
     retries_exhausted,
@@ -51,29 +51,29 @@ AUTO_MERGE = 4
 
 @dataclass(frozen=True, slots=True)
 class Leftover:
-    """One shard readers ignore, and whether it may be removed now."""
+    """One run readers ignore, and whether it may be removed now."""
 
-    shard: str
-    paths: tuple[str, ...]  # its commit record (if any) and its shard folder
+    run: str
+    paths: tuple[str, ...]  # its commit record (if any) and its run folder
     removable: bool
     superseded: bool = False  # committed, and replaced by a merged run
 
 
 def merge(
-    backend: Backend, view: KeyView, writer: Writer, shard_ids: Iterable[str]
+    backend: Backend, view: KeyView, writer: Writer, run_ids: Iterable[str]
 ) -> CommitRecord | None:
-    """Commit one shard holding the winning rows of ``shard_ids``; retire them.
+    """Commit one run holding the winning rows of ``run_ids``; retire them.
 
-    The merged run keeps the rows in the chosen shards' stored order (whole-key
+    The merged run keeps the rows in the chosen runs' stored order (whole-key
     reads stay sequential) and only those that win in the whole key: a hash an
-    earlier, unchosen shard holds stays served by that shard. Streamed
+    earlier, unchosen run holds stays served by that run. Streamed
     (``merged_runs``): its memory is a few bytes a row, not the keys. A run every
     chosen run lacks (``CommitRecord.lacks``) is not looked in, and the merged
     run lacks it too, as it lacks the runs before it.
     """
     snap = refresh(backend, view)
-    chosen = set(shard_ids) & {s.record.shard for s in snap.shards}
-    # shards hidden by a chosen one go too, or they would reappear once their
+    chosen = set(run_ids) & {s.record.run for s in snap.runs}
+    # runs hidden by a chosen one go too, or they would reappear once their
     # superseder is retired
     grew = True
     while grew:
@@ -82,16 +82,16 @@ def merge(
         grew = bool(extra)
     if not chosen:  # merged away by another process meanwhile
         return None
-    positions = [i for i, s in enumerate(snap.shards) if s.record.shard in chosen]
+    positions = [i for i, s in enumerate(snap.runs) if s.record.run in chosen]
     lacked = [frozenset(snap.records[s].lacks) for s in chosen]
     lacked_by_all = frozenset.intersection(*lacked) if lacked else frozenset()
     # winning_rows drops the rows an earlier unchosen run holds: the merged run,
     # at its earliest chosen run's place, lacks every run before that
     first = positions[0] if positions else 0
-    before = frozenset(s.record.shard for s in snap.shards[:first])
+    before = frozenset(s.record.run for s in snap.runs[:first])
     cache = merge_cache(len(positions))
     kept = winning_rows(backend, view, snap, positions, cache, skip=lacked_by_all)
-    merged = commit_shard(
+    merged = commit_run(
         backend,
         view,
         writer,
@@ -134,8 +134,8 @@ def merge_levels(
     snap = view.snap if view.snap.listing is not None else refresh(backend, view)
     for _ in range(MAX_MERGES):
         by_level: dict[int, list[str]] = {}
-        for shard in snap.shards:
-            by_level.setdefault(shard.record.level, []).append(shard.record.shard)
+        for run in snap.runs:
+            by_level.setdefault(run.record.level, []).append(run.record.run)
         full = [lv for lv, runs in sorted(by_level.items()) if len(runs) >= fan_in]
         if not full:
             return
@@ -154,19 +154,19 @@ MAX_MERGES = 8
 
 
 def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
-    """Merge all of a key's shards into one, then remove its dead garbage."""
+    """Merge all of a key's runs into one, then remove its dead garbage."""
     refresh(backend, view)
     for _ in range(RETRIES):
-        if len(view.shards) <= 1 and not view.hidden:
+        if len(view.runs) <= 1 and not view.hidden:
             break
         try:
-            merged = merge(backend, view, writer, [s.record.shard for s in view.shards])
-        except ShardRetiredError:  # another process compacted meanwhile
+            merged = merge(backend, view, writer, [s.record.run for s in view.runs])
+        except RunRetiredError:  # another process compacted meanwhile
             view.forget_listing()
             refresh(backend, view)
             continue
         if merged is not None:
-            logger.info("compacted %s into run %s", view.key.short(), merged.shard)
+            logger.info("compacted %s into run %s", view.key.short(), merged.run)
         break
     else:
         raise retries_exhausted(backend, view.key)
@@ -186,7 +186,7 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     """
     policy, seen = writer.lease.policy, writer.sightings
     assert seen is not None
-    prefix = shards_prefix(view.digest) + "/"
+    prefix = runs_prefix(view.digest) + "/"
     listed: dict[str, list[tuple[str, int, float]]] = {}
     for entry in backend.list(prefix):
         name, _, rest = entry.path[len(prefix) :].partition("/")
@@ -206,7 +206,7 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     leases = _lease_docs(backend, {session_of(n) for n in uncommitted} - {None})
     out = []
     for name in sorted(listed.keys() | view.hidden.keys()):
-        folder = (shard_prefix(view.digest, name),) if name in listed else ()
+        folder = (run_prefix(view.digest, name),) if name in listed else ()
         if name in view.hidden:  # superseded by a committed run
             out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
         elif name in retired and name not in view.records:
@@ -251,18 +251,16 @@ def collect(
 ) -> None:
     """Remove the removable leftovers; an uncommitted run only once claimed."""
     leftovers = [lo for lo in leftovers if lo.removable]
-    superseded = [
-        lo.shard for lo in leftovers if lo.shard in view.hidden or lo.superseded
-    ]
+    superseded = [lo.run for lo in leftovers if lo.run in view.hidden or lo.superseded]
     retire(backend, view.digest, superseded, _seqs(view.snap, superseded))
-    uncommitted = [lo.shard for lo in leftovers if lo.shard not in superseded]
+    uncommitted = [lo.run for lo in leftovers if lo.run not in superseded]
     # the fence: a tombstone where the record would go, so a paused writer's late
     # commit fails instead of publishing a run whose objects are going
     claimed = backend.map(
         lambda s: claim(backend, view.digest, s, writer.writer_id), uncommitted
     )
     dead = [s for s, ok in zip(uncommitted, claimed, strict=True) if ok]
-    backend.delete_prefixes(shard_prefix(view.digest, s) for s in dead)
+    backend.delete_prefixes(run_prefix(view.digest, s) for s in dead)
     # committed, but its writer stopped before it won a place in the log: it is
     # published now (its record is there, its objects durable), or retired if it
     # is a merge whose runs a published run merged meanwhile
@@ -287,7 +285,7 @@ def _roll_forward(backend: Backend, view: KeyView, run: str) -> None:
         return  # retired meanwhile
     try:
         record = CommitRecord.from_doc(
-            doc, shard=run, dim=view.dim, where=backend.describe(path)
+            doc, run=run, dim=view.dim, where=backend.describe(path)
         )
     except (CorruptStoreError, StoreError) as err:
         logger.warning("run %s has a record that cannot be published: %s", run, err)

@@ -1,10 +1,10 @@
-"""Each key's view: immutable snapshots of its committed shards, and look-ups in them.
+"""Each key's view: immutable snapshots of its committed runs, and look-ups in them.
 
 A process keeps one :class:`KeyView` per model key. Its :class:`Snapshot` (the
 visible runs in commit order, their records, the superseded ones) is replaced under
 the view's short lock and read outside any lock; ``refresh`` lists the commit
 records again when the snapshot is older than the caller allows, and ``adopt`` adds
-a shard this process just committed without reading it back. Look-ups go through
+a run this process just committed without reading it back. Look-ups go through
 each run's sorted index (:mod:`embedcache.store.runs`).
 """
 
@@ -27,15 +27,15 @@ from embedcache.store.layout import (
     log_path,
     log_prefix,
 )
-from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
-from embedcache.store.shards import (
+from embedcache.store.run_reads import (
     MissingObjectError,
-    Shard,
+    Run,
     corrupt,
-    open_shard,
+    open_run,
     read_keys,
     read_rows,
 )
+from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -50,8 +50,8 @@ RETRIES = 5
 LAG_WINDOW = 64
 
 
-class ShardRetiredError(Exception):
-    """A shard vanished because another process retired it; refresh and retry."""
+class RunRetiredError(Exception):
+    """A run vanished because another process retired it; refresh and retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class Snapshot:
     it took for its whole call.
     """
 
-    shards: tuple[Shard, ...] = ()  # visible runs, in commit order
+    runs: tuple[Run, ...] = ()  # visible runs, in commit order
     records: Mapping[str, CommitRecord] = field(default_factory=dict)
     hidden: Mapping[str, str] = field(default_factory=dict)  # superseded -> superseder
     listing: frozenset[str] | None = None  # log entries listed; None: list again
@@ -87,8 +87,8 @@ class KeyView:
 
     # the current state's parts (maintenance reads these under the writer's lock)
     @property
-    def shards(self) -> tuple[Shard, ...]:
-        return self.snap.shards
+    def runs(self) -> tuple[Run, ...]:
+        return self.snap.runs
 
     @property
     def records(self) -> Mapping[str, CommitRecord]:
@@ -104,7 +104,7 @@ class KeyView:
 
     @property
     def aliases(self) -> tuple[str, ...]:
-        return tuple(sorted({a for s in self.shards for a in s.record.aliases}))
+        return tuple(sorted({a for s in self.runs for a in s.record.aliases}))
 
     def forget_listing(self) -> None:
         with self.lock:
@@ -127,8 +127,8 @@ def missing_or_retired(
     """A published run lacks ``path``: retired if its log entry is gone (retiring
     deletes the entries first), else lost."""
     if record.seq is None or not backend.exists(log_path(view.digest, record.seq)):
-        return ShardRetiredError(record.shard)
-    return corrupt(backend, path, "object is missing", view.digest, record.shard)
+        return RunRetiredError(record.run)
+    return corrupt(backend, path, "object is missing", view.digest, record.run)
 
 
 def _commits_stamp(backend: Backend, digest: str) -> tuple[int, float] | None:
@@ -164,7 +164,7 @@ LOCAL_CHECK_S = 0.05
 def refresh(
     backend: Backend, view: KeyView, *, max_age: float = 0.0, check_folder: bool = True
 ) -> Snapshot:
-    """The view's state brought up to the committed shards, if older than ``max_age``.
+    """The view's state brought up to the committed runs, if older than ``max_age``.
 
     Listing and reading new records and fences happen under the view's lock (one
     refresh at a time), never under a reader's: a reader that accepts a stale state
@@ -205,7 +205,7 @@ def refresh(
                 return view.snap
             try:
                 view.snap = _rebuild(backend, view, snap, names, now, stamp)
-            except ShardRetiredError:
+            except RunRetiredError:
                 continue
             return view.snap
     finally:
@@ -238,7 +238,7 @@ def _rebuild(
             continue  # retired since listed, or a gap
         where = backend.describe(log_path(view.digest, seq))
         try:
-            record = CommitRecord.from_doc(doc, shard=None, dim=view.dim, where=where)
+            record = CommitRecord.from_doc(doc, run=None, dim=view.dim, where=where)
             if record.seq != seq:
                 msg = f"{where}: log entry names seq {record.seq}"
                 raise CorruptStoreError(msg)
@@ -249,39 +249,39 @@ def _rebuild(
         found[seq] = record.for_reading()
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
-        records.setdefault(found[seq].shard, found[seq])
+        records.setdefault(found[seq].run, found[seq])
     hidden: dict[str, str] = {}
-    for record in sorted(records.values(), key=lambda r: r.shard):
+    for record in sorted(records.values(), key=lambda r: r.run):
         for old in record.supersedes:
             if old in records:
-                hidden.setdefault(old, record.shard)
-    loaded = {s.record.shard: s for s in snap.shards}
+                hidden.setdefault(old, record.run)
+    loaded = {s.record.run: s for s in snap.runs}
 
-    def load(record: CommitRecord) -> Shard | None:
+    def load(record: CommitRecord) -> Run | None:
         try:
-            return open_shard(backend, view.digest, record)
+            return open_run(backend, view.digest, record)
         except MissingObjectError as err:
             lost = missing_or_retired(backend, view, record, err.path)
-            if isinstance(lost, ShardRetiredError):
+            if isinstance(lost, RunRetiredError):
                 raise lost from None
-            quarantine(view, record.shard, lost)
+            quarantine(view, record.run, lost)
         except CorruptStoreError as err:
-            quarantine(view, record.shard, err)
+            quarantine(view, record.run, err)
         return None
 
     runs = [r for s, r in records.items() if s not in hidden]
     opened = backend.map(
         load,
-        [r for r in runs if r.shard not in loaded and r.shard not in view.quarantined],
+        [r for r in runs if r.run not in loaded and r.run not in view.quarantined],
     )
-    loaded.update((s.record.shard, s) for s in opened if s is not None)
+    loaded.update((s.record.run, s) for s in opened if s is not None)
     visible = sorted(
-        (r for r in runs if r.shard not in view.quarantined), key=CommitRecord.order
+        (r for r in runs if r.run not in view.quarantined), key=CommitRecord.order
     )
     # names without a record (being created, or retired since listed) are left
     # out, so the next listing differs and reads them again
     return Snapshot(
-        shards=tuple(loaded[r.shard] for r in visible),
+        runs=tuple(loaded[r.run] for r in visible),
         records=records,
         hidden=hidden,
         # entries listed but not read (being created, or retired) are left out,
@@ -312,7 +312,7 @@ def drop_quarantined(view: KeyView, run: str, err: Exception) -> None:
     with view.lock:
         snap = view.snap
         view.snap = replace(
-            snap, shards=tuple(s for s in snap.shards if s.record.shard != run)
+            snap, runs=tuple(s for s in snap.runs if s.record.run != run)
         )
 
 
@@ -321,32 +321,32 @@ def lookup(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(run position in ``snap``, stored row) of each S32 key; -1 where absent."""
     try:
-        return probe(backend, snap.shards, q, view.cache)
+        return probe(backend, snap.runs, q, view.cache)
     except ChunkError as err:
-        raise _index_error(backend, view, err, snap.shards) from None
+        raise _index_error(backend, view, err, snap.runs) from None
 
 
 def sorted_index(
-    backend: Backend, view: KeyView, shard: Shard, lo: int, hi: int, cache: BlockCache
+    backend: Backend, view: KeyView, run: Run, lo: int, hi: int, cache: BlockCache
 ) -> tuple[np.ndarray, np.ndarray]:
     """Positions ``lo..hi`` of a run's sorted index: its hashes (S32) and the stored
     row of each (int64)."""
     try:
-        return read_sorted(backend, shard, lo, hi, cache)
+        return read_sorted(backend, run, lo, hi, cache)
     except ChunkError as err:
-        raise _index_error(backend, view, err, [shard]) from None
+        raise _index_error(backend, view, err, [run]) from None
 
 
 def _index_error(
-    backend: Backend, view: KeyView, err: ChunkError, runs: Sequence[Shard]
+    backend: Backend, view: KeyView, err: ChunkError, runs: Sequence[Run]
 ) -> Exception:
-    shard = err.path.split("/")[2]
-    record = next((s.record for s in runs if s.record.shard == shard), None)
+    run = err.path.split("/")[2]
+    record = next((s.record for s in runs if s.record.run == run), None)
     if err.missing:
         if record is None:  # not a run of this snapshot: cannot be told apart
-            return ShardRetiredError(shard)
+            return RunRetiredError(run)
         return missing_or_retired(backend, view, record, err.path)
-    return corrupt(backend, err.path, err.problem, view.digest, shard)
+    return corrupt(backend, err.path, err.problem, view.digest, run)
 
 
 def read_vectors(
@@ -365,16 +365,16 @@ def read_vectors(
     bounds = np.flatnonzero(np.diff(which[order])) + 1
     parts = np.split(order, bounds)
 
-    def run(part: np.ndarray) -> None:
-        shard = snap.shards[int(which[part[0]])]
+    def read_part(part: np.ndarray) -> None:
+        run = snap.runs[int(which[part[0]])]
         try:
             read_rows(
-                backend, view.digest, shard, rows[part], out, dest[part], view.cache
+                backend, view.digest, run, rows[part], out, dest[part], view.cache
             )
         except MissingObjectError as err:
-            raise missing_or_retired(backend, view, shard.record, err.path) from None
+            raise missing_or_retired(backend, view, run.record, err.path) from None
 
-    backend.map(run, parts)
+    backend.map(read_part, parts)
 
 
 # rows a bulk read resolves per look-up (in sorted order: each reads the blocks
@@ -408,50 +408,48 @@ def read_many(
         which[part], rows[part] = found, at
     del order
     window = max(1, BULK_READ_BYTES // (4 * max(view.dim, 1)))
-    for pos, shard in enumerate(snap.shards):
+    for pos, run in enumerate(snap.runs):
         dest = np.flatnonzero(which == pos)
         dest = dest[np.argsort(rows[dest], kind="stable")]
         for lo in range(0, len(dest), window):
             part = dest[lo : lo + window]
             try:
-                read_rows(backend, view.digest, shard, rows[part], out, part)
+                read_rows(backend, view.digest, run, rows[part], out, part)
             except MissingObjectError as err:
-                raise missing_or_retired(
-                    backend, view, shard.record, err.path
-                ) from None
+                raise missing_or_retired(backend, view, run.record, err.path) from None
     return which >= 0
 
 
 def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray]:
     """Every run's hashes in stored order (a whole-key read), in commit order."""
-    return backend.map(lambda s: stored_keys(backend, view, s), snap.shards)
+    return backend.map(lambda s: stored_keys(backend, view, s), snap.runs)
 
 
 def stored_keys(
-    backend: Backend, view: KeyView, shard: Shard, lo: int = 0, hi: int | None = None
+    backend: Backend, view: KeyView, run: Run, lo: int = 0, hi: int | None = None
 ) -> np.ndarray:
     """The hashes of a run's stored rows ``lo..hi`` (default: all), S32."""
     try:
-        return read_keys(backend, view.digest, shard, lo, hi)
+        return read_keys(backend, view.digest, run, lo, hi)
     except MissingObjectError as err:
-        raise missing_or_retired(backend, view, shard.record, err.path) from None
+        raise missing_or_retired(backend, view, run.record, err.path) from None
 
 
-def adopt(view: KeyView, shard: Shard) -> None:
-    """Add a shard this process just committed to the view, without reading it back.
+def adopt(view: KeyView, run: Run) -> None:
+    """Add a run this process just committed to the view, without reading it back.
 
     The new run comes with its fences and filter, made as it was written; the
     other runs are shared with the previous state.
     """
-    if shard.fences is None or shard.bloom is None:
-        msg = f"shard {shard.record.shard} has no fences and filter to adopt"
+    if run.fences is None or run.bloom is None:
+        msg = f"run {run.record.run} has no fences and filter to adopt"
         raise ValueError(msg)
-    record = shard.record.for_reading()
-    shard = replace(shard, record=record)
+    record = run.record.for_reading()
+    run = replace(run, record=record)
     assert record.seq is not None
     with view.lock:
         snap = view.snap
-        if record.shard in snap.records:  # a refresh listed it meanwhile
+        if record.run in snap.records:  # a refresh listed it meanwhile
             return
         if snap.listing is None or record.seq != snap.top + 1:
             # runs published between this view's listing and ours may come before
@@ -460,8 +458,8 @@ def adopt(view: KeyView, shard: Shard) -> None:
             return
         view.snap = replace(
             snap,
-            shards=tuple(sorted([*snap.shards, shard], key=lambda s: s.record.order())),
-            records={**snap.records, record.shard: record},
+            runs=tuple(sorted([*snap.runs, run], key=lambda s: s.record.order())),
+            records={**snap.records, record.run: record},
             listing=snap.listing | {log_name(record.seq)},
             top=record.seq,
             stamp=None,  # our own change: the folder's next mtime is not news
@@ -470,7 +468,7 @@ def adopt(view: KeyView, shard: Shard) -> None:
 
 def retries_exhausted(backend: Backend, key: ModelKey) -> StoreError:
     msg = (
-        f"shards of {key.short()} kept vanishing while reading {backend.location}: "
+        f"runs of {key.short()} kept vanishing while reading {backend.location}: "
         "another process is compacting it; retry when it is done"
     )
     return StoreError(msg)

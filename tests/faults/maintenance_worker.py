@@ -23,7 +23,7 @@ def die(*_args: object, **_kwargs: object) -> None:
 
 
 def is_record(path: str) -> bool:
-    """A commit record ``<digest>/commits/<shard>/zarr.json`` (not a group doc)."""
+    """A commit record ``<digest>/commits/<run>/zarr.json`` (not a group doc)."""
     parts = path.split("/")
     return len(parts) >= 4 and parts[-3] == "commits" and parts[-1] == "zarr.json"
 
@@ -71,9 +71,9 @@ def kill_at(point: str) -> None:
         delete_prefixes(self, prefixes)
 
     wraps = {
-        # compact: before the merged shard is written; written, not committed;
-        # committed, old shards not retired; old records deleted, folders not
-        "before-write": (maintenance, "commit_shard", die),
+        # compact: before the merged run is written; written, not committed;
+        # committed, old runs not retired; old records deleted, folders not
+        "before-write": (maintenance, "commit_run", die),
         "before-commit": (Backend, "create", create_or_die),
         "before-retire": (maintenance, "retire", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
@@ -82,7 +82,7 @@ def kill_at(point: str) -> None:
         "migrate-before-records": (Backend, "create", create_or_die),
         "migrate-before-root": (Backend, "write", write_or_die),
         "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
-        # the second shard's index half written (its sorted hashes, not the rest)
+        # the second run's index half written (its sorted hashes, not the rest)
         "migrate-mid-index": (Backend, "write", write_index_or_die),
         # the second run's log entry not created yet (a schema-4 key's only step)
         "migrate-mid-log": (Backend, "create", create_log_or_die),

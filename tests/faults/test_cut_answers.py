@@ -3,7 +3,7 @@
 The proxy forwards each commit record's first PUT to moto and cuts the answer at one
 of three points. Whatever obstore then does (retry by itself and hear "already
 exists", or report the broken answer), the writer must recognise the record as its
-own: the run finishes in one go and commits each shard exactly once.
+own: the run finishes in one go and commits each run exactly once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def commit_records(handle) -> list[dict]:
 
 
 @pytest.mark.parametrize("cut", CUTS)
-def test_a_put_stream_through_cut_answers_commits_each_shard_once(faulty, proxy, cut):
+def test_a_put_stream_through_cut_answers_commits_each_run_once(faulty, proxy, cut):
     through, direct = faulty
     hashes, vectors = dataset(N_PUTS * PER_PUT)
     store = through.open(auto_merge=0)

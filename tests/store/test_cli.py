@@ -51,7 +51,7 @@ def test_store_commands_on_a_folder_and_on_s3(process_handle, cli_env, capsys):
     assert "aliases: copy-0, copy-1" in out
     assert main(["store", "verify", "--store", location]) == 0
     assert main(["store", "compact", "--store", location]) == 0
-    assert process_handle.open().keys()[0].n_shards == 1
+    assert process_handle.open().keys()[0].n_runs == 1
     assert main(["store", "migrate", "--store", location]) == 0
     assert "nothing to do" in capsys.readouterr().out
     # damage: verify exits non-zero and names the object

@@ -36,7 +36,7 @@ def docs_recipe() -> dict:
 
 @pytest.fixture
 def busy_store(handle, monkeypatch):
-    """Two keys, merged and unmerged shards, duplicates, a superseded shard not yet
+    """Two keys, merged and unmerged runs, duplicates, a superseded run not yet
     retired and a killed writer's leftover: everything a reader must see past."""
     store = handle.open(auto_merge=0)
     rng = np.random.default_rng(0)
@@ -48,7 +48,7 @@ def busy_store(handle, monkeypatch):
             store.put(key, hs[start : start + 40], vs[start : start + 40])
         data[key] = (hs, vs)
     monkeypatch.setattr(maintenance, "retire", lambda *args: None)
-    store.compact(KEY_A)  # committed, superseding three shards it did not retire
+    store.compact(KEY_A)  # committed, superseding three runs it did not retire
     monkeypatch.undo()
     handle.write(f"{KEY_B.digest}/shards/w~gone~1~0/vectors/zarr.json", b"{")
     store.put(KEY_A, ["0" * 63 + "1"], np.full((1, 8), 7, np.float32))
@@ -79,10 +79,10 @@ def test_every_folder_is_a_zarr_group(busy_store):
             attrs = entry.attrs["embedcache"]
             name = attrs["shard"]
             assert key["commits"][name].attrs["embedcache"]["shard"] == name
-            shard = key["shards"][name]
+            run = key["shards"][name]
             n = attrs["n_rows"]
-            assert shard["vectors"].shape == (n, key.attrs["embedcache"]["dim"])
-            assert shard["hashes"].shape == (n, 32)
+            assert run["vectors"].shape == (n, key.attrs["embedcache"]["dim"])
+            assert run["hashes"].shape == (n, 32)
 
 
 def test_the_docs_recipe_reads_every_committed_vector(busy_store):
