@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.lease import Lease
     from embedcache.store.run_writes import RunRows
-    from embedcache.store.views import KeyView
+    from embedcache.store.snapshots import KeyView
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def commit_run(
     A run a collector claimed first (or whose lease was lost) is written again
     under a new name (``rows`` is handed over again).
 
-    The run returned holds its fences and filter (for ``views.adopt``), not its
+    The run returned holds its fences and filter (for ``snapshots.adopt``), not its
     hashes.
     """
     err: RunClaimedError | None = None

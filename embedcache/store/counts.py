@@ -18,7 +18,7 @@ from embedcache.store.merged_runs import distinct_count
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.layout import CommitRecord
-    from embedcache.store.views import KeyView, Snapshot
+    from embedcache.store.snapshots import KeyView, Snapshot
 
 
 def n_distinct(backend: Backend, view: KeyView, snap: Snapshot) -> int:

@@ -10,7 +10,7 @@ import secrets
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from embedcache.errors import (
     DimensionMismatchError,
     StoreError,
 )
-from embedcache.store import maintenance
+from embedcache.store import collection, merges
 from embedcache.store.commits import Writer, commit_run
 from embedcache.store.counts import n_distinct
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
@@ -27,30 +27,28 @@ from embedcache.store.index import check_hashes, first_rows, to_hex
 from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
+from embedcache.store.reads import all_keys, lookup, read_many, read_vectors
 from embedcache.store.run_writes import rows_in_hand
 from embedcache.store.runs import BlockCache
-from embedcache.store.verify import Fault, verify_store
-from embedcache.store.views import (
+from embedcache.store.snapshots import (
     RETRIES,
     KeyView,
     RunRetiredError,
     Snapshot,
     adopt,
-    all_keys,
     drop_quarantined,
-    lookup,
-    read_many,
-    read_vectors,
     refresh,
     retries_exhausted,
 )
+from embedcache.store.verify import Fault, verify_store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from embedcache.specs import ModelKey
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # default staleness of a look-up's view of other processes' commits (seconds)
 REFRESH_SECONDS = 1.0
@@ -118,7 +116,7 @@ class EmbeddingStore:
         *,
         writer_id: str | None = None,
         create: bool = True,
-        auto_merge: int = maintenance.AUTO_MERGE,
+        auto_merge: int = merges.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
         refresh_seconds: float = REFRESH_SECONDS,
         lease: LeasePolicy | None = None,
@@ -186,46 +184,27 @@ class EmbeddingStore:
             no data is returned.
         """
         q = check_hashes(hashes)
-        max_age = self.refresh_seconds
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=max_age)
-            if found_view is None:
-                return np.empty((len(q), 0), np.float32), np.zeros(len(q), bool)
-            view, snap = found_view
-            try:
-                which, rows = lookup(self._backend, view, snap, q)
-                found = which >= 0
-                out = np.empty((len(q), view.dim), np.float32)
-                out[~found] = np.nan
-                hit = np.flatnonzero(found)
-                read_vectors(self._backend, view, snap, which[hit], rows[hit], out, hit)
-            except RunRetiredError:
-                view.forget_listing()
-                max_age = 0.0
-                continue
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-                continue
+
+        def read(view: KeyView, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]:
+            which, rows = lookup(self._backend, view, snap, q)
+            found = which >= 0
+            out = np.empty((len(q), view.dim), np.float32)
+            out[~found] = np.nan
+            hit = np.flatnonzero(found)
+            read_vectors(self._backend, view, snap, which[hit], rows[hit], out, hit)
             return out, found
-        raise retries_exhausted(self._backend, key)
+
+        absent = (np.empty((len(q), 0), np.float32), np.zeros(len(q), bool))
+        return self._read(key, read, absent=absent)
 
     def contains(self, key: ModelKey, hashes: Sequence[str]) -> np.ndarray:
         """Which hashes have a stored vector (bool (n,)), without reading vectors."""
         q = check_hashes(hashes)
-        max_age = self.refresh_seconds
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=max_age)
-            if found_view is None:
-                return np.zeros(len(q), bool)
-            view, snap = found_view
-            try:
-                return lookup(self._backend, view, snap, q)[0] >= 0
-            except RunRetiredError:
-                view.forget_listing()
-                max_age = 0.0
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-        raise retries_exhausted(self._backend, key)
+
+        def read(view: KeyView, snap: Snapshot) -> np.ndarray:
+            return lookup(self._backend, view, snap, q)[0] >= 0
+
+        return self._read(key, read, absent=np.zeros(len(q), bool))
 
     def read_into(
         self, key: ModelKey, digests: np.ndarray, out: np.ndarray
@@ -234,50 +213,34 @@ class EmbeddingStore:
 
         The bulk read behind a whole job's read-back: time linear in the rows asked
         and the key's size, and beside ``out`` ~20 bytes a digest (see
-        :func:`~embedcache.store.views.read_many`). Rows not found are left as
+        :func:`~embedcache.store.reads.read_many`). Rows not found are left as
         they were. ``out`` is float32 (n, dim) and C-contiguous.
         """
         q = np.ascontiguousarray(digests, "S32")
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=self.refresh_seconds)
-            if found_view is None:
-                return np.zeros(len(q), bool)
-            view, snap = found_view
+
+        def read(view: KeyView, snap: Snapshot) -> np.ndarray:
             if out.shape != (len(q), view.dim) or out.dtype != np.float32:
                 msg = (
                     f"read_into: out has shape {out.shape} {out.dtype}; expected "
                     f"({len(q)}, {view.dim}) float32 for {key.short()}"
                 )
                 raise DimensionMismatchError(msg)
-            try:
-                return read_many(self._backend, view, snap, q, out)
-            except RunRetiredError:
-                view.forget_listing()
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-        raise retries_exhausted(self._backend, key)
+            return read_many(self._backend, view, snap, q, out)
+
+        return self._read(key, read, absent=np.zeros(len(q), bool))
 
     def hashes(self, key: ModelKey) -> list[str]:
         """Every hash stored for ``key`` (sorted), e.g. to export the whole key.
 
         A whole-key read: every run's hashes, sequentially.
         """
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=0.0)
-            if found_view is None:
-                return []
-            view, snap = found_view
-            try:
-                parts = all_keys(self._backend, view, snap)
-            except RunRetiredError:  # merged away meanwhile: read the new runs
-                view.forget_listing()
-                continue
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-                continue
+
+        def read(view: KeyView, snap: Snapshot) -> list[str]:
+            parts = all_keys(self._backend, view, snap)
             keys = np.concatenate(parts) if parts else np.empty(0, "S32")
             return to_hex(np.unique(keys))
-        raise retries_exhausted(self._backend, key)
+
+        return self._read(key, read, absent=[], max_age=0.0)
 
     def refresh(self, key: ModelKey | None = None) -> None:
         """List the commit records again now (of ``key``, or of every open key).
@@ -393,7 +356,7 @@ class EmbeddingStore:
             logger.debug("committed %d rows for %s as %s", len(rows), key.short(), run)
             adopt(view, run)
             # best effort: the put stands whatever the merge meets
-            maintenance.merge_levels(
+            merges.merge_levels(
                 self._backend, view, self._writer, fan_in=self._auto_merge
             )
             return len(rows)
@@ -414,7 +377,7 @@ class EmbeddingStore:
                 views = [] if found_view is None else [found_view[0]]
             for view in views:
                 if view is not None:
-                    maintenance.compact(self._backend, view, self._writer)
+                    merges.compact(self._backend, view, self._writer)
 
     # --- checking ---------------------------------------------------------------
 
@@ -432,13 +395,39 @@ class EmbeddingStore:
         with self._lock:
             out = []
             for view in self._all_views():
-                for leftover in maintenance.find_garbage(
+                for leftover in collection.find_garbage(
                     self._backend, view, self._writer
                 ):
                     out.extend(self._backend.describe(p) for p in leftover.paths)
             return sorted(out)
 
     # --- opening ----------------------------------------------------------------
+
+    def _read(
+        self,
+        key: ModelKey,
+        read: Callable[[KeyView, Snapshot], T],
+        *,
+        absent: T,
+        max_age: float | None = None,
+    ) -> T:
+        """``read`` of the key's snapshot (``absent`` if there is no such key),
+        again on a fresh one when a run was retired under it (merged away by
+        another process) or without a run that failed its checks."""
+        max_age = self.refresh_seconds if max_age is None else max_age
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=max_age)
+            if found_view is None:
+                return absent
+            view, snap = found_view
+            try:
+                return read(view, snap)
+            except RunRetiredError:
+                view.forget_listing()
+                max_age = 0.0
+            except CorruptStoreError as err:
+                drop_quarantined(view, err)
+        raise retries_exhausted(self._backend, key)
 
     @contextlib.contextmanager
     def _committing_lock(self) -> Iterator[None]:
@@ -471,7 +460,7 @@ class EmbeddingStore:
                 refresh(self._backend, view)
                 continue
             except CorruptStoreError as err:
-                _quarantine(view, err)
+                drop_quarantined(view, err)
                 continue
             return rows[absent], frozenset(s.record.run for s in snap.runs)
         raise retries_exhausted(self._backend, view.key)
@@ -506,12 +495,3 @@ class EmbeddingStore:
     def _all_views(self) -> list[KeyView]:
         found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
         return [f[0] for f in found if f is not None]
-
-
-def _quarantine(view: KeyView, err: CorruptStoreError) -> None:
-    """Take the run ``err`` names out of the view (its rows then read as
-    absent), or re-raise ``err`` if it names none."""
-    run = getattr(err, "run", None)
-    if run is None:
-        raise err
-    drop_quarantined(view, run, err)

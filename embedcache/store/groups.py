@@ -26,7 +26,7 @@ from embedcache.store.layout import (
     parse_key_doc,
     runs_prefix,
 )
-from embedcache.store.views import KeyView
+from embedcache.store.snapshots import KeyView
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -20,10 +20,10 @@ import numpy as np
 
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import HASH_WIDTH
+from embedcache.store.reads import lookup, read_vectors, sorted_index, stored_keys
 from embedcache.store.run_reads import chunk_rows
 from embedcache.store.run_writes import RunRows
 from embedcache.store.runs import BLOCK_ROWS, ROWS_CHUNK, BlockCache
-from embedcache.store.views import lookup, read_vectors, sorted_index, stored_keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.run_reads import Run
     from embedcache.store.run_writes import AddSorted, Append
-    from embedcache.store.views import KeyView, Snapshot
+    from embedcache.store.snapshots import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Verify: check every committed object's size and sha256, and the metadata.
 
 Uncommitted leftovers and superseded runs awaiting removal are garbage, not
-faults: readers never look at them (see ``maintenance``).
+faults: readers never look at them (see ``collection``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from embedcache.store.run_reads import (
     vectors_of,
 )
 from embedcache.store.runs import ChunkError, bloom_of, fences_of, load_bloom
-from embedcache.store.views import list_records
+from embedcache.store.snapshots import list_records
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from embedcache.store import EmbeddingStore, maintenance, migrate, migrate_store
+from embedcache.store import EmbeddingStore, merges, migrate, migrate_store
 from embedcache.store.backend import Backend
 
 
@@ -73,9 +73,9 @@ def kill_at(point: str) -> None:
     wraps = {
         # compact: before the merged run is written; written, not committed;
         # committed, old runs not retired; old records deleted, folders not
-        "before-write": (maintenance, "commit_run", die),
+        "before-write": (merges, "commit_run", die),
         "before-commit": (Backend, "create", create_or_die),
-        "before-retire": (maintenance, "retire", die),
+        "before-retire": (merges, "retire", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
         # migrate: new groups made, first record not; every key converted, the
         # root not flipped; converted, schema-1 leftovers not removed

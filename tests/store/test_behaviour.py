@@ -30,7 +30,7 @@ from embedcache.store import (
     EmbeddingStore,
     Fault,
     KeyInfo,
-    maintenance,
+    merges,
 )
 from tests.store.worker import KEY, dataset, watching_collector
 
@@ -322,7 +322,7 @@ def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
     def crash(backend, digest, runs, seqs=()):
         raise KeyboardInterrupt  # the merged run is committed; nothing retired yet
 
-    monkeypatch.setattr(maintenance, "retire", crash)
+    monkeypatch.setattr(merges, "retire", crash)
     with pytest.raises(KeyboardInterrupt):
         store.compact()
     monkeypatch.undo()

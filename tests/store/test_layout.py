@@ -13,7 +13,7 @@ import zarr
 from zarr.storage import ObjectStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import SCHEMA_VERSION, maintenance
+from embedcache.store import SCHEMA_VERSION, merges
 from embedcache.store.layout import LEASE_KIND, LEASES
 
 RECIPE = Path(__file__).resolve().parents[2] / "docs" / "store" / "reading.md"
@@ -47,7 +47,7 @@ def busy_store(handle, monkeypatch):
         for start in range(0, 90, 30):
             store.put(key, hs[start : start + 40], vs[start : start + 40])
         data[key] = (hs, vs)
-    monkeypatch.setattr(maintenance, "retire", lambda *args: None)
+    monkeypatch.setattr(merges, "retire", lambda *args: None)
     store.compact(KEY_A)  # committed, superseding three runs it did not retire
     monkeypatch.undo()
     handle.write(f"{KEY_B.digest}/shards/w~gone~1~0/vectors/zarr.json", b"{")

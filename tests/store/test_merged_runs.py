@@ -24,14 +24,14 @@ from zarr.storage import MemoryStore as ZarrMemoryStore
 from embedcache.specs import ModelKey
 from embedcache.store import (
     EmbeddingStore,
-    maintenance,
     merged_runs,
+    merges,
     run_reads,
     run_writes,
 )
 from embedcache.store.commits import commit_run as commit
 from embedcache.store.run_writes import rows_in_hand
-from embedcache.store.views import adopt
+from embedcache.store.snapshots import adopt
 
 KEY = ModelKey(
     model_id="test/merge", revision="0" * 40, adapter="t", adapter_version="1"
@@ -186,9 +186,7 @@ def test_streamed_merge_writes_the_objects_of_the_whole_key_merge(
     view = store._snapshot(KEY, max_age=0.0)[0]
     ids = [s.record.run for s in view.runs]
     chosen = [1, 2, 4]
-    record = maintenance.merge(
-        store._backend, view, store._writer, [ids[j] for j in chosen]
-    )
+    record = merges.merge(store._backend, view, store._writer, [ids[j] for j in chosen])
     keys, vectors = expected_merge(runs, chosen)
     # each kind of shared hash occurs, and the merged run spans several blocks
     assert 6000 < len(keys) < sum(len(r[0]) for j, r in enumerate(runs) if j in chosen)
@@ -222,7 +220,7 @@ def test_a_merge_whose_rows_an_earlier_run_holds_writes_an_empty_run():
         commit_run(store, keys, vectors)
     view = store._snapshot(KEY, max_age=0.0)[0]
     ids = [s.record.run for s in view.runs]
-    record = maintenance.merge(store._backend, view, store._writer, ids[1:])
+    record = merges.merge(store._backend, view, store._writer, ids[1:])
     assert record.n_rows == 0
     got = {rel: v for rel, v in record.files.items() if rel != "zarr.json"}
     assert got == expected_files(np.empty(0, "S32"), np.empty((0, DIM), np.float32))

@@ -43,7 +43,7 @@ def looked_in(monkeypatch):
         return winning_rows(*args, **kwargs)
 
     monkeypatch.setattr(merged_runs, "lookup", recording)
-    monkeypatch.setattr("embedcache.store.maintenance.winning_rows", each_merge)
+    monkeypatch.setattr("embedcache.store.merges.winning_rows", each_merge)
     return seen
 
 

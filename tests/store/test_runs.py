@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, runs, views
+from embedcache.store import EmbeddingStore, reads, runs, snapshots
 from embedcache.store.commits import commit_run
 from embedcache.store.run_writes import rows_in_hand
-from embedcache.store.views import adopt
+from embedcache.store.snapshots import adopt
 
 KEY = ModelKey(
     model_id="test/runs", revision="0" * 40, adapter="t", adapter_version="1"
@@ -57,7 +57,7 @@ def test_look_ups_through_fences_equal_a_dict_first_commit_wins(
         mp.setattr(runs, "BLOCK_ROWS", block)
         mp.setattr(runs, "ROWS_CHUNK", 2 * block)
         mp.setattr(runs, "BLOOM_MIN_QUERY", 0 if bloom else 10**9)
-        mp.setattr(views, "BULK_LOOKUP", 7)  # read_into resolves ranges of 7
+        mp.setattr(reads, "BULK_LOOKUP", 7)  # read_into resolves ranges of 7
         memory = MemoryStore()
         writer = EmbeddingStore(memory, auto_merge=0)
         rng = np.random.default_rng(len(put_ids))
@@ -155,7 +155,7 @@ def test_the_first_round_ends_where_a_stored_key_costs_fewest_block_reads():
 def test_another_instance_sees_commits_after_refresh_seconds(
     kind, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(views, "LOCAL_CHECK_S", 0.0)  # check the folder each time
+    monkeypatch.setattr(snapshots, "LOCAL_CHECK_S", 0.0)  # check the folder each time
     root = MemoryStore() if kind == "memory" else str(tmp_path / "store")
     writer = EmbeddingStore(root)
     vectors = np.ones((2, 4), np.float32)
