@@ -45,6 +45,34 @@ class Leftover:
     paths: tuple[str, ...]  # its commit record (if any) and its run folder
     removable: bool
     superseded: bool = False  # committed, and replaced by a merged run
+    # merged away, and still readable from an older snapshot: not garbage yet
+    in_grace: bool = False
+
+
+def merged_for(writer: Writer, run: str) -> float:
+    """How long this collector has seen ``run`` merged away (superseded by a
+    published run), on its own monotonic clock: 0 at the first sighting."""
+    assert writer.sightings is not None
+    return writer.sightings.unchanged_for(f"merged {run}", None)
+
+
+def retire_merged(backend: Backend, view: KeyView, writer: Writer) -> list[str]:
+    """Delete the key's runs merged away that this process has seen so for its
+    whole grace (no listing: the view's own state); the runs deleted. Best
+    effort (after a put): a failure is logged, and the next collection retries."""
+    snap = view.snap
+    due = sorted(r for r in snap.hidden if merged_for(writer, r) > writer.grace_seconds)
+    if due:
+        try:
+            retire(backend, view.digest, due, log_seqs(snap, due))
+        except Exception as err:  # noqa: BLE001 (best effort: collected later)
+            logger.warning("could not delete runs merged away: %s", err)
+            return []
+        assert writer.sightings is not None
+        writer.sightings.forget(f"merged {r}" for r in due)
+        view.forget_listing()
+        logger.info("deleted %d runs of %s merged away", len(due), view.key.short())
+    return due
 
 
 def log_seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
@@ -56,6 +84,8 @@ def log_seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
 def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftover]:
     """Every leftover under one key (the view must be fresh).
 
+    A run merged away stays until this collector has seen it so for
+    ``writer.grace_seconds`` (readers of an older snapshot may be reading it).
     An uncommitted run is dead once this collector has seen it, and its session's
     lease, unchanged for ``seconds + margin_seconds`` of its own monotonic clock
     (``lease.Sightings``): no two hosts' clocks are compared. A collector that
@@ -85,8 +115,10 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     out = []
     for name in sorted(listed.keys() | view.hidden.keys()):
         folder = (run_prefix(view.digest, name),) if name in listed else ()
-        if name in view.hidden:  # superseded by a committed run
-            out.append(Leftover(name, (record_path(view.digest, name), *folder), True))
+        if name in view.hidden:  # merged away: an older snapshot may still read it
+            paths = (record_path(view.digest, name), *folder)
+            due = merged_for(writer, name) > writer.grace_seconds
+            out.append(Leftover(name, paths, due, in_grace=not due))
         elif name in retired and name not in view.records:
             paths = (record_path(view.digest, name), *folder)
             out.append(Leftover(name, paths, True, superseded=True))

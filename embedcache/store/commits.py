@@ -75,6 +75,10 @@ class Writer:
     lease: Lease
     writing: set[str] = field(default_factory=set)
     sightings: Sightings | None = None
+    # how long this collector leaves a run merged away readable, on its own clock:
+    # longer than the longest read of an older snapshot (the store's refresh
+    # interval plus the lease margin)
+    grace_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.sightings is None:

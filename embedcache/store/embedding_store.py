@@ -139,7 +139,9 @@ class EmbeddingStore:
         session = new_session_name(writer_id)
         policy = LeasePolicy() if lease is None else lease
         self._writer = Writer(
-            writer_id, Lease(self._backend, session, writer_id, policy)
+            writer_id,
+            Lease(self._backend, session, writer_id, policy),
+            grace_seconds=self.refresh_seconds + policy.margin_seconds,
         )
         # the lease goes when the store does, or at exit, if close() was not called
         self._closer = weakref.finalize(self, self._writer.close)
@@ -355,10 +357,11 @@ class EmbeddingStore:
             )
             logger.debug("committed %d rows for %s as %s", len(rows), key.short(), run)
             adopt(view, run)
-            # best effort: the put stands whatever the merge meets
+            # best effort, both: the put stands whatever they meet
             merges.merge_levels(
                 self._backend, view, self._writer, fan_in=self._auto_merge
             )
+            collection.retire_merged(self._backend, view, self._writer)
             return len(rows)
 
     def compact(self, key: ModelKey | None = None) -> None:
@@ -391,14 +394,16 @@ class EmbeddingStore:
         return verify_store(self._backend)
 
     def garbage(self) -> list[str]:
-        """Locations readers ignore: uncommitted or superseded runs and records."""
+        """Locations readers ignore: uncommitted runs, and runs merged away whose
+        grace (readers of an older snapshot) this process has seen run out."""
         with self._lock:
             out = []
             for view in self._all_views():
                 for leftover in collection.find_garbage(
                     self._backend, view, self._writer
                 ):
-                    out.extend(self._backend.describe(p) for p in leftover.paths)
+                    if not leftover.in_grace:
+                        out.extend(self._backend.describe(p) for p in leftover.paths)
             return sorted(out)
 
     # --- opening ----------------------------------------------------------------

@@ -16,9 +16,9 @@ from embedcache.store.collection import (
     collect,
     collect_leases,
     find_garbage,
-    log_seqs,
+    merged_for,
 )
-from embedcache.store.commits import commit_run, retire
+from embedcache.store.commits import commit_run
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.snapshots import (
     RETRIES,
@@ -46,7 +46,11 @@ AUTO_MERGE = 4
 def merge(
     backend: Backend, view: KeyView, writer: Writer, run_ids: Iterable[str]
 ) -> CommitRecord | None:
-    """Commit one run holding the winning rows of ``run_ids``; retire them.
+    """Commit one run holding the winning rows of ``run_ids``, superseding them.
+
+    The runs merged away stay readable (a reader of an older snapshot may be
+    reading them) until collection deletes them after the grace
+    (:func:`~embedcache.store.collection.retire_merged`).
 
     The merged run keeps the rows in the chosen runs' stored order (whole-key
     reads stay sequential) and only those that win in the whole key: a hash an
@@ -93,8 +97,8 @@ def merge(
     # it lacks)
     adopt(view, merged)
     refresh(backend, view)
-    retire(backend, view.digest, sorted(chosen), log_seqs(snap, chosen))
-    refresh(backend, view)
+    for run in chosen:  # the grace starts now, on this process's clock
+        merged_for(writer, run)
     return merged.record
 
 
@@ -135,7 +139,7 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
     """Merge all of a key's runs into one, then remove its dead garbage."""
     refresh(backend, view)
     for _ in range(RETRIES):
-        if len(view.runs) <= 1 and not view.hidden:
+        if len(view.runs) <= 1:
             break
         try:
             merged = merge(backend, view, writer, [s.record.run for s in view.runs])

@@ -331,10 +331,17 @@ def adopt(view: KeyView, run: Run) -> None:
             # it: only a listing tells (the view reads it at its next look-up)
             view.snap = replace(snap, listing=None, listed_at=-math.inf)
             return
+        # a merged run hides the runs it supersedes (they stay for older snapshots)
+        hidden = {**snap.hidden}
+        for old in record.supersedes:
+            if old in snap.records:
+                hidden.setdefault(old, record.run)
+        runs = [s for s in snap.runs if s.record.run not in hidden]
         view.snap = replace(
             snap,
-            runs=tuple(sorted([*snap.runs, run], key=lambda s: s.record.order())),
+            runs=tuple(sorted([*runs, run], key=lambda s: s.record.order())),
             records={**snap.records, record.run: record},
+            hidden=hidden,
             listing=snap.listing | {log_name(record.seq)},
             top=record.seq,
             stamp=None,  # our own change: the folder's next mtime is not news
