@@ -1,4 +1,4 @@
-"""`embedcache store ls|info|verify|compact|migrate`: inspect and maintain a store."""
+"""`embedcache store ls|info|verify|compact|repair|migrate`: inspect and maintain a store."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
         "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
         "migrate": "convert a store of an older schema (1 or 2) in place",
+        "repair": "drop the runs that fail their checks (their rows are recomputed)",
     }
     handlers = {
         "ls": _cmd_store_ls,
@@ -35,13 +36,20 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "verify": _cmd_store_verify,
         "compact": _cmd_store_compact,
         "migrate": _cmd_store_migrate,
+        "repair": _cmd_store_repair,
     }
     for name, text in helps.items():
         p = actions.add_parser(name, help=text)
         add_store_argument(p)
-        if name in {"info", "compact"}:
+        if name in {"info", "compact", "repair"}:
             p.add_argument(
                 "--key", default=None, help="only keys whose digest starts so"
+            )
+        if name == "repair":
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="print what would be dropped; change nothing",
             )
         p.set_defaults(func=handlers[name])
 
@@ -111,6 +119,22 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
     for i in _selected_keys(store, args.key):
         store.compact(i.key)
         print(f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_runs} runs)")
+    return 0
+
+
+def _cmd_store_repair(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    broken = store.repair(args.key, dry_run=args.dry_run)
+    verb = "would drop" if args.dry_run else "dropped"
+    for b in broken:
+        print(f"{verb} {b}")
+    if not broken:
+        print(f"nothing to repair: every published run in {store.root} verified")
+    elif not args.dry_run:
+        print(
+            f"{len(broken)} broken run(s) dropped from {store.root}; their rows are "
+            "computed again by the next embed"
+        )
     return 0
 
 

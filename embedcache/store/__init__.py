@@ -36,7 +36,8 @@ by a commit record and ordered by a log entry, both created with put-if-absent
 from __future__ import annotations
 
 from embedcache.store.backend import is_url, open_object_store
-from embedcache.store.embedding_store import EmbeddingStore, KeyInfo
+from embedcache.store.counts import KeyInfo
+from embedcache.store.embedding_store import EmbeddingStore
 from embedcache.store.layout import SCHEMA_VERSION
 from embedcache.store.lease import LeasePolicy
 from embedcache.store.merges import AUTO_MERGE

@@ -9,7 +9,6 @@ import re
 import secrets
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import numpy as np
@@ -19,15 +18,21 @@ from embedcache.errors import (
     DimensionMismatchError,
     StoreError,
 )
-from embedcache.store import collection, merges
+from embedcache.store import collection, merges, repair
 from embedcache.store.commits import Writer, commit_run
-from embedcache.store.counts import n_distinct
+from embedcache.store.counts import KeyInfo, n_distinct
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, first_rows, to_hex
 from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
-from embedcache.store.reads import all_keys, lookup, read_many, read_vectors
+from embedcache.store.reads import (
+    absent_rows,
+    all_keys,
+    lookup,
+    read_many,
+    read_vectors,
+)
 from embedcache.store.run_writes import rows_in_hand
 from embedcache.store.runs import BlockCache
 from embedcache.store.snapshots import (
@@ -53,25 +58,6 @@ T = TypeVar("T")
 # default staleness of a look-up's view of other processes' commits (seconds)
 REFRESH_SECONDS = 1.0
 _WRITER_RE = re.compile(r"[A-Za-z0-9_.-]{1,80}")
-
-
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    """One model key in the store, as ``keys()`` and ``embedcache store ls`` show it."""
-
-    key: ModelKey
-    digest: str
-    n_vectors: int  # distinct hashes in the logical view
-    dim: int
-    n_runs: int  # committed, visible runs
-    nbytes: int  # bytes stored by the visible runs
-    aliases: tuple[str, ...] = ()  # display names recorded by put(..., alias=)
-
-    @property
-    def n_shards(self) -> int:
-        """Old name of ``n_runs`` that tests/store/test_migrate.py still uses this
-        round (see the end of ``layout``): deleted at the merge."""
-        return self.n_runs
 
 
 class EmbeddingStore:
@@ -343,7 +329,7 @@ class EmbeddingStore:
                 raise DimensionMismatchError(msg)
             # first occurrence of each hash not stored yet, in the caller's order
             rows = np.sort(first_rows(q))
-            rows, looked_in = self._absent(view, q, rows)
+            rows, looked_in = absent_rows(self._backend, view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
             new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
@@ -406,6 +392,26 @@ class EmbeddingStore:
                         out.extend(self._backend.describe(p) for p in leftover.paths)
             return sorted(out)
 
+    def repair(
+        self, key_prefix: str | None = None, *, dry_run: bool = False
+    ) -> list[repair.Broken]:
+        """Drop the published runs that fail their checks (the ones readers
+        quarantine), of every key or of those whose digest starts with
+        ``key_prefix``: their rows read as absent, and the next embed computes
+        them again. Healthy runs are never touched. Returns what was dropped
+        (with ``dry_run``: what would be, and nothing is)."""
+        with self._committing_lock():
+            if not dry_run:
+                self._check_writable()
+            found = []
+            for view in self._all_views():
+                if key_prefix is None or view.digest.startswith(key_prefix):
+                    broken = repair.find_broken(self._backend, view)
+                    if broken and not dry_run:
+                        repair.drop(self._backend, view, broken)
+                    found.extend(broken)
+            return found
+
     # --- opening ----------------------------------------------------------------
 
     def _read(
@@ -450,25 +456,6 @@ class EmbeddingStore:
                 "there); use credentials with write access to add or compact"
             )
             raise StoreError(msg)
-
-    def _absent(
-        self, view: KeyView, q: np.ndarray, rows: np.ndarray
-    ) -> tuple[np.ndarray, frozenset[str]]:
-        """The rows of ``q`` whose hash the (fresh) view does not hold, and the runs
-        that look-up read (none of them holds those hashes)."""
-        for _ in range(RETRIES):
-            snap = view.snap
-            try:
-                absent = lookup(self._backend, view, snap, q[rows])[0] < 0
-            except RunRetiredError:
-                view.forget_listing()
-                refresh(self._backend, view)
-                continue
-            except CorruptStoreError as err:
-                drop_quarantined(view, err)
-                continue
-            return rows[absent], frozenset(s.record.run for s in snap.runs)
-        raise retries_exhausted(self._backend, view.key)
 
     def _snapshot(
         self, key: ModelKey, *, max_age: float, create_dim: int | None = None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from embedcache.errors import CorruptStoreError
 from embedcache.store.index import argsort_keys
 from embedcache.store.run_reads import (
     MissingObjectError,
@@ -21,7 +22,14 @@ from embedcache.store.run_reads import (
     read_rows,
 )
 from embedcache.store.runs import BlockCache, ChunkError, Run, probe, read_sorted
-from embedcache.store.snapshots import RunRetiredError, missing_or_retired
+from embedcache.store.snapshots import (
+    RETRIES,
+    RunRetiredError,
+    drop_quarantined,
+    missing_or_retired,
+    refresh,
+    retries_exhausted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -147,3 +155,23 @@ def stored_keys(
         return read_keys(backend, view.digest, run, lo, hi)
     except MissingObjectError as err:
         raise missing_or_retired(backend, view, run.record, err.path) from None
+
+
+def absent_rows(
+    backend: Backend, view: KeyView, q: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, frozenset[str]]:
+    """A put's look-up: the rows of ``q`` whose hash the (fresh) view does not
+    hold, and the runs it read (none of them holds those hashes)."""
+    for _ in range(RETRIES):
+        snap = view.snap
+        try:
+            absent = lookup(backend, view, snap, q[rows])[0] < 0
+        except RunRetiredError:
+            view.forget_listing()
+            refresh(backend, view)
+            continue
+        except CorruptStoreError as err:
+            drop_quarantined(view, err)
+            continue
+        return rows[absent], frozenset(s.record.run for s in snap.runs)
+    raise retries_exhausted(backend, view.key)
