@@ -1,4 +1,5 @@
-"""`embedcache store ls|info|verify|compact|repair|migrate`: inspect and maintain a store."""
+"""`embedcache store ls|info|verify|compact|repair|collect|migrate`: inspect and
+maintain a store."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
         "migrate": "convert a store of an older schema (1 or 2) in place",
         "repair": "drop the runs that fail their checks (their rows are recomputed)",
+        "collect": "remove garbage this process watched sit still (--watch: keep at it)",
     }
     handlers = {
         "ls": _cmd_store_ls,
@@ -37,11 +39,12 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "compact": _cmd_store_compact,
         "migrate": _cmd_store_migrate,
         "repair": _cmd_store_repair,
+        "collect": _cmd_store_collect,
     }
     for name, text in helps.items():
         p = actions.add_parser(name, help=text)
         add_store_argument(p)
-        if name in {"info", "compact", "repair"}:
+        if name in {"info", "compact", "repair", "collect"}:
             p.add_argument(
                 "--key", default=None, help="only keys whose digest starts so"
             )
@@ -51,7 +54,25 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
                 action="store_true",
                 help="print what would be dropped; change nothing",
             )
+        if name == "collect":
+            _add_collect_options(p)
         p.set_defaults(func=handlers[name])
+
+
+def _add_collect_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep collecting every --every seconds until stopped: only a process "
+        "that watched a leftover sit still (its writer's lease and margin; a run "
+        "merged away: its grace) removes it",
+    )
+    p.add_argument(
+        "--every", type=float, default=60.0, help="seconds between passes (60)"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=None, help="stop after this many passes"
+    )
 
 
 def _selected_keys(store: EmbeddingStore, prefix: str | None) -> list[KeyInfo]:
@@ -134,6 +155,22 @@ def _cmd_store_repair(args: argparse.Namespace) -> int:
         print(
             f"{len(broken)} broken run(s) dropped from {store.root}; their rows are "
             "computed again by the next embed"
+        )
+    return 0
+
+
+def _cmd_store_collect(args: argparse.Namespace) -> int:
+    from embedcache.store.collection import watch
+
+    store = open_store(args.store)
+    rounds = args.rounds if args.rounds is not None else (None if args.watch else 1)
+    passes = watch(lambda: store.collect(args.key), every=args.every, rounds=rounds)
+    for number, removed in enumerate(passes, 1):
+        for run in removed:
+            print(f"removed run {run}", flush=True)
+        print(
+            f"pass {number}: removed {len(removed)} run(s) from {store.root}",
+            flush=True,
         )
     return 0
 

@@ -11,6 +11,7 @@ is published (or, a merge merged again since, retired).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ from embedcache.store.layout import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
@@ -156,10 +157,26 @@ def collect_leases(backend: Backend, writer: Writer) -> None:
         logger.info("removed %d expired writer leases", len(gone))
 
 
+def collect_pass(
+    backend: Backend, views: Iterable[KeyView], writer: Writer
+) -> list[str]:
+    """One collection of the keys of ``views`` (fresh) and of the leases: the
+    runs removed, as ``<run> of key <digest>``. What it judges dead rests on what
+    this ``writer`` saw before (``lease.Sightings``): a first pass removes only
+    what needs no waiting; a long-lived collector calls it again and again."""
+    removed = []
+    for view in views:
+        gone = collect(backend, view, writer, find_garbage(backend, view, writer))
+        removed += [f"{run} of key {view.digest[:12]}" for run in gone]
+    collect_leases(backend, writer)
+    return removed
+
+
 def collect(
     backend: Backend, view: KeyView, writer: Writer, leftovers: Iterable[Leftover]
-) -> None:
-    """Remove the removable leftovers; an uncommitted run only once claimed."""
+) -> list[str]:
+    """Remove the removable leftovers, an uncommitted run only once claimed; the
+    runs removed."""
     leftovers = [lo for lo in leftovers if lo.removable]
     superseded = [lo.run for lo in leftovers if lo.run in view.hidden or lo.superseded]
     retire(backend, view.digest, superseded, log_seqs(view.snap, superseded))
@@ -184,6 +201,7 @@ def collect(
             len(superseded) + len(dead),
             view.key.short(),
         )
+    return sorted([*superseded, *dead])
 
 
 def _roll_forward(backend: Backend, view: KeyView, run: str) -> None:
@@ -222,3 +240,23 @@ def _merged_already(backend: Backend, view: KeyView, record: CommitRecord) -> bo
         return False  # still visible: the run takes its place
     docs = backend.read_many([record_path(view.digest, s) for s in rest])
     return all(doc is None or is_tombstone(doc) for doc in docs)
+
+
+def watch(
+    collect_once: Callable[[], list[str]],
+    *,
+    every: float,
+    rounds: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[list[str]]:
+    """The long-lived collector: ``collect_once`` (``EmbeddingStore.collect``)
+    every ``every`` seconds, ``rounds`` times or for ever; yields what each pass
+    removed. One process keeps its sightings from pass to pass, so it removes an
+    abandoned run once it has itself seen the run's lease lapse (a one-shot
+    process, having seen nothing before, judges nothing dead)."""
+    done = 0
+    while rounds is None or done < rounds:
+        if done:
+            sleep(every)
+        yield collect_once()
+        done += 1

@@ -392,6 +392,16 @@ class EmbeddingStore:
                         out.extend(self._backend.describe(p) for p in leftover.paths)
             return sorted(out)
 
+    def collect(self, key_prefix: str | None = None) -> list[str]:
+        """Collect the garbage of every key (or those whose digest starts with
+        ``key_prefix``) and the leases this store has watched sit still long
+        enough on its own clock (``collection``); the runs removed. A first call
+        removes little: ``embedcache store collect --watch`` calls it on and on."""
+        with self._committing_lock():
+            self._check_writable()
+            views = self._all_views(key_prefix)
+            return collection.collect_pass(self._backend, views, self._writer)
+
     def repair(
         self, key_prefix: str | None = None, *, dry_run: bool = False
     ) -> list[repair.Broken]:
@@ -403,14 +413,8 @@ class EmbeddingStore:
         with self._committing_lock():
             if not dry_run:
                 self._check_writable()
-            found = []
-            for view in self._all_views():
-                if key_prefix is None or view.digest.startswith(key_prefix):
-                    broken = repair.find_broken(self._backend, view)
-                    if broken and not dry_run:
-                        repair.drop(self._backend, view, broken)
-                    found.extend(broken)
-            return found
+            views = self._all_views(key_prefix)
+            return repair.repair(self._backend, views, dry_run=dry_run)
 
     # --- opening ----------------------------------------------------------------
 
@@ -484,6 +488,12 @@ class EmbeddingStore:
         found_view = self._snapshot(key, max_age=0.0)
         return None if found_view is None else found_view[0]
 
-    def _all_views(self) -> list[KeyView]:
-        found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
+    def _all_views(self, key_prefix: str | None = None) -> list[KeyView]:
+        """Fresh views of every key, or of those whose digest starts so."""
+        keys = list_keys(self._backend)
+        found = (
+            self._snapshot(key, max_age=0.0)
+            for key in keys
+            if key_prefix is None or key.digest.startswith(key_prefix)
+        )
         return [f[0] for f in found if f is not None]

@@ -12,12 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from embedcache.store.collection import (
-    collect,
-    collect_leases,
-    find_garbage,
-    merged_for,
-)
+from embedcache.store.collection import collect_pass, merged_for
 from embedcache.store.commits import commit_run
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.snapshots import (
@@ -152,6 +147,5 @@ def compact(backend: Backend, view: KeyView, writer: Writer) -> None:
         break
     else:
         raise retries_exhausted(backend, view.key)
-    collect(backend, view, writer, find_garbage(backend, view, writer))
-    collect_leases(backend, writer)
+    collect_pass(backend, [view], writer)
     refresh(backend, view)

@@ -89,3 +89,17 @@ def drop(backend: Backend, view: KeyView, broken: Iterable[Broken]) -> None:
     view.forget_listing()
     for b in broken:
         logger.warning("repair dropped %s", b)
+
+
+def repair(
+    backend: Backend, views: Iterable[KeyView], *, dry_run: bool
+) -> list[Broken]:
+    """Find the broken runs of each key of ``views`` and drop them (unless
+    ``dry_run``); what was found."""
+    found = []
+    for view in views:
+        broken = find_broken(backend, view)
+        if broken and not dry_run:
+            drop(backend, view, broken)
+        found.extend(broken)
+    return found

@@ -12,7 +12,9 @@ from embedcache.cli import main
 from embedcache.specs import ModelKey
 
 KEY = ModelKey(model_id="m/repair", revision="d" * 40, adapter="t", adapter_version="1")
-OTHER = ModelKey(model_id="m/other", revision="e" * 40, adapter="t", adapter_version="1")
+OTHER = ModelKey(
+    model_id="m/other", revision="e" * 40, adapter="t", adapter_version="1"
+)
 
 
 def hashes_of(n: int, prefix: str = "") -> list[str]:
