@@ -240,11 +240,7 @@ def _rebuild(
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
         records.setdefault(found[seq].run, found[seq])
-    hidden: dict[str, str] = {}
-    for record in sorted(records.values(), key=lambda r: r.run):
-        for old in record.supersedes:
-            if old in records:
-                hidden.setdefault(old, record.run)
+    hidden = merged_away(records)
     loaded = {s.record.run: s for s in snap.runs}
 
     def load(record: CommitRecord) -> Run | None:
@@ -281,6 +277,30 @@ def _rebuild(
         listed_at=now,
         stamp=stamp if len(found) + len(bad) == len(names) else None,
     )
+
+
+def merged_away(records: Mapping[str, CommitRecord]) -> dict[str, str]:
+    """The published runs a reader skips, each with the run that holds its rows:
+    those a published run supersedes, and a merge that lost a race (two writers
+    merged the same runs: the later published of the two, whose inputs an
+    earlier-ordered merge merged as well, holds nothing the first does not
+    serve). Collection deletes them after the grace."""
+    hidden: dict[str, str] = {}
+    for record in sorted(records.values(), key=lambda r: r.run):
+        for old in record.supersedes:
+            if old in records:
+                hidden.setdefault(old, record.run)
+    merges = sorted(
+        (r for r in records.values() if r.supersedes and r.run not in hidden),
+        key=CommitRecord.order,
+    )
+    for i, late in enumerate(merges):
+        inputs = set(late.supersedes)
+        for early in merges[:i]:
+            if early.run not in hidden and inputs <= set(early.supersedes):
+                hidden[late.run] = early.run
+                break
+    return hidden
 
 
 def quarantine(view: KeyView, run: str, err: Exception) -> None:
