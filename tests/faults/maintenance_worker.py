@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from embedcache.store import EmbeddingStore, merges, migrate, migrate_store
+from embedcache.store import EmbeddingStore, LeasePolicy, merges, migrate, migrate_store
 from embedcache.store.backend import Backend
 
 
@@ -67,15 +67,18 @@ def kill_at(point: str) -> None:
         return create(self, path, data)
 
     def delete_or_die(self: Backend, prefixes: object) -> None:
-        die()
+        prefixes = list(prefixes)  # type: ignore[call-overload]
+        if prefixes:  # a deletion, not an empty call
+            die()
         delete_prefixes(self, prefixes)
 
     wraps = {
         # compact: before the merged run is written; written, not committed;
-        # committed, old runs not retired; old records deleted, folders not
+        # published, not yet adopted by its writer; the collection after the
+        # grace half way through deleting the runs merged away
         "before-write": (merges, "commit_run", die),
         "before-commit": (Backend, "create", create_or_die),
-        "before-retire": (merges, "retire", die),
+        "after-publish": (merges, "adopt", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
         # migrate: new groups made, first record not; every key converted, the
         # root not flipped; converted, schema-1 leftovers not removed
@@ -101,7 +104,12 @@ def main() -> int:
     options = json.loads(args.options) if args.options else None
     kill_at(args.point)
     if args.op == "compact":
-        EmbeddingStore(args.store, options=options).compact()
+        now = [1000.0]  # this process's clock, moved past the grace by hand
+        policy = LeasePolicy(clock=lambda: now[0])
+        store = EmbeddingStore(args.store, options=options, lease=policy)
+        store.compact()
+        now[0] += store.refresh_seconds + policy.margin_seconds + 1
+        store.collect()  # deletes the runs merged away
     else:
         migrate_store(args.store, options=options)
     sys.stdout.write("finished without reaching the point\n")
