@@ -13,7 +13,7 @@ import zarr
 from zarr.storage import ObjectStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import SCHEMA_VERSION, merges
+from embedcache.store import SCHEMA_VERSION
 from embedcache.store.layout import LEASE_KIND, LEASES
 
 RECIPE = Path(__file__).resolve().parents[2] / "docs" / "store" / "reading.md"
@@ -35,7 +35,7 @@ def docs_recipe() -> dict:
 
 
 @pytest.fixture
-def busy_store(handle, monkeypatch):
+def busy_store(handle):
     """Two keys, merged and unmerged runs, duplicates, a superseded run not yet
     retired and a killed writer's leftover: everything a reader must see past."""
     store = handle.open(auto_merge=0)
@@ -47,9 +47,7 @@ def busy_store(handle, monkeypatch):
         for start in range(0, 90, 30):
             store.put(key, hs[start : start + 40], vs[start : start + 40])
         data[key] = (hs, vs)
-    monkeypatch.setattr(merges, "retire", lambda *args: None)
-    store.compact(KEY_A)  # committed, superseding three runs it did not retire
-    monkeypatch.undo()
+    store.compact(KEY_A)  # superseding three runs, kept for their grace
     handle.write(f"{KEY_B.digest}/shards/w~gone~1~0/vectors/zarr.json", b"{")
     store.put(KEY_A, ["0" * 63 + "1"], np.full((1, 8), 7, np.float32))
     hs, vs = data[KEY_A]
