@@ -16,17 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
+from embedcache.store import layout
 from embedcache.store.commits import claim, publish, retire
-from embedcache.store.layout import (
-    LEASES,
-    CommitRecord,
-    is_tombstone,
-    lease_path,
-    record_path,
-    run_prefix,
-    runs_prefix,
-    session_of,
-)
+from embedcache.store.layout import CommitRecord, record_path, run_prefix, runs_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -112,7 +104,7 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     uncommitted = sorted(
         n for n in listed if n not in view.records and n not in view.hidden
     )
-    leases = _lease_docs(backend, {session_of(n) for n in uncommitted} - {None})
+    leases = _lease_docs(backend, {layout.session_of(n) for n in uncommitted} - {None})
     out = []
     for name in sorted(listed.keys() | view.hidden.keys()):
         folder = (run_prefix(view.digest, name),) if name in listed else ()
@@ -124,7 +116,7 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
             paths = (record_path(view.digest, name), *folder)
             out.append(Leftover(name, paths, True, superseded=True))
         elif name not in view.records:  # never committed (or claimed already)
-            lease = leases.get(session_of(name) or "")
+            lease = leases.get(layout.session_of(name) or "")
             still = seen.unchanged_for(f"run {name}", (lease, tuple(listed[name])))
             dead = still > policy.dead_after and name not in writer.writing
             out.append(Leftover(name, folder, dead))
@@ -134,14 +126,14 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
 def _lease_docs(backend: Backend, sessions: Iterable[str]) -> dict[str, bytes]:
     """The lease document of each session that has one."""
     sessions = sorted(sessions)
-    paths = [lease_path(s) for s in sessions]
+    paths = [layout.lease_path(s) for s in sessions]
     docs = backend.read_many(paths)
     return {s: doc for s, doc in zip(sessions, docs, strict=True) if doc is not None}
 
 
 def collect_leases(backend: Backend, writer: Writer) -> None:
     """Remove leases this collector saw unchanged for a whole lease and margin."""
-    sessions, _ = backend.list_dir(LEASES)
+    sessions, _ = backend.list_dir(layout.LEASES)
     docs = _lease_docs(backend, set(sessions) - {writer.lease.name})
     seen, policy = writer.sightings, writer.lease.policy
     assert seen is not None
@@ -151,7 +143,7 @@ def collect_leases(backend: Backend, writer: Writer) -> None:
         if seen.unchanged_for(f"lease {s}", doc) > policy.dead_after
     ]
     # a folder without a lease document is a lease being deleted, or not ours
-    backend.delete_prefixes(f"{LEASES}/{s}" for s in gone)
+    backend.delete_prefixes(f"{layout.LEASES}/{s}" for s in gone)
     seen.forget(f"lease {s}" for s in gone)
     if gone:
         logger.info("removed %d expired writer leases", len(gone))
@@ -239,7 +231,7 @@ def _merged_already(backend: Backend, view: KeyView, record: CommitRecord) -> bo
     if any(s in view.records for s in rest):
         return False  # still visible: the run takes its place
     docs = backend.read_many([record_path(view.digest, s) for s in rest])
-    return all(doc is None or is_tombstone(doc) for doc in docs)
+    return all(doc is None or layout.is_tombstone(doc) for doc in docs)
 
 
 def watch(

@@ -242,6 +242,18 @@ class CommitRecord:
         seq = -1 if self.seq is None else self.seq
         return (seq if self.place is None else self.place, seq)
 
+    @classmethod
+    def from_log_entry(
+        cls, data: bytes, *, seq: int, dim: int, where: str
+    ) -> CommitRecord:
+        """Parse and check the record published at ``log/<seq>``: it names its run,
+        and the seq it was published at; CorruptStoreError if it is malformed."""
+        record = cls.from_doc(data, run=None, dim=dim, where=where)
+        if record.seq != seq:
+            msg = f"{where}: log entry names seq {record.seq}"
+            raise CorruptStoreError(msg)
+        return record
+
     def nbytes(self) -> int:
         """The bytes of the run's objects."""
         if self.stored_bytes is not None:

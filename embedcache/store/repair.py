@@ -60,10 +60,9 @@ def find_broken(backend: Backend, view: KeyView) -> list[Broken]:
             continue  # retired since listed
         where = backend.describe(path)
         try:
-            record = CommitRecord.from_doc(doc, run=None, dim=view.dim, where=where)
-            if record.seq != seq:
-                msg = f"{where}: log entry names seq {record.seq}"
-                raise CorruptStoreError(msg)
+            record = CommitRecord.from_log_entry(
+                doc, seq=seq, dim=view.dim, where=where
+            )
         except CorruptStoreError as err:
             out.append(Broken(view.digest, (seq,), None, str(err)))
             continue

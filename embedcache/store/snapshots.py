@@ -18,12 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.layout import (
-    CommitRecord,
-    log_name,
-    log_path,
-    log_prefix,
-)
+from embedcache.store.layout import CommitRecord, log_name, log_path, log_prefix
 from embedcache.store.run_reads import MissingObjectError, corrupt, open_run
 from embedcache.store.runs import BlockCache, Run
 
@@ -228,10 +223,9 @@ def _rebuild(
             continue  # retired since listed, or a gap
         where = backend.describe(log_path(view.digest, seq))
         try:
-            record = CommitRecord.from_doc(doc, run=None, dim=view.dim, where=where)
-            if record.seq != seq:
-                msg = f"{where}: log entry names seq {record.seq}"
-                raise CorruptStoreError(msg)
+            record = CommitRecord.from_log_entry(
+                doc, seq=seq, dim=view.dim, where=where
+            )
         except CorruptStoreError as err:
             quarantine(view, f"log {log_name(seq)}", err)
             bad.add(seq)

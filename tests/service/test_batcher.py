@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -322,18 +323,12 @@ def test_any_store_error_on_commit_is_a_store_fault_without_bisecting(
 def test_damage_the_store_cannot_skip_is_500_store_corrupt(make_batcher, monkeypatch):
     forward = HeldForward(hold=0)
     batcher, store = make_batcher(forward, monkeypatch)
-
-    def corrupt(*args, **kwargs):
-        msg = "the key's group document fails its checks"
-        raise CorruptStoreError(msg)
-
-    monkeypatch.setattr(store, "contains", corrupt)
-    ticket = submit(batcher, random_seqs(2, seed=34))
+    damage = CorruptStoreError("the key's group document fails its checks")
+    monkeypatch.setattr(store, "contains", mock.Mock(side_effect=damage))
     batcher.start()
     with pytest.raises(StoreCorruptError) as caught:
-        ticket.future.result(timeout=30)
-    assert caught.value.status == 500
-    assert caught.value.error_type == "store_corrupt"
+        submit(batcher, random_seqs(2, seed=34)).future.result(timeout=30)
+    assert (caught.value.status, caught.value.error_type) == (500, "store_corrupt")
     assert not forward.passes
 
 
