@@ -126,7 +126,8 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
         print(
             f"garbage {path} (ignored by readers; removed by a long-lived process's "
             "collection once it has watched it and its writer's lease sit still for "
-            "the lease plus its margin; a one-shot `store compact` judges nothing dead)"
+            "the lease plus its margin: `embedcache store collect --watch`; a one-shot "
+            "process judges nothing dead)"
         )
     if faults:
         print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
