@@ -37,7 +37,7 @@ def n_runs(store: Path) -> int:
     from embedcache.store import EmbeddingStore
 
     (info,) = EmbeddingStore(store, create=False).keys()
-    return info.n_shards
+    return info.n_runs
 
 
 def fill(work: Path, args: argparse.Namespace) -> list[str]:

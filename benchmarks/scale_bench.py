@@ -82,7 +82,7 @@ def fill(n: str, root: str, out_path: str) -> None:
     phase = {name: spent["wall"] for name, spent in phase.items()}
     print(json.dumps({"seconds": total["wall"], "cpu": total["cpu"], **phase,
                       "peak_mib": hwm_mib(), "base_mib": base,
-                      "shards": store.keys()[0].n_shards}))  # fmt: skip
+                      "shards": store.keys()[0].n_runs}))  # fmt: skip
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:

@@ -40,7 +40,7 @@ class DimensionMismatchError(EmbedcacheError, ValueError):
 
 
 class CorruptStoreError(EmbedcacheError, OSError):
-    """A shard failed its checksum or is truncated; its data is not trusted."""
+    """A run failed its checksum or is truncated; its data is not trusted."""
 
 
 class InvalidHashError(EmbedcacheError, ValueError):

@@ -163,8 +163,8 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
     graph = import_graph()
     # an import inside a function: the registry loads the k-mer floor on first use
     assert "embedcache.models.floors.kmer" in graph["embedcache.models.registry"]
-    # `from embedcache.store import maintenance` is the submodule, not the package
-    assert "embedcache.store.maintenance" in graph["embedcache.store.embedding_store"]
+    # `from embedcache.store import merges` is the submodule, not the package
+    assert "embedcache.store.merges" in graph["embedcache.store.embedding_store"]
     # a TYPE_CHECKING import counts (it ties the files as much as any)
     assert "embedcache.analysis.selection" in graph["embedcache.analysis.results"]
 

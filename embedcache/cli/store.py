@@ -1,4 +1,5 @@
-"""`embedcache store ls|info|verify|compact|migrate`: inspect and maintain a store."""
+"""`embedcache store ls|info|verify|compact|repair|collect|migrate`: inspect and
+maintain a store."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "ls": "list model keys with counts, sizes and aliases",
         "info": "show each key's full JSON, counts, aliases and leftovers",
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
-        "compact": "merge each key's shards into one, drop duplicates and dead leftovers",
+        "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
         "migrate": "convert a store of an older schema (1 or 2) in place",
+        "repair": "drop the runs that fail their checks (their rows are recomputed)",
+        "collect": "remove garbage this process watched sit still (--watch: keep at it)",
     }
     handlers = {
         "ls": _cmd_store_ls,
@@ -35,15 +38,41 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "verify": _cmd_store_verify,
         "compact": _cmd_store_compact,
         "migrate": _cmd_store_migrate,
+        "repair": _cmd_store_repair,
+        "collect": _cmd_store_collect,
     }
     for name, text in helps.items():
         p = actions.add_parser(name, help=text)
         add_store_argument(p)
-        if name in {"info", "compact"}:
+        if name in {"info", "compact", "repair", "collect"}:
             p.add_argument(
                 "--key", default=None, help="only keys whose digest starts so"
             )
+        if name == "repair":
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="print what would be dropped; change nothing",
+            )
+        if name == "collect":
+            _add_collect_options(p)
         p.set_defaults(func=handlers[name])
+
+
+def _add_collect_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep collecting every --every seconds until stopped: only a process "
+        "that watched a leftover sit still (its writer's lease and margin; a run "
+        "merged away: its grace) removes it",
+    )
+    p.add_argument(
+        "--every", type=float, default=60.0, help="seconds between passes (60)"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=None, help="stop after this many passes"
+    )
 
 
 def _selected_keys(store: EmbeddingStore, prefix: str | None) -> list[KeyInfo]:
@@ -60,13 +89,11 @@ def _selected_keys(store: EmbeddingStore, prefix: str | None) -> list[KeyInfo]:
 def _cmd_store_ls(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     infos = store.keys()
-    print(
-        f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'shards':>6}  {'MB':>8}  model"
-    )
+    print(f"{'digest':12}  {'n_vectors':>9}  {'dim':>5}  {'runs':>6}  {'MB':>8}  model")
     for i in infos:
         aliases = f"  aka {', '.join(i.aliases)}" if i.aliases else ""
         print(
-            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_shards:>6}  "
+            f"{i.digest[:12]}  {i.n_vectors:>9}  {i.dim:>5}  {i.n_runs:>6}  "
             f"{i.nbytes / 1e6:>8.1f}  {i.key.short()}{aliases}"
         )
     print(f"{len(infos)} keys in {store.root}")
@@ -80,7 +107,7 @@ def _cmd_store_info(args: argparse.Namespace) -> int:
     garbage = store.garbage()
     for i in _selected_keys(store, args.key):
         print(f"key {i.digest}")
-        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_shards} shard(s)")
+        print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_runs} run(s)")
         print(f"  {i.nbytes:,} bytes stored")
         print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
         leftovers = sum(1 for g in garbage if i.digest in g)
@@ -99,12 +126,13 @@ def _cmd_store_verify(args: argparse.Namespace) -> int:
         print(
             f"garbage {path} (ignored by readers; removed by a long-lived process's "
             "collection once it has watched it and its writer's lease sit still for "
-            "the lease plus its margin; a one-shot `store compact` judges nothing dead)"
+            "the lease plus its margin: `embedcache store collect --watch`; a one-shot "
+            "process judges nothing dead)"
         )
     if faults:
         print(f"{len(faults)} fault(s) in {store.root}", file=sys.stderr)
         return 1
-    print(f"ok: every committed shard in {store.root} verified")
+    print(f"ok: every committed run in {store.root} verified")
     return 0
 
 
@@ -112,8 +140,38 @@ def _cmd_store_compact(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     for i in _selected_keys(store, args.key):
         store.compact(i.key)
+        print(f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_runs} runs)")
+    return 0
+
+
+def _cmd_store_repair(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    broken = store.repair(args.key, dry_run=args.dry_run)
+    verb = "would drop" if args.dry_run else "dropped"
+    for b in broken:
+        print(f"{verb} {b}")
+    if not broken:
+        print(f"nothing to repair: every published run in {store.root} verified")
+    elif not args.dry_run:
         print(
-            f"compacted {i.digest[:12]} ({i.n_vectors} vectors, was {i.n_shards} shards)"
+            f"{len(broken)} broken run(s) dropped from {store.root}; their rows are "
+            "computed again by the next embed"
+        )
+    return 0
+
+
+def _cmd_store_collect(args: argparse.Namespace) -> int:
+    from embedcache.store.collection import watch
+
+    store = open_store(args.store)
+    rounds = args.rounds if args.rounds is not None else (None if args.watch else 1)
+    passes = watch(lambda: store.collect(args.key), every=args.every, rounds=rounds)
+    for number, removed in enumerate(passes, 1):
+        for run in removed:
+            print(f"removed run {run}", flush=True)
+        print(
+            f"pass {number}: removed {len(removed)} run(s) from {store.root}",
+            flush=True,
         )
     return 0
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 # vectors per store read of the read-back: the rows of a chunk are scattered over
-# every shard, so a read's temporaries grow with it (16 MiB: 65,536 rows at dim 64)
+# every run, so a read's temporaries grow with it (16 MiB: 65,536 rows at dim 64)
 READ_BYTES = 1 << 24
 
 

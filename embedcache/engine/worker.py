@@ -238,7 +238,7 @@ class EmbedcacheWorker(WorkerPlugin):
                     "(a shared filesystem mounted at the same path, or object storage)."
                 )
                 raise StoreError(msg) from err
-            self._stores[ref] = store  # one writer per process: its shards auto-merge
+            self._stores[ref] = store  # one writer per process: its runs auto-merge
         return store
 
 

@@ -94,7 +94,7 @@ class StoreFaultError(ServerFaultError):
 
 class StoreCorruptError(ServerFaultError):
     """What the store holds fails its checks: 500 ``store_corrupt``; retrying will
-    not help (an operator repairs or quarantines the run)."""
+    not help (an operator runs `embedcache store verify` and `store repair`)."""
 
     error_type = "store_corrupt"
 

@@ -4,8 +4,10 @@ Every call the service makes into the store goes through :class:`StoreBoundary`,
 whatever the store layer raises (an obstore ``PermissionDeniedError`` of expired
 credentials as much as a ``StoreUnavailableError``) is a store fault, never the
 sequences': 503 with ``Retry-After`` when it can pass, 500 ``store_corrupt`` when it
-cannot (:class:`~embedcache.errors.CorruptStoreError`; the run is handed to
-:func:`quarantine`). What the forward pass raises is the model backend's unless a
+cannot (:class:`~embedcache.errors.CorruptStoreError`, logged for the operator:
+the store itself sets a run that fails its checks aside on read, so what reaches
+here is damage it could not, such as a key's group document; ``embedcache store
+verify`` names it and ``store repair`` drops broken runs). What the forward pass raises is the model backend's unless a
 known-good canary batch passes on the same model (see
 :mod:`embedcache.service.breaker`). A device error CUDA cannot recover from is
 fatal: the process exits so the orchestrator restarts it.
@@ -62,29 +64,22 @@ def is_fatal_device_error(err: BaseException) -> bool:
 
 
 def store_fault(err: Exception, store: EmbeddingStore) -> ServerFaultError:
-    """The reply to a store-layer error: 500 ``store_corrupt`` (and the run
-    quarantined) when retrying cannot help, else 503."""
+    """The reply to a store-layer error: 500 ``store_corrupt`` when retrying cannot
+    help (logged for the operator), else 503.
+
+    A run that fails its checks never gets here: the store's reads skip it
+    (quarantined: its rows read as absent and are computed again, counted in
+    ``store.n_quarantined``), so a corrupt error here is damage no run explains.
+    """
     if isinstance(err, CorruptStoreError):
-        quarantine(store, err)
+        logger.error(
+            "the store %s holds damage reads cannot skip (run `embedcache store "
+            "verify`, then `store repair`): %s",
+            getattr(store, "root", "?"),
+            err,
+        )
         return StoreCorruptError(STORE_CORRUPT)
     return StoreFaultError(STORE_UNAVAILABLE)
-
-
-def quarantine(store: EmbeddingStore, err: CorruptStoreError) -> None:
-    """Set the corrupt run aside where the store supports it (its ``quarantine``
-    method), so later requests recompute instead of failing; else log that it stays.
-
-    The hook for the store's quarantine: it is called with the error that names the
-    run; a failure here is logged, never raised (the request's reply is decided).
-    """
-    setaside = getattr(store, "quarantine", None)
-    if setaside is None:
-        logger.error("corrupt data in the store stays until repaired: %s", err)
-        return
-    try:
-        setaside(err)
-    except Exception:
-        logger.exception("quarantining the corrupt run failed")
 
 
 class StoreBoundary:
@@ -128,6 +123,5 @@ __all__ = [
     "StoreBoundary",
     "guarded",
     "is_fatal_device_error",
-    "quarantine",
     "store_fault",
 ]

@@ -7,22 +7,25 @@ by a commit record and ordered by a log entry, both created with put-if-absent
 - ``backend``: the storage interface over obstore (local, s3, gs, az, memory)
 - ``layout``: object names, group documents, commit records (``schema_version`` 5)
 - ``groups``: open the location, the root group and the key groups
+- a run's objects: ``run_writes`` writes its chunks directly (the bytes zarr
+  writes) from rows handed over in pieces; ``run_reads`` reads them (zarr arrays
+  with the crc32c codec; ``chunks``: raw chunk reads beside zarr, the same
+  check); ``runs``: its sorted index (sorted hashes, rows, fences, Bloom filter)
+  and look-ups that read only the blocks that can hold the asked hashes;
+  ``index``: sequence hashes as raw sha256 keys
+- ``snapshots``: what a reader sees of a key: immutable snapshots of its
+  published runs, refreshed from the log every ``refresh_seconds``, quarantine
+- ``reads``: look-ups, vectors and hashes read from one snapshot
 - ``commits``: the commit protocol (claim, publish in the log, the collector's
-  tombstone, retiring superseded runs)
-- ``views``: each key's view: immutable snapshots of its committed shards,
-  refreshed from the listing every ``refresh_seconds``, and look-ups in them
-- ``shards``: shard reads: zarr arrays with the crc32c codec; ``chunks``: raw chunk
-  reads beside zarr (the same crc32c check); ``shard_writes``: a shard's chunks
-  written directly (the bytes zarr writes) from rows handed over in pieces
-- ``runs``: each shard's sorted index (sorted hashes, rows, fences, Bloom filter)
-  and look-ups that read only the blocks that can hold the asked hashes
-- ``index``: sequence hashes as raw sha256 keys
-- ``verify``: full checks; ``maintenance``: merges by level, compaction, fenced
-  garbage collection;
-  ``merged_runs``: a merge of sorted runs, streamed a bounded step at a time
+  tombstone, retiring runs)
+- ``merges``: merges by level after each put, and ``compact``; ``merged_runs``:
+  a merge of sorted runs, streamed a bounded step at a time; ``counts``: a key's
+  distinct vectors from its records
+- ``collection``: fenced garbage collection, runs merged away deleted after a
+  grace, quarantined runs dropped (``repair``)
 - ``lease``: writer leases, renewed while a writer holds uncommitted runs, and
   what a collector saw of them on its own clock
-- ``migrate``: convert a schema-1 to -4 store
+- ``verify``: full checks; ``migrate``: convert a schema-1 to -4 store
 - ``options``: a URL's backend options from its cloud's environment variables
 - ``zarr_objects``: zarr's view of the obstore store (blocking calls on worker threads)
 - ``retry``: retries of transient object-store errors, and the errors that name them
@@ -33,10 +36,11 @@ by a commit record and ordered by a log entry, both created with put-if-absent
 from __future__ import annotations
 
 from embedcache.store.backend import is_url, open_object_store
-from embedcache.store.embedding_store import EmbeddingStore, KeyInfo
+from embedcache.store.counts import KeyInfo
+from embedcache.store.embedding_store import EmbeddingStore
 from embedcache.store.layout import SCHEMA_VERSION
 from embedcache.store.lease import LeasePolicy
-from embedcache.store.maintenance import AUTO_MERGE
+from embedcache.store.merges import AUTO_MERGE
 from embedcache.store.migrate import migrate_store
 from embedcache.store.options import storage_options
 from embedcache.store.verify import Fault

@@ -260,13 +260,13 @@ class Backend:
 
         ``sync_soon``: on a local store, start its fsync at once, in the background;
         a later :meth:`sync` of it waits for that one. The disk then writes a large
-        shard while the rest of it is made (a 3.2 M-row merge: 8.4-8.5 s, against
+        run while the rest of it is made (a 3.2 M-row merge: 8.4-8.5 s, against
         10.1-10.3 s fsyncing its ~3,700 files after the last one).
         """
         self._attempt(lambda: obstore.put(self.store, path, data), "writing", path)
         if sync_soon and self.local is not None:
             self._syncing[path] = self._syncer().submit(_fsync, self.local / path)
-            if len(self._syncing) >= self._prune_at:  # a shard abandoned half way
+            if len(self._syncing) >= self._prune_at:  # a run abandoned half way
                 self._prune_syncing()
 
     def create(self, path: str, data: bytes) -> bool:
@@ -276,7 +276,7 @@ class Backend:
         byte: equal means this writer's own create landed (a lost answer that
         obstore, or :func:`attempt`, retried and then heard "already exists"), or
         that another writer put the very same bytes (a group document). Records
-        name their writer's shard and time, so another writer's never match.
+        name their writer's run and time, so another writer's never match.
         """
 
         def once() -> bool:
@@ -389,14 +389,14 @@ class Backend:
             if soon is None
         ]
         # every folder up to the root: a new folder's entry must last too (string
-        # prefixes: pathlib's parents cost more than the fsyncs of a small shard)
+        # prefixes: pathlib's parents cost more than the fsyncs of a small run)
         names = {""}
         for p in paths:
             parts = p.split("/")[:-1]
             names.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
         folders = [self.local / name if name else self.local for name in names]
         # fsyncs in parallel: the journal commits them together (3-10x faster than
-        # one after another for the ~10 files of a small shard)
+        # one after another for the ~10 files of a small run)
         pool = self._syncer()
         list(pool.map(_fsync, files))
         for soon in started:
@@ -406,7 +406,7 @@ class Backend:
 
     def _syncer(self) -> ThreadPoolExecutor:
         # threads kept for the backend's life: starting 8 per commit cost more than
-        # the fsyncs of a small shard
+        # the fsyncs of a small run
         if self._sync_pool is None:
             self._sync_pool = ThreadPoolExecutor(8, thread_name_prefix="fsync")
         return self._sync_pool

@@ -1,4 +1,4 @@
-"""Raw chunk reads of a shard's vectors, beside zarr: the same crc32c check, one copy.
+"""Raw chunk reads of a run's vectors, beside zarr: the same crc32c check, one copy.
 
 zarr reads a chunk through its codec pipeline; for the layout this schema writes
 (bytes + crc32c, little-endian, one chunk across the columns) a chunk is its rows'
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class MissingObjectError(Exception):
-    """An object of a committed shard is absent: retired meanwhile, or lost."""
+    """An object of a committed run is absent: retired meanwhile, or lost."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)

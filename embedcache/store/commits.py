@@ -23,34 +23,35 @@ from typing import TYPE_CHECKING, Any
 from embedcache.errors import StoreError
 from embedcache.store.layout import (
     HOST,
+    RUN_ATTR,
+    RUN_KIND,
     SCHEMA_VERSION,
-    SHARD_KIND,
     CommitRecord,
     commits_prefix,
     is_tombstone,
     log_name,
     log_path,
     log_prefix,
-    new_shard_name,
+    new_run_name,
     record_path,
-    shard_prefix,
+    run_prefix,
     tombstone_doc,
 )
 from embedcache.store.lease import Sightings
-from embedcache.store.shard_writes import write_shard
-from embedcache.store.shards import Shard
+from embedcache.store.run_reads import Run
+from embedcache.store.run_writes import write_run
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from embedcache.store.backend import Backend
     from embedcache.store.lease import Lease
-    from embedcache.store.shard_writes import ShardRows
-    from embedcache.store.views import KeyView
+    from embedcache.store.run_writes import RunRows
+    from embedcache.store.snapshots import KeyView
 
 logger = logging.getLogger(__name__)
 
-# a record names at most this many runs its shard lacks, the largest: a key of
+# a record names at most this many runs its run lacks, the largest: a key of
 # many runs would otherwise hold records that grow with the square of its runs
 MAX_LACKS = 256
 
@@ -74,6 +75,10 @@ class Writer:
     lease: Lease
     writing: set[str] = field(default_factory=set)
     sightings: Sightings | None = None
+    # how long this collector leaves a run merged away readable, on its own clock:
+    # longer than the longest read of an older snapshot (the store's refresh
+    # interval plus the lease margin)
+    grace_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.sightings is None:
@@ -81,7 +86,7 @@ class Writer:
 
     def owner_attrs(self) -> dict[str, Any]:
         return {
-            "kind": SHARD_KIND,
+            "kind": RUN_KIND,
             "schema_version": SCHEMA_VERSION,
             "writer": self.writer_id,
             "session": self.lease.name,
@@ -105,25 +110,25 @@ class Writer:
         self.lease.close()
 
 
-def commit_shard(
+def commit_run(
     backend: Backend,
     view: KeyView,
     writer: Writer,
-    rows: ShardRows,
+    rows: RunRows,
     *,
     supersedes: Iterable[str] = (),
     place: int | None = None,
     level: int = 0,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
-) -> Shard:
+) -> Run:
     """Write a complete run, make it durable, then publish it with put-if-absent.
 
     ``lacks``: runs known to hold none of its hashes (``CommitRecord.lacks``).
     A run a collector claimed first (or whose lease was lost) is written again
     under a new name (``rows`` is handed over again).
 
-    The run returned holds its fences and filter (for ``views.adopt``), not its
+    The run returned holds its fences and filter (for ``snapshots.adopt``), not its
     hashes.
     """
     err: RunClaimedError | None = None
@@ -152,22 +157,22 @@ def _commit_once(
     backend: Backend,
     view: KeyView,
     writer: Writer,
-    rows: ShardRows,
+    rows: RunRows,
     *,
     supersedes: Iterable[str],
     place: int | None,
     level: int,
     aliases: Iterable[str],
     lacks: Iterable[str],
-) -> Shard:
-    shard = new_shard_name(writer.lease.name)
-    prefix = shard_prefix(view.digest, shard)
-    path = record_path(view.digest, shard)
+) -> Run:
+    run = new_run_name(writer.lease.name)
+    prefix = run_prefix(view.digest, run)
+    path = record_path(view.digest, run)
     writer.lease.hold()  # before the first object: a collector sees a live writer
-    writer.writing.add(shard)
+    writer.writing.add(run)
     record: CommitRecord | None = None
     try:
-        files, vectors, fences, bloom = write_shard(
+        files, vectors, fences, bloom = write_run(
             backend,
             prefix,
             attrs=writer.owner_attrs(),
@@ -177,7 +182,7 @@ def _commit_once(
         backend.sync(f"{prefix}/{rel}" for rel in files)
         now = time.time_ns()
         record = CommitRecord(
-            shard=shard,
+            run=run,
             writer=writer.writer_id,
             n_rows=rows.n,
             dim=view.dim,
@@ -196,7 +201,7 @@ def _commit_once(
             found = backend.read_or_none(path)
             if found is not None and is_tombstone(found):
                 msg = (
-                    f"run {shard} was claimed by a collector before its commit "
+                    f"run {run} was claimed by a collector before its commit "
                     f"({backend.describe(path)} holds a tombstone)"
                 )
                 raise RunClaimedError(msg)
@@ -213,15 +218,15 @@ def _commit_once(
             _delete_quietly(backend, prefix)
             if isinstance(err, Exception) and _claimed(backend, path):
                 # its objects vanished under it: a collector claimed it
-                msg = f"run {shard} was claimed by a collector while it was written"
+                msg = f"run {run} was claimed by a collector while it was written"
                 raise RunClaimedError(msg) from err
             raise
         claimed: bool | None = None
         try:
-            claimed = claim(backend, view.digest, shard, writer.writer_id)
+            claimed = claim(backend, view.digest, run, writer.writer_id)
         except Exception as lost:  # noqa: BLE001 (the first error is the one to tell)
             # the create may still land: the run stays, a collector claims it later
-            logger.warning("could not claim the failed run %s: %s", shard, lost)
+            logger.warning("could not claim the failed run %s: %s", run, lost)
         if claimed is None:
             raise
         if not claimed:
@@ -229,17 +234,17 @@ def _commit_once(
                 raise
             # the record landed after all (a lost answer): the commit stands
             logger.warning(
-                "%s after the commit of %s landed: the commit stands", err, shard
+                "%s after the commit of %s landed: the commit stands", err, run
             )
         else:
             _delete_quietly(backend, prefix)
             raise
     finally:
-        writer.writing.discard(shard)
+        writer.writing.discard(run)
         writer.lease.release()
     # committed: the run is the writer's for good; now its place in the key's order
     record = publish(backend, view.digest, record, start=view.snap.top + 1)
-    return Shard(
+    return Run(
         record=record,
         prefix=prefix,
         vectors=vectors,
@@ -268,14 +273,14 @@ def publish(
         if backend.create(log_path(digest, seq), entry.to_doc()):
             return entry
         found = backend.read_or_none(log_path(digest, seq))
-        if found is not None and _names_run(found, record.shard):
+        if found is not None and _names_run(found, record.run):
             return entry  # published already (a helper, a retried request)
         seq += 1
 
 
 def _names_run(doc: bytes, run: str) -> bool:
     try:
-        return json.loads(doc)["attributes"]["embedcache"]["shard"] == run
+        return json.loads(doc)["attributes"]["embedcache"][RUN_ATTR] == run
     except (ValueError, KeyError, TypeError):
         return False
 
@@ -328,15 +333,15 @@ def _lapsed(backend: Backend, writer: Writer, prefix: str) -> StoreError:
 
 
 def retire(
-    backend: Backend, digest: str, shards: Iterable[str], seqs: Iterable[int] = ()
+    backend: Backend, digest: str, runs: Iterable[str], seqs: Iterable[int] = ()
 ) -> None:
     """Delete superseded runs: their log entries (``seqs``) first, so readers stop
     seeing them, then every claim, then the objects."""
-    shards = list(shards)
+    runs = list(runs)
     backend.delete_many(log_path(digest, seq) for seq in seqs)
     if backend.local is not None:
         backend.delete_prefixes(f"{log_prefix(digest)}/{log_name(seq)}" for seq in seqs)
-    backend.delete_many(record_path(digest, shard) for shard in shards)
-    backend.delete_prefixes(shard_prefix(digest, shard) for shard in shards)
+    backend.delete_many(record_path(digest, run) for run in runs)
+    backend.delete_prefixes(run_prefix(digest, run) for run in runs)
     if backend.local is not None:  # a record folder may hold staging leftovers
-        backend.delete_prefixes(f"{commits_prefix(digest)}/{s}" for s in shards)
+        backend.delete_prefixes(f"{commits_prefix(digest)}/{s}" for s in runs)

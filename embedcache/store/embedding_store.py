@@ -9,8 +9,7 @@ import re
 import secrets
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import numpy as np
 
@@ -19,55 +18,46 @@ from embedcache.errors import (
     DimensionMismatchError,
     StoreError,
 )
-from embedcache.store import maintenance
-from embedcache.store.commits import Writer, commit_shard
-from embedcache.store.counts import n_distinct
+from embedcache.store import collection, merges, repair
+from embedcache.store.commits import Writer, commit_run
+from embedcache.store.counts import KeyInfo, n_distinct
 from embedcache.store.groups import list_keys, open_backend, open_key, open_root
 from embedcache.store.index import check_hashes, first_rows, to_hex
 from embedcache.store.inputs import check_alias, check_vectors
 from embedcache.store.layout import HOST, new_session_name
 from embedcache.store.lease import Lease, LeasePolicy
-from embedcache.store.runs import BlockCache
-from embedcache.store.shard_writes import rows_in_hand
-from embedcache.store.verify import Fault, verify_store
-from embedcache.store.views import (
-    RETRIES,
-    KeyView,
-    ShardRetiredError,
-    Snapshot,
-    adopt,
+from embedcache.store.reads import (
+    absent_rows,
     all_keys,
-    drop_quarantined,
     lookup,
     read_many,
     read_vectors,
+)
+from embedcache.store.run_writes import rows_in_hand
+from embedcache.store.runs import BlockCache
+from embedcache.store.snapshots import (
+    RETRIES,
+    KeyView,
+    RunRetiredError,
+    Snapshot,
+    adopt,
+    drop_quarantined,
     refresh,
     retries_exhausted,
 )
+from embedcache.store.verify import Fault, verify_store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from embedcache.specs import ModelKey
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # default staleness of a look-up's view of other processes' commits (seconds)
 REFRESH_SECONDS = 1.0
 _WRITER_RE = re.compile(r"[A-Za-z0-9_.-]{1,80}")
-
-
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    """One model key in the store, as ``keys()`` and ``embedcache store ls`` show it."""
-
-    key: ModelKey
-    digest: str
-    n_vectors: int  # distinct hashes in the logical view
-    dim: int
-    n_shards: int  # committed, visible shards
-    nbytes: int  # bytes stored by the visible shards
-    aliases: tuple[str, ...] = ()  # display names recorded by put(..., alias=)
 
 
 class EmbeddingStore:
@@ -80,7 +70,7 @@ class EmbeddingStore:
         ``memory://``) or an obstore store object. A folder is created (with the
         store's root group) if missing and ``create``.
     writer_id
-        Names this writer's shards; default ``<host>-<pid>-<random>``.
+        Names this writer's runs; default ``<host>-<pid>-<random>``.
     create
         Whether a missing or empty location becomes a new store.
     auto_merge
@@ -112,7 +102,7 @@ class EmbeddingStore:
         *,
         writer_id: str | None = None,
         create: bool = True,
-        auto_merge: int = maintenance.AUTO_MERGE,
+        auto_merge: int = merges.AUTO_MERGE,
         options: Mapping[str, str] | None = None,
         refresh_seconds: float = REFRESH_SECONDS,
         lease: LeasePolicy | None = None,
@@ -135,7 +125,9 @@ class EmbeddingStore:
         session = new_session_name(writer_id)
         policy = LeasePolicy() if lease is None else lease
         self._writer = Writer(
-            writer_id, Lease(self._backend, session, writer_id, policy)
+            writer_id,
+            Lease(self._backend, session, writer_id, policy),
+            grace_seconds=self.refresh_seconds + policy.margin_seconds,
         )
         # the lease goes when the store does, or at exit, if close() was not called
         self._closer = weakref.finalize(self, self._writer.close)
@@ -176,50 +168,31 @@ class EmbeddingStore:
         Raises
         ------
         CorruptStoreError
-            A shard fails a check (metadata sha256, chunk crc32c, missing object);
+            A run fails a check (metadata sha256, chunk crc32c, missing object);
             no data is returned.
         """
         q = check_hashes(hashes)
-        max_age = self.refresh_seconds
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=max_age)
-            if found_view is None:
-                return np.empty((len(q), 0), np.float32), np.zeros(len(q), bool)
-            view, snap = found_view
-            try:
-                which, rows = lookup(self._backend, view, snap, q)
-                found = which >= 0
-                out = np.empty((len(q), view.dim), np.float32)
-                out[~found] = np.nan
-                hit = np.flatnonzero(found)
-                read_vectors(self._backend, view, snap, which[hit], rows[hit], out, hit)
-            except ShardRetiredError:
-                view.forget_listing()
-                max_age = 0.0
-                continue
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-                continue
+
+        def read(view: KeyView, snap: Snapshot) -> tuple[np.ndarray, np.ndarray]:
+            which, rows = lookup(self._backend, view, snap, q)
+            found = which >= 0
+            out = np.empty((len(q), view.dim), np.float32)
+            out[~found] = np.nan
+            hit = np.flatnonzero(found)
+            read_vectors(self._backend, view, snap, which[hit], rows[hit], out, hit)
             return out, found
-        raise retries_exhausted(self._backend, key)
+
+        absent = (np.empty((len(q), 0), np.float32), np.zeros(len(q), bool))
+        return self._read(key, read, absent=absent)
 
     def contains(self, key: ModelKey, hashes: Sequence[str]) -> np.ndarray:
         """Which hashes have a stored vector (bool (n,)), without reading vectors."""
         q = check_hashes(hashes)
-        max_age = self.refresh_seconds
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=max_age)
-            if found_view is None:
-                return np.zeros(len(q), bool)
-            view, snap = found_view
-            try:
-                return lookup(self._backend, view, snap, q)[0] >= 0
-            except ShardRetiredError:
-                view.forget_listing()
-                max_age = 0.0
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-        raise retries_exhausted(self._backend, key)
+
+        def read(view: KeyView, snap: Snapshot) -> np.ndarray:
+            return lookup(self._backend, view, snap, q)[0] >= 0
+
+        return self._read(key, read, absent=np.zeros(len(q), bool))
 
     def read_into(
         self, key: ModelKey, digests: np.ndarray, out: np.ndarray
@@ -228,50 +201,34 @@ class EmbeddingStore:
 
         The bulk read behind a whole job's read-back: time linear in the rows asked
         and the key's size, and beside ``out`` ~20 bytes a digest (see
-        :func:`~embedcache.store.views.read_many`). Rows not found are left as
+        :func:`~embedcache.store.reads.read_many`). Rows not found are left as
         they were. ``out`` is float32 (n, dim) and C-contiguous.
         """
         q = np.ascontiguousarray(digests, "S32")
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=self.refresh_seconds)
-            if found_view is None:
-                return np.zeros(len(q), bool)
-            view, snap = found_view
+
+        def read(view: KeyView, snap: Snapshot) -> np.ndarray:
             if out.shape != (len(q), view.dim) or out.dtype != np.float32:
                 msg = (
                     f"read_into: out has shape {out.shape} {out.dtype}; expected "
                     f"({len(q)}, {view.dim}) float32 for {key.short()}"
                 )
                 raise DimensionMismatchError(msg)
-            try:
-                return read_many(self._backend, view, snap, q, out)
-            except ShardRetiredError:
-                view.forget_listing()
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-        raise retries_exhausted(self._backend, key)
+            return read_many(self._backend, view, snap, q, out)
+
+        return self._read(key, read, absent=np.zeros(len(q), bool))
 
     def hashes(self, key: ModelKey) -> list[str]:
         """Every hash stored for ``key`` (sorted), e.g. to export the whole key.
 
-        A whole-key read: every shard's hashes, sequentially.
+        A whole-key read: every run's hashes, sequentially.
         """
-        for _ in range(RETRIES):
-            found_view = self._snapshot(key, max_age=0.0)
-            if found_view is None:
-                return []
-            view, snap = found_view
-            try:
-                parts = all_keys(self._backend, view, snap)
-            except ShardRetiredError:  # merged away meanwhile: read the new runs
-                view.forget_listing()
-                continue
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-                continue
+
+        def read(view: KeyView, snap: Snapshot) -> list[str]:
+            parts = all_keys(self._backend, view, snap)
             keys = np.concatenate(parts) if parts else np.empty(0, "S32")
             return to_hex(np.unique(keys))
-        raise retries_exhausted(self._backend, key)
+
+        return self._read(key, read, absent=[], max_age=0.0)
 
     def refresh(self, key: ModelKey | None = None) -> None:
         """List the commit records again now (of ``key``, or of every open key).
@@ -300,8 +257,8 @@ class EmbeddingStore:
                     digest=view.digest,
                     n_vectors=self._n_distinct(view, snap),
                     dim=view.dim,
-                    n_shards=len(snap.shards),
-                    nbytes=sum(s.record.nbytes() for s in snap.shards),
+                    n_runs=len(snap.runs),
+                    nbytes=sum(s.record.nbytes() for s in snap.runs),
                     aliases=view.aliases,
                 )
             )
@@ -320,7 +277,7 @@ class EmbeddingStore:
         for _ in range(RETRIES):
             try:
                 return n_distinct(self._backend, view, snap)
-            except ShardRetiredError:  # compacted meanwhile: fewer runs now
+            except RunRetiredError:  # compacted meanwhile: fewer runs now
                 view.forget_listing()
                 snap = refresh(self._backend, view)
         raise retries_exhausted(self._backend, view.key)
@@ -372,11 +329,11 @@ class EmbeddingStore:
                 raise DimensionMismatchError(msg)
             # first occurrence of each hash not stored yet, in the caller's order
             rows = np.sort(first_rows(q))
-            rows, looked_in = self._absent(view, q, rows)
+            rows, looked_in = absent_rows(self._backend, view, q, rows)
             if not len(rows) and set(aliases) <= set(view.aliases):
                 return 0
             new = vecs if len(rows) == len(vecs) else vecs[rows]  # all new: no copy
-            shard = commit_shard(
+            run = commit_run(
                 self._backend,
                 view,
                 self._writer,
@@ -384,20 +341,19 @@ class EmbeddingStore:
                 aliases=aliases,
                 lacks=looked_in,
             )
-            logger.debug(
-                "committed %d rows for %s as %s", len(rows), key.short(), shard
-            )
-            adopt(view, shard)
-            # best effort: the put stands whatever the merge meets
-            maintenance.merge_levels(
+            logger.debug("committed %d rows for %s as %s", len(rows), key.short(), run)
+            adopt(view, run)
+            # best effort, both: the put stands whatever they meet
+            merges.merge_levels(
                 self._backend, view, self._writer, fan_in=self._auto_merge
             )
+            collection.retire_merged(self._backend, view, self._writer)
             return len(rows)
 
     def compact(self, key: ModelKey | None = None) -> None:
-        """Merge each key's shards into one, atomically, dropping duplicate rows.
+        """Merge each key's runs into one, atomically, dropping duplicate rows.
 
-        The merged shard is committed (superseding the old ones) before any old shard
+        The merged run is committed (superseding the old ones) before any old run
         is retired, so a crash at any point leaves a readable store with every row.
         Also removes garbage that is provably dead (see ``garbage()``).
         """
@@ -410,7 +366,7 @@ class EmbeddingStore:
                 views = [] if found_view is None else [found_view[0]]
             for view in views:
                 if view is not None:
-                    maintenance.compact(self._backend, view, self._writer)
+                    merges.compact(self._backend, view, self._writer)
 
     # --- checking ---------------------------------------------------------------
 
@@ -418,23 +374,75 @@ class EmbeddingStore:
         """Full check: every committed object's size and sha256, and the metadata.
 
         Returns the faults found (``[]`` means healthy). Uncommitted leftovers of
-        killed writers and superseded shards awaiting removal are *garbage*, not
+        killed writers and superseded runs awaiting removal are *garbage*, not
         faults: readers never look at them; see ``garbage()``.
         """
         return verify_store(self._backend)
 
     def garbage(self) -> list[str]:
-        """Locations readers ignore: uncommitted or superseded shards and records."""
+        """Locations readers ignore: uncommitted runs, and runs merged away whose
+        grace (readers of an older snapshot) this process has seen run out."""
         with self._lock:
             out = []
             for view in self._all_views():
-                for leftover in maintenance.find_garbage(
+                for leftover in collection.find_garbage(
                     self._backend, view, self._writer
                 ):
-                    out.extend(self._backend.describe(p) for p in leftover.paths)
+                    if not leftover.in_grace:
+                        out.extend(self._backend.describe(p) for p in leftover.paths)
             return sorted(out)
 
+    def collect(self, key_prefix: str | None = None) -> list[str]:
+        """Collect the garbage of every key (or those whose digest starts with
+        ``key_prefix``) and the leases this store has watched sit still long
+        enough on its own clock (``collection``); the runs removed. A first call
+        removes little: ``embedcache store collect --watch`` calls it on and on."""
+        with self._committing_lock():
+            self._check_writable()
+            views = self._all_views(key_prefix)
+            return collection.collect_pass(self._backend, views, self._writer)
+
+    def repair(
+        self, key_prefix: str | None = None, *, dry_run: bool = False
+    ) -> list[repair.Broken]:
+        """Drop the published runs that fail their checks (the ones readers
+        quarantine), of every key or of those whose digest starts with
+        ``key_prefix``: their rows read as absent, and the next embed computes
+        them again. Healthy runs are never touched. Returns what was dropped
+        (with ``dry_run``: what would be, and nothing is)."""
+        with self._committing_lock():
+            if not dry_run:
+                self._check_writable()
+            views = self._all_views(key_prefix)
+            return repair.repair(self._backend, views, dry_run=dry_run)
+
     # --- opening ----------------------------------------------------------------
+
+    def _read(
+        self,
+        key: ModelKey,
+        read: Callable[[KeyView, Snapshot], T],
+        *,
+        absent: T,
+        max_age: float | None = None,
+    ) -> T:
+        """``read`` of the key's snapshot (``absent`` if there is no such key),
+        again on a fresh one when a run was retired under it (merged away by
+        another process) or without a run that failed its checks."""
+        max_age = self.refresh_seconds if max_age is None else max_age
+        for _ in range(RETRIES):
+            found_view = self._snapshot(key, max_age=max_age)
+            if found_view is None:
+                return absent
+            view, snap = found_view
+            try:
+                return read(view, snap)
+            except RunRetiredError:
+                view.forget_listing()
+                max_age = 0.0
+            except CorruptStoreError as err:
+                drop_quarantined(view, err)
+        raise retries_exhausted(self._backend, key)
 
     @contextlib.contextmanager
     def _committing_lock(self) -> Iterator[None]:
@@ -452,25 +460,6 @@ class EmbeddingStore:
                 "there); use credentials with write access to add or compact"
             )
             raise StoreError(msg)
-
-    def _absent(
-        self, view: KeyView, q: np.ndarray, rows: np.ndarray
-    ) -> tuple[np.ndarray, frozenset[str]]:
-        """The rows of ``q`` whose hash the (fresh) view does not hold, and the runs
-        that look-up read (none of them holds those hashes)."""
-        for _ in range(RETRIES):
-            snap = view.snap
-            try:
-                absent = lookup(self._backend, view, snap, q[rows])[0] < 0
-            except ShardRetiredError:
-                view.forget_listing()
-                refresh(self._backend, view)
-                continue
-            except CorruptStoreError as err:
-                _quarantine(view, err)
-                continue
-            return rows[absent], frozenset(s.record.shard for s in snap.shards)
-        raise retries_exhausted(self._backend, view.key)
 
     def _snapshot(
         self, key: ModelKey, *, max_age: float, create_dim: int | None = None
@@ -499,15 +488,12 @@ class EmbeddingStore:
         found_view = self._snapshot(key, max_age=0.0)
         return None if found_view is None else found_view[0]
 
-    def _all_views(self) -> list[KeyView]:
-        found = (self._snapshot(key, max_age=0.0) for key in list_keys(self._backend))
+    def _all_views(self, key_prefix: str | None = None) -> list[KeyView]:
+        """Fresh views of every key, or of those whose digest starts so."""
+        keys = list_keys(self._backend)
+        found = (
+            self._snapshot(key, max_age=0.0)
+            for key in keys
+            if key_prefix is None or key.digest.startswith(key_prefix)
+        )
         return [f[0] for f in found if f is not None]
-
-
-def _quarantine(view: KeyView, err: CorruptStoreError) -> None:
-    """Take the run ``err`` names out of the view (its rows then read as
-    absent), or re-raise ``err`` if it names none."""
-    run = getattr(err, "run", None)
-    if run is None:
-        raise err
-    drop_quarantined(view, run, err)

@@ -13,8 +13,8 @@ from embedcache.store.layout import (
     COMMITS_KIND,
     LOG_KIND,
     META,
+    RUNS_KIND,
     SCHEMA_VERSION,
-    SHARDS_KIND,
     STORE_KIND,
     commits_prefix,
     embedcache_version,
@@ -24,9 +24,9 @@ from embedcache.store.layout import (
     key_attrs,
     log_prefix,
     parse_key_doc,
-    shards_prefix,
+    runs_prefix,
 )
-from embedcache.store.views import KeyView
+from embedcache.store.snapshots import KeyView
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -128,7 +128,7 @@ def open_key(
 def _create_key(backend: Backend, key: ModelKey, dim: int) -> None:
     # subgroups first: whenever the key's zarr.json exists, so do they
     for folder, kind in (
-        (shards_prefix(key.digest), SHARDS_KIND),
+        (runs_prefix(key.digest), RUNS_KIND),
         (commits_prefix(key.digest), COMMITS_KIND),
         (log_prefix(key.digest), LOG_KIND),
     ):

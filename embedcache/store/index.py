@@ -1,6 +1,6 @@
 """Sequence hashes as raw sha256 keys: checked at the boundary, printed as hex.
 
-A key's hashes are found through each shard's sorted index (``runs``).
+A key's hashes are found through each run's sorted index (``runs``).
 """
 
 from __future__ import annotations

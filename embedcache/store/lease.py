@@ -140,10 +140,10 @@ class Sightings:
 
 
 class Lease:
-    """The lease of one writer session (``name``): held while it writes shards.
+    """The lease of one writer session (``name``): held while it writes runs.
 
-    :meth:`hold` before writing a shard's first object (writes or renews the lease,
-    and keeps a renewing thread running), :meth:`release` once the shard is
+    :meth:`hold` before writing a run's first object (writes or renews the lease,
+    and keeps a renewing thread running), :meth:`release` once the run is
     committed or dropped; :meth:`close` stops renewing and deletes the lease.
     """
 
@@ -167,7 +167,7 @@ class Lease:
         self._stop = threading.Event()
 
     def hold(self) -> None:
-        """A shard is about to be written: make sure the lease is fresh and kept so."""
+        """A run is about to be written: make sure the lease is fresh and kept so."""
         with self._lock:
             if not self._holders and not self.lost:
                 # nothing was uncommitted since the last renewal: a lease that ran
@@ -259,7 +259,7 @@ class Lease:
                 logger.info("could not delete lease %s: %s", self.path, err)
             self._written = False
         self._renewed = None
-        self._stop = threading.Event()  # a later shard takes a new lease
+        self._stop = threading.Event()  # a later run takes a new lease
 
     def _renew_while_held(self) -> None:
         while not self._stop.wait(self.policy.renew_seconds):

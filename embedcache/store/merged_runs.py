@@ -20,18 +20,18 @@ import numpy as np
 
 from embedcache.store.index import argsort_keys
 from embedcache.store.layout import HASH_WIDTH
+from embedcache.store.reads import lookup, read_vectors, sorted_index, stored_keys
+from embedcache.store.run_reads import chunk_rows
+from embedcache.store.run_writes import RunRows
 from embedcache.store.runs import BLOCK_ROWS, ROWS_CHUNK, BlockCache
-from embedcache.store.shard_writes import ShardRows
-from embedcache.store.shards import chunk_rows
-from embedcache.store.views import lookup, read_vectors, sorted_index, stored_keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from embedcache.store.backend import Backend
-    from embedcache.store.shard_writes import AddSorted, Append
-    from embedcache.store.shards import Shard
-    from embedcache.store.views import KeyView, Snapshot
+    from embedcache.store.run_reads import Run
+    from embedcache.store.run_writes import AddSorted, Append
+    from embedcache.store.snapshots import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +111,13 @@ def merged_steps(
     the hashes up to the smallest last hash of a window that does not end its run
     (later hashes of any run are greater).
     """
-    shards = [snap.shards[p] for p in positions]
-    k = len(shards)
+    runs = [snap.runs[p] for p in positions]
+    k = len(runs)
     window = max(1, MERGE_ROWS // max(k, 1))
     ends = [0] * k  # sorted positions read so far, per run
     keys = [np.empty(0, "S32")] * k
     rows = [np.empty(0, np.int64)] * k
-    sizes = [s.record.n_rows for s in shards]
+    sizes = [s.record.n_rows for s in runs]
     while True:
         spans = [
             (j, ends[j], ends[j] + window - len(keys[j]))
@@ -126,7 +126,7 @@ def merged_steps(
         ]
         reads = backend.map(  # the runs in parallel: one round trip, not k
             lambda span: sorted_index(
-                backend, view, shards[span[0]], span[1], span[2], cache
+                backend, view, runs[span[0]], span[1], span[2], cache
             ),
             spans,
         )
@@ -184,18 +184,18 @@ def winning_rows(
     hash too (a look-up of each step's first copies in those runs' filters and
     blocks; the chosen runs' own blocks are read once, in the merge). Runs named
     in ``skip`` are known to hold none of the chosen runs' hashes: not looked in."""
-    masks = [np.zeros(snap.shards[p].record.n_rows, bool) for p in positions]
+    masks = [np.zeros(snap.runs[p].record.n_rows, bool) for p in positions]
     chosen = set(positions)
     last = max(positions, default=0)
     others = np.array(
         [
             i
             for i in range(last)
-            if i not in chosen and snap.shards[i].record.shard not in skip
+            if i not in chosen and snap.runs[i].record.run not in skip
         ],
         np.int64,
     )
-    sub = replace(snap, shards=tuple(snap.shards[i] for i in others))
+    sub = replace(snap, runs=tuple(snap.runs[i] for i in others))
     where = np.asarray(positions, np.int64)
     for keys, run, rows in merged_steps(backend, view, snap, positions, cache):
         first = np.ones(len(keys), bool)
@@ -218,11 +218,11 @@ def merged_rows(
     positions: Sequence[int],
     kept: Kept,
     cache: BlockCache,
-) -> ShardRows:
-    """The merged run of runs ``positions`` keeping ``kept``, as a shard's content:
+) -> RunRows:
+    """The merged run of runs ``positions`` keeping ``kept``, as a run's content:
     vectors and hashes copied in stored order, the index from a second merge."""
     where = np.asarray(positions, np.int64)
-    n_read = sum(snap.shards[p].record.n_rows for p in positions)
+    n_read = sum(snap.runs[p].record.n_rows for p in positions)
     if n_read * (HASH_WIDTH + 8) > cache.max_bytes:  # the second pass reads it all
         cache.clear()  # again: none of it held while the vectors are copied
 
@@ -235,10 +235,10 @@ def merged_rows(
             )
             append(buf)
 
-    def pick(job: tuple[Shard, np.ndarray]) -> np.ndarray:
-        shard, at = job  # stored rows of one run, sorted, within a block of it
+    def pick(job: tuple[Run, np.ndarray]) -> np.ndarray:
+        run, at = job  # stored rows of one run, sorted, within a block of it
         lo, hi = int(at[0]), int(at[-1]) + 1
-        return stored_keys(backend, view, shard, lo, hi)[at - lo]
+        return stored_keys(backend, view, run, lo, hi)[at - lo]
 
     def hashes(append: Append) -> None:
         block = _copy_rows(kept.n, HASH_WIDTH)
@@ -248,7 +248,7 @@ def merged_rows(
             window = rows // block
             cuts = np.flatnonzero((np.diff(run) != 0) | (np.diff(window) != 0)) + 1
             parts = np.split(np.arange(len(rows)), cuts)
-            picks = [(snap.shards[int(where[run[p[0]]])], rows[p]) for p in parts]
+            picks = [(snap.runs[int(where[run[p[0]]])], rows[p]) for p in parts]
             for part, got in zip(parts, backend.map(pick, picks), strict=True):
                 out[part] = got
             append(out)
@@ -262,7 +262,7 @@ def merged_rows(
                 keep[sel], new[sel] = kept.new_rows(j, rows[sel])
             add(keys[keep], new[keep])
 
-    return ShardRows(n=kept.n, vectors=vectors, hashes=hashes, index=index)
+    return RunRows(n=kept.n, vectors=vectors, hashes=hashes, index=index)
 
 
 def _copy_rows(n: int, row_bytes: int) -> int:

@@ -91,7 +91,7 @@ def full_error(
 ) -> StoreFullError:
     msg = (
         f"no space left on device while {op} {where} (store {location}). Earlier "
-        "commits are intact and the unfinished shard is not part of the store; free "
+        "commits are intact and the unfinished run is not part of the store; free "
         "space and run again: only the missing vectors are computed."
     )
     out = StoreFullError(msg)
@@ -241,7 +241,7 @@ class RetryingStore(WrapperStore):
         )
 
     async def set(self, key: str, value: Any) -> None:  # noqa: ANN401
-        # a new shard's chunk: writing it again is harmless
+        # a new run's chunk: writing it again is harmless
         await attempt_async(
             lambda: self._store.set(key, value),
             location=self._location,

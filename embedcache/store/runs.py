@@ -1,6 +1,6 @@
-"""Sorted runs: each shard's hashes in sorted order, found through fences and filters.
+"""Sorted runs: each run's hashes in sorted order, found through fences and filters.
 
-A committed shard (schema 4) stores, beside ``hashes`` in stored order, the same
+A committed run (schema 4) stores, beside ``hashes`` in stored order, the same
 hashes sorted (``sorted_hashes``, one zarr chunk per block of :data:`BLOCK_ROWS`),
 the stored row of each (``sorted_rows``), the first hash of each block
 (``fences``) and a split-block Bloom filter (``bloom``). A reader holds a run's fences
@@ -36,9 +36,8 @@ R = TypeVar("R")
 
 
 @dataclass(slots=True)
-class Shard:
-    """A committed run, opened: its record, fences, vectors array (the class keeps
-    its old name: the store's objects still say ``shards/``).
+class Run:
+    """A committed run, opened: its record, fences, vectors array.
 
     Never holds every hash.
     """
@@ -79,7 +78,7 @@ CACHE_BYTES = 64 << 20
 
 
 def sort_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A shard's (distinct) keys sorted, and the stored row of each."""
+    """A run's (distinct) keys sorted, and the stored row of each."""
     order = argsort_keys(keys)
     return keys[order], order
 
@@ -173,7 +172,7 @@ def search_sorted(
 
 
 class ChunkError(Exception):
-    """A chunk of a shard's index is absent (``missing``) or fails its checks."""
+    """A chunk of a run's index is absent (``missing``) or fails its checks."""
 
     def __init__(self, path: str, problem: str, *, missing: bool = False) -> None:
         super().__init__(f"{path}: {problem}")
@@ -201,7 +200,7 @@ def read_chunk(backend: Backend, path: str, nbytes: int) -> np.ndarray:
 
 
 class BlockCache:
-    """Decoded index chunks by (shard, array, chunk), least recently used first out."""
+    """Decoded index chunks by (run, array, chunk), least recently used first out."""
 
     def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -259,35 +258,35 @@ def map_cached(
 
 
 def _sorted_block(
-    backend: Backend, shard: Shard, block: int, cache: BlockCache
+    backend: Backend, run: Run, block: int, cache: BlockCache
 ) -> np.ndarray:
-    n = shard.record.n_rows
-    path = f"{shard.prefix}/sorted_hashes/c/{block}/0"
+    n = run.record.n_rows
+    path = f"{run.prefix}/sorted_hashes/c/{block}/0"
 
     def load() -> np.ndarray:
         body = read_chunk(backend, path, BLOCK_ROWS * HASH_WIDTH)
         rows = min(BLOCK_ROWS, n - block * BLOCK_ROWS)
         return np.frombuffer(body[: rows * HASH_WIDTH].tobytes(), "S32")
 
-    return cache.get((shard.record.shard, "h", block), load)
+    return cache.get((run.record.run, "h", block), load)
 
 
 def _rows_chunk(
-    backend: Backend, shard: Shard, chunk: int, cache: BlockCache
+    backend: Backend, run: Run, chunk: int, cache: BlockCache
 ) -> np.ndarray:
-    dtype = np.dtype(row_dtype(shard.record.n_rows))
-    path = f"{shard.prefix}/sorted_rows/c/{chunk}"
+    dtype = np.dtype(row_dtype(run.record.n_rows))
+    path = f"{run.prefix}/sorted_rows/c/{chunk}"
 
     def load() -> np.ndarray:
         body = read_chunk(backend, path, ROWS_CHUNK * dtype.itemsize)
         return body.view(dtype.newbyteorder("<")).astype(np.int64)
 
-    return cache.get((shard.record.shard, "r", chunk), load)
+    return cache.get((run.record.run, "r", chunk), load)
 
 
 def probe(
     backend: Backend,
-    runs: Sequence[Shard],
+    runs: Sequence[Run],
     q: np.ndarray,
     cache: BlockCache,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -331,7 +330,7 @@ def first_round(sizes: Sequence[int]) -> int:
 
 def _probe_round(
     backend: Backend,
-    runs: Sequence[Shard],
+    runs: Sequence[Run],
     q: np.ndarray,
     cache: BlockCache,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -351,19 +350,17 @@ def _probe_round(
         if small
         else []
     )
-    for r, shard in enumerate(runs):
-        if not shard.record.n_rows:
+    for r, run in enumerate(runs):
+        if not run.record.n_rows:
             continue
-        if n >= BLOOM_MIN_QUERY and shard.bloom is None:
-            shard.bloom = load_bloom(backend, shard)  # kept: later views share it
+        if n >= BLOOM_MIN_QUERY and run.bloom is None:
+            run.bloom = load_bloom(backend, run)  # kept: later views share it
         if small:  # a server's hit: Python ints, a few microseconds a run
-            tasks += _small_tasks(r, shard, qs, listed)
+            tasks += _small_tasks(r, run, qs, listed)
             continue
-        if shard.bloom is not None:  # in memory: consulted at any size
-            cand = may_hold(shard.bloom, hashed)
-        else:
-            cand = np.arange(n)
-        blocks = search_sorted(shard.fences, qs[cand], side="right") - 1
+        # a filter in memory is consulted at any size
+        cand = np.arange(n) if run.bloom is None else may_hold(run.bloom, hashed)
+        blocks = search_sorted(run.fences, qs[cand], side="right") - 1
         keep = blocks >= 0
         cand, blocks = cand[keep], blocks[keep]
         if not len(cand):
@@ -384,7 +381,7 @@ def _probe_round(
         backend,
         search,
         tasks,
-        lambda t: cache.has((runs[t[0]].record.shard, "h", t[1])),
+        lambda t: cache.has((runs[t[0]].record.run, "h", t[1])),
     )
     # position in each run's sorted index; tasks go in commit order: first run wins
     best = np.full(n, -1, np.int64)
@@ -401,11 +398,11 @@ def _probe_round(
 
 
 def _small_tasks(
-    r: int, shard: Shard, qs: np.ndarray, hashed: list[tuple[int, list[int]]]
+    r: int, run: Run, qs: np.ndarray, hashed: list[tuple[int, list[int]]]
 ) -> list[tuple[int, int, np.ndarray]]:
     """:func:`probe`'s (run, block, positions) for a few keys, without numpy calls
     per key (each a few microseconds, times every run of the key)."""
-    bloom, fences = shard.bloom, shard.fences
+    bloom, fences = run.bloom, run.fences
     by_block: dict[int, list[int]] = {}
     for i, (at, bits) in enumerate(hashed):
         if bloom is not None:
@@ -420,7 +417,7 @@ def _small_tasks(
 
 
 def read_sorted(
-    backend: Backend, shard: Shard, lo: int, hi: int, cache: BlockCache
+    backend: Backend, run: Run, lo: int, hi: int, cache: BlockCache
 ) -> tuple[np.ndarray, np.ndarray]:
     """Positions ``lo..hi`` of a run's sorted index: the hashes (S32), in order, and
     the stored row of each (int64); its chunks read in parallel through ``cache``.
@@ -430,7 +427,7 @@ def read_sorted(
     ChunkError
         A chunk is absent or fails its checks.
     """
-    hi = min(hi, shard.record.n_rows)
+    hi = min(hi, run.record.n_rows)
     if hi <= lo:
         return np.empty(0, "S32"), np.empty(0, np.int64)
 
@@ -439,14 +436,14 @@ def read_sorted(
         parts = backend.map(load, range(first, last + 1))
         return np.concatenate(parts)[lo - first * per : hi - first * per]
 
-    keys = piece(BLOCK_ROWS, lambda b: _sorted_block(backend, shard, b, cache))
-    rows = piece(ROWS_CHUNK, lambda c: _rows_chunk(backend, shard, c, cache))
+    keys = piece(BLOCK_ROWS, lambda b: _sorted_block(backend, run, b, cache))
+    rows = piece(ROWS_CHUNK, lambda c: _rows_chunk(backend, run, c, cache))
     return keys, rows
 
 
 def _stored_rows(
     backend: Backend,
-    runs: Sequence[Shard],
+    runs: Sequence[Run],
     run: np.ndarray,
     sorted_at: np.ndarray,
     cache: BlockCache,
@@ -461,7 +458,7 @@ def _stored_rows(
         backend,
         lambda p: _rows_chunk(backend, runs[p[0]], p[1], cache),
         pairs,
-        lambda p: cache.has((runs[p[0]].record.shard, "r", p[1])),
+        lambda p: cache.has((runs[p[0]].record.run, "r", p[1])),
     )
     by = np.argsort(inverse, kind="stable")
     bounds = search_sorted(inverse[by], np.arange(len(pairs) + 1))
@@ -481,10 +478,10 @@ def load_fences_from(chunk: bytes, n_rows: int) -> np.ndarray:
     return np.frombuffer(body, "S32").copy()
 
 
-def load_bloom(backend: Backend, shard: Shard) -> np.ndarray:
+def load_bloom(backend: Backend, run: Run) -> np.ndarray:
     """A run's Bloom filter, read whole (2 bytes a row), chunks in parallel."""
-    n_words = n_bloom_words(shard.record.n_rows)
+    n_words = n_bloom_words(run.record.n_rows)
     per = min(n_words, BLOOM_CHUNK)
-    paths = [f"{shard.prefix}/bloom/c/{i}" for i in range(-(-n_words // per))]
+    paths = [f"{run.prefix}/bloom/c/{i}" for i in range(-(-n_words // per))]
     parts = backend.map(lambda p: read_chunk(backend, p, per * 8), paths)
     return np.concatenate(parts).view("<u8")[:n_words].astype(np.uint64)

@@ -1,7 +1,7 @@
 """Verify: check every committed object's size and sha256, and the metadata.
 
-Uncommitted leftovers and superseded shards awaiting removal are garbage, not
-faults: readers never look at them (see ``maintenance``).
+Uncommitted leftovers and superseded runs awaiting removal are garbage, not
+faults: readers never look at them (see ``collection``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from embedcache.store.layout import (
     COMMITS_KIND,
     LOG_KIND,
     META,
-    SHARDS_KIND,
+    RUNS_KIND,
     STORE_KIND,
     CommitRecord,
     commits_prefix,
@@ -25,19 +25,19 @@ from embedcache.store.layout import (
     log_path,
     log_prefix,
     parse_key_doc,
+    run_prefix,
+    runs_prefix,
     sha256,
-    shard_prefix,
-    shards_prefix,
 )
-from embedcache.store.runs import ChunkError, bloom_of, fences_of, load_bloom
-from embedcache.store.shards import (
+from embedcache.store.run_reads import (
     MissingObjectError,
-    Shard,
-    open_shard,
+    Run,
+    open_run,
     read_keys,
     vectors_of,
 )
-from embedcache.store.views import list_records
+from embedcache.store.runs import ChunkError, bloom_of, fences_of, load_bloom
+from embedcache.store.snapshots import list_records
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -90,7 +90,7 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
         return [Fault(backend.describe(meta), str(err))]
     faults = []
     for folder, kind in (
-        (shards_prefix(digest), SHARDS_KIND),
+        (runs_prefix(digest), RUNS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
         (log_prefix(digest), LOG_KIND),
     ):
@@ -106,23 +106,23 @@ def verify_key(backend: Backend, digest: str) -> list[Fault]:
             continue  # retired since listed
         try:
             where = backend.describe(path)
-            record = CommitRecord.from_doc(data, shard=None, dim=dim, where=where)
+            record = CommitRecord.from_doc(data, run=None, dim=dim, where=where)
         except CorruptStoreError as err:
             faults.append(Fault(backend.describe(path), str(err)))
             continue
-        records.setdefault(record.shard, record)
+        records.setdefault(record.run, record)
     hidden = {old for r in records.values() for old in r.supersedes}
     for name, record in sorted(records.items()):
         if name in hidden:
             continue
-        found = verify_shard(backend, digest, record)
+        found = verify_run(backend, digest, record)
         if found and not backend.exists(log_path(digest, record.seq or 0)):
             continue  # retired while we read it: not a fault
         faults.extend(found)
     return faults
 
 
-def verify_shard(
+def verify_run(
     backend: Backend,
     digest: str,
     record: CommitRecord,
@@ -130,10 +130,10 @@ def verify_shard(
     require_index: bool = True,
     rewritten: frozenset[str] = frozenset(),
 ) -> list[Fault]:
-    """Faults of one committed shard; ``require_index=False`` accepts a shard of an
+    """Faults of one committed run; ``require_index=False`` accepts a run of an
     older schema without a sorted index (migration checks those), and the arrays
     named in ``rewritten`` (an old index migration writes anew) are not looked at."""
-    prefix = shard_prefix(digest, record.shard)
+    prefix = run_prefix(digest, record.run)
     present = {
         e.path[len(prefix) + 1 :]: e.size
         for e in backend.list(prefix + "/")
@@ -165,7 +165,7 @@ def verify_shard(
             faults.append(Fault(where, "sha256 differs from the commit record"))
     for rel in sorted(present.keys() - record.files.keys()):
         where = backend.describe(f"{prefix}/{rel}")
-        faults.append(Fault(where, "object not in the shard's commit record"))
+        faults.append(Fault(where, "object not in the run's commit record"))
     if not faults:
         faults.extend(_check_arrays(backend, digest, record, require_index))
     return faults
@@ -174,14 +174,14 @@ def verify_shard(
 def _check_arrays(
     backend: Backend, digest: str, record: CommitRecord, require_index: bool
 ) -> list[Fault]:
-    """Metadata and hashes of a shard whose files match its record, and whether its
+    """Metadata and hashes of a run whose files match its record, and whether its
     sorted index agrees with its hashes."""
-    shard = Shard(record=record, prefix=shard_prefix(digest, record.shard))
+    run = Run(record=record, prefix=run_prefix(digest, record.run))
     try:
-        keys = read_keys(backend, digest, shard)
-        vectors_of(backend, digest, shard)
+        keys = read_keys(backend, digest, run)
+        vectors_of(backend, digest, run)
         if require_index or "fences/zarr.json" in record.files:
-            opened = open_shard(backend, digest, record)
+            opened = open_run(backend, digest, record)
             problem = None
             if not np.array_equal(opened.fences, fences_of(np.sort(keys))):
                 problem = "its fences disagree with its hashes (sorted index damaged)"
@@ -190,11 +190,14 @@ def _check_arrays(
             ):
                 problem = "its Bloom filter disagrees with its hashes"
             if problem is not None:
-                return [Fault(backend.describe(shard.prefix), problem)]
+                return [Fault(backend.describe(run.prefix), problem)]
     except CorruptStoreError as err:
-        return [Fault(backend.describe(shard.prefix), str(err))]
+        return [Fault(backend.describe(run.prefix), str(err))]
     except MissingObjectError as err:
         return [Fault(backend.describe(err.path), "missing")]
     except ChunkError as err:
         return [Fault(backend.describe(err.path), err.problem)]
     return []
+
+
+verify_shard = verify_run  # migrate.py's old name: see the end of layout

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from embedcache.store import EmbeddingStore, maintenance, migrate, migrate_store
+from embedcache.store import EmbeddingStore, LeasePolicy, merges, migrate, migrate_store
 from embedcache.store.backend import Backend
 
 
@@ -23,7 +23,7 @@ def die(*_args: object, **_kwargs: object) -> None:
 
 
 def is_record(path: str) -> bool:
-    """A commit record ``<digest>/commits/<shard>/zarr.json`` (not a group doc)."""
+    """A commit record ``<digest>/commits/<run>/zarr.json`` (not a group doc)."""
     parts = path.split("/")
     return len(parts) >= 4 and parts[-3] == "commits" and parts[-1] == "zarr.json"
 
@@ -67,22 +67,25 @@ def kill_at(point: str) -> None:
         return create(self, path, data)
 
     def delete_or_die(self: Backend, prefixes: object) -> None:
-        die()
+        prefixes = list(prefixes)  # type: ignore[call-overload]
+        if prefixes:  # a deletion, not an empty call
+            die()
         delete_prefixes(self, prefixes)
 
     wraps = {
-        # compact: before the merged shard is written; written, not committed;
-        # committed, old shards not retired; old records deleted, folders not
-        "before-write": (maintenance, "commit_shard", die),
+        # compact: before the merged run is written; written, not committed;
+        # published, not yet adopted by its writer; the collection after the
+        # grace half way through deleting the runs merged away
+        "before-write": (merges, "commit_run", die),
         "before-commit": (Backend, "create", create_or_die),
-        "before-retire": (maintenance, "retire", die),
+        "after-publish": (merges, "adopt", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
         # migrate: new groups made, first record not; every key converted, the
         # root not flipped; converted, schema-1 leftovers not removed
         "migrate-before-records": (Backend, "create", create_or_die),
         "migrate-before-root": (Backend, "write", write_or_die),
         "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
-        # the second shard's index half written (its sorted hashes, not the rest)
+        # the second run's index half written (its sorted hashes, not the rest)
         "migrate-mid-index": (Backend, "write", write_index_or_die),
         # the second run's log entry not created yet (a schema-4 key's only step)
         "migrate-mid-log": (Backend, "create", create_log_or_die),
@@ -101,7 +104,12 @@ def main() -> int:
     options = json.loads(args.options) if args.options else None
     kill_at(args.point)
     if args.op == "compact":
-        EmbeddingStore(args.store, options=options).compact()
+        now = [1000.0]  # this process's clock, moved past the grace by hand
+        policy = LeasePolicy(clock=lambda: now[0])
+        store = EmbeddingStore(args.store, options=options, lease=policy)
+        store.compact()
+        now[0] += store.refresh_seconds + policy.margin_seconds + 1
+        store.collect()  # deletes the runs merged away
     else:
         migrate_store(args.store, options=options)
     sys.stdout.write("finished without reaching the point\n")

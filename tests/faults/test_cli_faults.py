@@ -40,7 +40,7 @@ def test_cli_embed_verify_compact_through_faults(
         np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
     )
     fresh = direct.open()
-    assert (fresh.keys()[0].n_vectors, fresh.keys()[0].n_shards) == (120, 1)
+    assert (fresh.keys()[0].n_vectors, fresh.keys()[0].n_runs) == (120, 1)
     assert fresh.garbage() == []
     # every PUT refused from now on: one clear error line, exit status 2
     proxy.inject(rate=1.0, kinds=("503",), method="PUT")

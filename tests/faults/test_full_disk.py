@@ -111,14 +111,14 @@ def test_a_full_disk_fails_clearly_keeps_earlier_commits_and_resumes(small_disk)
     message = str(err.value)
     assert "no space left" in message
     assert str(root) in message  # names the store
-    # earlier commits stay readable and right; no partial shard is committed
+    # earlier commits stay readable and right; no partial run is committed
     store = EmbeddingStore(root)
     key = store.keys()[0].key
     got, found = store.get(key, hashes)
     assert 0 < found.sum() < N
     np.testing.assert_allclose(got[found], reference[found], rtol=1e-6)
     assert store.verify() == []
-    assert store.garbage() == []  # the failed shard was removed, not left half-made
+    assert store.garbage() == []  # the failed run was removed, not left half-made
     before = int(found.sum())
     small_disk.grow()
     result = embed_into_store(MODEL, seqs, root, token_budget=6000)

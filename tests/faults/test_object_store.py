@@ -30,7 +30,7 @@ def seqs_of(n: int, seed: int = 0) -> list[str]:
 
 
 def assert_whole(store, hashes, vectors) -> None:
-    """Every row once, equal to what was put; verify clean; no shard twice."""
+    """Every row once, equal to what was put; verify clean; no run twice."""
     got, found = store.get(KEY, hashes)
     assert found.all()
     np.testing.assert_array_equal(got, vectors)
@@ -39,12 +39,12 @@ def assert_whole(store, hashes, vectors) -> None:
     assert store.verify() == []
 
 
-def fill(handle, n: int, per_shard: int):
-    """Put rows 0..n-1 directly (not through the proxy), ``per_shard`` a commit."""
+def fill(handle, n: int, per_run: int):
+    """Put rows 0..n-1 directly (not through the proxy), ``per_run`` a commit."""
     hashes, vectors = dataset(n)
     store = handle.open(auto_merge=0)
-    for i in range(0, n, per_shard):
-        store.put(KEY, hashes[i : i + per_shard], vectors[i : i + per_shard])
+    for i in range(0, n, per_run):
+        store.put(KEY, hashes[i : i + per_run], vectors[i : i + per_run])
     return hashes, vectors
 
 
@@ -101,10 +101,10 @@ def test_embedding_through_random_faults_loses_and_duplicates_nothing(faulty, pr
     assert found.all()
     np.testing.assert_allclose(got, reference, rtol=1e-6)
     np.testing.assert_allclose(result.vectors, reference, rtol=1e-6)
-    # directly: one shard after compaction, no garbage left, every vector once
+    # directly: one run after compaction, no garbage left, every vector once
     fresh = direct.open()
     info = fresh.keys()[0]
-    assert (info.n_vectors, info.n_shards) == (N, 1)
+    assert (info.n_vectors, info.n_runs) == (N, 1)
     assert fresh.garbage() == []
     again = embed_into_store(MODEL, seqs, direct.root, store_options=direct.options)
     assert again.n_computed == 0
@@ -147,7 +147,7 @@ def test_verify_compact_and_reads_survive_faults(faulty, proxy):
     assert found.all()
     np.testing.assert_array_equal(got, vectors[::-1])
     fresh = direct.open()
-    assert fresh.keys()[0].n_shards == 1
+    assert fresh.keys()[0].n_runs == 1
     assert fresh.garbage() == []
     assert_whole(fresh, hashes, vectors)
 
@@ -163,13 +163,13 @@ def test_a_failing_compact_names_the_store_and_leaves_every_row(faulty, proxy):
     assert proxy.counts["500"] > 1
     proxy.calm()
     fresh = direct.open()
-    assert fresh.keys()[0].n_shards == 3  # the merged shard never became visible
+    assert fresh.keys()[0].n_runs == 3  # the merged run never became visible
     assert_whole(fresh, hashes, vectors)
     # its run could not be claimed either (the record's create might still land):
     # it stays until a collector has seen it sit still, claims and removes it
     assert len(fresh.garbage()) == 1
     fresh.compact()
-    assert fresh.keys()[0].n_shards == 1
+    assert fresh.keys()[0].n_runs == 1
     later = watching_collector(direct)
     later.compact()
     assert later.garbage() == []

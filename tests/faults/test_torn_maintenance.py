@@ -38,9 +38,9 @@ def run_killed(root, op: str, point: str, options=None) -> None:
 
 
 def rows_stored(store: EmbeddingStore) -> int:
-    """Rows of the visible shards: more than the distinct hashes means a duplicate."""
+    """Rows of the visible runs: more than the distinct hashes means a duplicate."""
     view = store._view(KEY)
-    return sum(s.record.n_rows for s in view.shards)
+    return sum(s.record.n_rows for s in view.runs)
 
 
 def assert_every_row_once(store: EmbeddingStore, hashes, vectors) -> None:
@@ -53,7 +53,7 @@ def assert_every_row_once(store: EmbeddingStore, hashes, vectors) -> None:
 
 @pytest.fixture(params=["local", "s3"])
 def filled(request, tmp_path):
-    """A store holding N rows in 4 shards, on a folder or on moto's S3."""
+    """A store holding N rows in 4 runs, on a folder or on moto's S3."""
     if request.param == "local":
         handle = StoreHandle("local", str(tmp_path / "store"))
     else:
@@ -76,7 +76,7 @@ def s3_handle(request):
 
 
 @pytest.mark.parametrize(
-    "point", ["before-write", "before-commit", "before-retire", "mid-retire"]
+    "point", ["before-write", "before-commit", "after-publish", "mid-retire"]
 )
 def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     filled, point
@@ -85,14 +85,14 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     run_killed(handle.root, "compact", point, handle.options)
     store = handle.open()
     assert_every_row_once(store, hashes, vectors)
-    # the merged shard is visible only from its commit on, and then hides the old
-    expected = 1 if point in ("before-retire", "mid-retire") else 4
-    assert store.keys()[0].n_shards == expected
+    # the merged run is visible only from its commit on, and then hides the old
+    expected = 1 if point in ("after-publish", "mid-retire") else 4
+    assert store.keys()[0].n_runs == expected
     assert rows_stored(store) == N
     store.compact()
-    assert store.keys()[0].n_shards == 1
+    assert store.keys()[0].n_runs == 1
     assert rows_stored(store) == N
-    if point == "before-commit":  # its writer's lease is fresh: the shard stays
+    if point == "before-commit":  # its writer's lease is fresh: the run stays
         (leftover,) = store.garbage()
         session = layout.session_of(leftover.rstrip("/").rpartition("/")[2])
         assert handle.paths(layout.lease_path(session))

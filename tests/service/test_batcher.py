@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -319,22 +320,40 @@ def test_any_store_error_on_commit_is_a_store_fault_without_bisecting(
     assert len(forward.passes) == 1  # one pass: nothing halved, nobody blamed
 
 
-def test_a_corrupt_store_is_500_and_handed_to_its_quarantine(make_batcher, monkeypatch):
+def test_damage_the_store_cannot_skip_is_500_store_corrupt(make_batcher, monkeypatch):
     forward = HeldForward(hold=0)
     batcher, store = make_batcher(forward, monkeypatch)
-    quarantined = []
-
-    def corrupt(*args, **kwargs):
-        msg = "shard 3 fails its checksum"
-        raise CorruptStoreError(msg)
-
-    monkeypatch.setattr(store, "contains", corrupt)
-    monkeypatch.setattr(store, "quarantine", quarantined.append, raising=False)
-    ticket = submit(batcher, random_seqs(2, seed=34))
+    damage = CorruptStoreError("the key's group document fails its checks")
+    monkeypatch.setattr(store, "contains", mock.Mock(side_effect=damage))
     batcher.start()
     with pytest.raises(StoreCorruptError) as caught:
-        ticket.future.result(timeout=30)
-    assert caught.value.status == 500
-    assert caught.value.error_type == "store_corrupt"
-    assert [str(err) for err in quarantined] == ["shard 3 fails its checksum"]
+        submit(batcher, random_seqs(2, seed=34)).future.result(timeout=30)
+    assert (caught.value.status, caught.value.error_type) == (500, "store_corrupt")
     assert not forward.passes
+
+
+def test_a_corrupt_run_is_set_aside_by_the_store_and_its_rows_computed_again(
+    make_batcher, monkeypatch, tmp_path
+):
+    """The service leaves quarantine to the store: a run failing its checks is
+    skipped on read, its sequences are computed again and the request succeeds."""
+    first, second = random_seqs(2, seed=35), random_seqs(2, seed=36)
+    batcher, store = make_batcher(HeldForward(hold=0), monkeypatch)
+    batcher.start()
+    for seqs in (first, second):  # one run each
+        submit(batcher, seqs).future.result(timeout=30)
+    view = store._view(store.keys()[0].key)
+    damaged = view.runs[0].record.run  # the first request's run
+    # its sorted index: what the batcher's look-up of stored sequences reads
+    (chunk,) = (tmp_path / "store").glob(f"*/shards/{damaged}/sorted_hashes/c/0/0")
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    chunk.write_bytes(bytes(data))
+
+    forward = HeldForward(hold=0)
+    batcher, store = make_batcher(forward, monkeypatch)  # a fresh process's store
+    batcher.start()
+    submit(batcher, first + second).future.result(timeout=30)
+    assert sorted(s for p in forward.passes for s in p) == sorted(first)
+    assert store.n_quarantined == 1
+    assert store.contains(store.keys()[0].key, [sequence_key(s) for s in first]).all()

@@ -9,7 +9,7 @@ from embedcache.engine.local import embed_sequences
 from embedcache.service.lookup import plan_request, read_vectors
 from embedcache.service.registry import load_models
 from embedcache.service.settings import ModelSpec
-from embedcache.store import EmbeddingStore, views
+from embedcache.store import EmbeddingStore, snapshots
 from tests.service.conftest import random_seqs
 
 
@@ -21,13 +21,13 @@ def test_a_served_read_lists_no_commit_records(tmp_path, monkeypatch):
     seqs = random_seqs(50, seed=1)
     embed_sequences(served.adapter, seqs, store)
     listed = []
-    real = views.list_records
+    real = snapshots.list_records
 
     def counted(backend, digest):
         listed.append(digest)
         return real(backend, digest)
 
-    monkeypatch.setattr(views, "list_records", counted)
+    monkeypatch.setattr(snapshots, "list_records", counted)
     planned = plan_request(served, seqs, store, field="input")
     assert all(planned.cached)
     # hits only: the vectors come with the plan, one worker call for both

@@ -18,7 +18,7 @@ from embedcache.store import EmbeddingStore, is_url, open_object_store
 from embedcache.store import backend as backend_module
 from embedcache.store.backend import Backend
 from embedcache.store.layout import record_path
-from embedcache.store.shard_writes import SYNC_SOON_ROWS
+from embedcache.store.run_writes import SYNC_SOON_ROWS
 
 KEY = ModelKey(model_id="m/b", revision="b" * 40, adapter="t", adapter_version="1")
 HASHES = [hashlib.sha256(f"{i}".encode()).hexdigest() for i in range(5)]
@@ -129,7 +129,7 @@ def test_no_async_obstore_call_reaches_python_from_rust_threads(tmp_path, monkey
 
 
 @pytest.mark.parametrize("n", [10, SYNC_SOON_ROWS])  # synced at commit; as written
-def test_each_object_of_a_shard_is_fsynced_once_before_its_record_exists(
+def test_each_object_of_a_run_is_fsynced_once_before_its_record_exists(
     tmp_path, monkeypatch, n
 ):
     synced: dict[str, int] = {}
@@ -153,10 +153,10 @@ def test_each_object_of_a_shard_is_fsynced_once_before_its_record_exists(
     hashes = [hashlib.sha256(f"s{i}".encode()).hexdigest() for i in range(n)]
     vectors = np.random.default_rng(0).random((n, 4), dtype=np.float32)
     assert store.put(KEY, hashes, vectors) == n
-    (shard,) = [p for p in (tmp_path / KEY.digest / "shards").iterdir() if p.is_dir()]
-    files = sorted(str(p) for p in shard.rglob("*") if p.is_file())
+    (run,) = [p for p in (tmp_path / KEY.digest / "shards").iterdir() if p.is_dir()]
+    files = sorted(str(p) for p in run.rglob("*") if p.is_file())
     assert len(files) > (60 if n == SYNC_SOON_ROWS else 5)  # many chunks, or few
-    before = at_create[record_path(KEY.digest, shard.name)]
+    before = at_create[record_path(KEY.digest, run.name)]
     assert {f: before.get(f) for f in files} == dict.fromkeys(files, 1)
     assert not store._backend._syncing  # every fsync started was waited for
     got, found = store.get(KEY, hashes[-3:])

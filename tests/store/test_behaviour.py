@@ -30,7 +30,7 @@ from embedcache.store import (
     EmbeddingStore,
     Fault,
     KeyInfo,
-    maintenance,
+    merges,
 )
 from tests.store.worker import KEY, dataset, watching_collector
 
@@ -93,7 +93,7 @@ def test_reput_is_idempotent_and_in_call_duplicates_stored_once(handle):
     assert store.put(KEY_A, hashes_of(12), vectors_of(12)) == 2
     (info,) = store.keys()
     assert isinstance(info, KeyInfo)
-    assert (info.n_vectors, info.dim, info.n_shards) == (12, 8, 2)
+    assert (info.n_vectors, info.dim, info.n_runs) == (12, 8, 2)
     assert info.nbytes > 12 * 8 * 4
     assert store.hashes(KEY_A) == sorted(hashes_of(12))
     assert store.hashes(KEY_B) == []
@@ -160,11 +160,11 @@ def test_aliases_are_recorded_per_commit_and_survive_compaction(handle):
     assert store.put(KEY_A, hs[:10], vs[:10], alias="renamed-copy") == 0  # known now
     (info,) = handle.open().keys()
     assert info.aliases == ("caduceus-ph-local", "renamed-copy")
-    assert (info.n_vectors, info.n_shards) == (20, 3)
+    assert (info.n_vectors, info.n_runs) == (20, 3)
     store.compact()
     (info,) = handle.open().keys()
     assert info.aliases == ("caduceus-ph-local", "renamed-copy")
-    assert (info.n_vectors, info.n_shards) == (20, 1)
+    assert (info.n_vectors, info.n_runs) == (20, 1)
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs[:20])[0], vs[:20])
 
 
@@ -265,7 +265,7 @@ def test_a_corrupt_run_is_named_by_verify_and_quarantined_by_readers(
     assert all(isinstance(f, Fault) for f in faults)
     assert handle.location(target) in {f.path for f in faults}
     damaged = target.split("/")[2]
-    first = store._view(KEY_A).shards[0].record.shard
+    first = store._view(KEY_A).runs[0].record.run
     bad, good = (slice(0, 50), slice(50, 100))[:: 1 if damaged == first else -1]
     fresh = handle.open()
     # stored-order hashes are read by whole-key reads, not by look-ups
@@ -319,10 +319,10 @@ def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
     for i in range(0, 90, 30):
         store.put(KEY_A, hs[i : i + 30], vs[i : i + 30])
 
-    def crash(backend, digest, shards, seqs=()):
-        raise KeyboardInterrupt  # the merged shard is committed; nothing retired yet
+    def crash(view, run):
+        raise KeyboardInterrupt  # the merged run is published; nothing else done
 
-    monkeypatch.setattr(maintenance, "retire", crash)
+    monkeypatch.setattr(merges, "adopt", crash)
     with pytest.raises(KeyboardInterrupt):
         store.compact()
     monkeypatch.undo()
@@ -331,18 +331,24 @@ def test_compact_is_atomic_if_interrupted_after_commit(handle, monkeypatch):
     assert found.all()
     np.testing.assert_array_equal(got, vs)
     assert fresh.verify() == []
-    assert fresh.keys()[0].n_shards == 1  # the merged shard hides the old ones
-    assert len(fresh.garbage()) == 6  # 3 superseded shard folders + their records
-    fresh.compact()
+    assert fresh.keys()[0].n_runs == 1  # the merged run hides the old ones
+    # merged away: readers of an older snapshot may read them for the grace
+    assert len(handle.paths(f"{KEY_A.digest}/shards/*/zarr.json")) >= 4
     assert fresh.garbage() == []
-    np.testing.assert_array_equal(fresh.get(KEY_A, hs)[0], vs)
+    later = watching_collector(handle)  # has watched them for longer than it
+    later.compact()
+    assert later.garbage() == []
+    assert {
+        p.split("/")[2] for p in handle.paths(f"{KEY_A.digest}/shards/*/zarr.json")
+    } == {fresh._view(KEY_A).runs[0].record.run}
+    np.testing.assert_array_equal(handle.open().get(KEY_A, hs)[0], vs)
 
 
 def test_uncommitted_leftovers_are_garbage_not_faults(handle):
     store = handle.open()
     hs, vs = hashes_of(10), vectors_of(10)
     store.put(KEY_A, hs, vs)
-    # an older writer's shard name (writer~host~pid~random): it has no lease
+    # an older writer's run name (writer~host~pid~random): it has no lease
     leftover = f"{KEY_A.digest}/shards/w~otherhost~1~000001"
     handle.write(f"{leftover}/zarr.json", b"{half written")
     assert store.verify() == []
@@ -387,7 +393,7 @@ def test_concurrent_writers_in_threads_lose_nothing(handle):
     np.testing.assert_array_equal(got, vectors)
     assert store.verify() == []
     store.compact()
-    assert store.keys()[0].n_shards == 1
+    assert store.keys()[0].n_runs == 1
     assert store.keys()[0].n_vectors == 600
 
 
@@ -411,7 +417,8 @@ def test_two_concurrent_writer_processes_with_overlapping_sets(process_handle):
     assert store.keys()[0].n_vectors == N_ROWS  # each hash once in the logical view
     assert store.verify() == []
     store.compact()
-    (hashes_chunk,) = process_handle.paths(f"{KEY.digest}/shards/*/hashes/zarr.json")
+    (merged,) = store._view(KEY).runs  # the runs merged away wait for their grace
+    hashes_chunk = f"{KEY.digest}/shards/{merged.record.run}/hashes/zarr.json"
     assert b"[\n    1200,\n    32\n  ]" in process_handle.read(hashes_chunk)
     np.testing.assert_array_equal(process_handle.open().get(KEY, hashes)[0], vectors)
     assert store.verify() == []
@@ -495,29 +502,29 @@ def test_compacting_while_two_processes_write_and_read(process_handle):
     assert found.all()
     np.testing.assert_array_equal(got, vectors)
     assert compactor.verify() == []
-    assert compactor.keys()[0].n_shards == 1
+    assert compactor.keys()[0].n_runs == 1
 
 
-def test_scattered_rows_of_a_big_shard_read_window_by_window(handle, monkeypatch):
-    from embedcache.store import shards
+def test_scattered_rows_of_a_big_run_read_window_by_window(handle, monkeypatch):
+    from embedcache.store import run_reads
 
     store = handle.open(auto_merge=0)
     hs, vs = hashes_of(900), vectors_of(900)
     store.put(KEY_A, hs[:600], vs[:600])
     store.put(KEY_A, hs[600:], vs[600:])
     rng = np.random.default_rng(1)
-    # dense, sparse, repeated and in reverse: each read path of a shard
+    # dense, sparse, repeated and in reverse: each read path of a run
     order = [*hs[::2], *hs[700:300:-1], *rng.choice(hs, 50).tolist(), hs[5]]
     expected = vs[[hs.index(h) for h in order]]
     whole, _ = store.get(KEY_A, order)
     # a span of at most 3 rows (dim 8): every pick from a window of its own
-    monkeypatch.setattr(shards, "SPAN_BYTES", 3 * 4 * 8)
+    monkeypatch.setattr(run_reads, "SPAN_BYTES", 3 * 4 * 8)
     fresh = handle.open()  # no chunk or view cached from the first read
     windowed, found = fresh.get(KEY_A, order)
     assert found.all()
     np.testing.assert_array_equal(whole, expected)
     np.testing.assert_array_equal(windowed, expected)
-    # the whole key in stored order (across both shards) and in sorted order
+    # the whole key in stored order (across both runs) and in sorted order
     np.testing.assert_array_equal(fresh.get(KEY_A, hs)[0], vs)
     sorted_hs = sorted(hs)
     np.testing.assert_array_equal(

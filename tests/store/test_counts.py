@@ -36,14 +36,14 @@ def two_writers() -> tuple[MemoryStore, EmbeddingStore, EmbeddingStore]:
 
 def before_the_next_commit(monkeypatch, action) -> None:
     """Run ``action`` between the next put's look-up and its commit."""
-    commit_shard = embedding_store.commit_shard
+    commit_run = embedding_store.commit_run
 
     def action_first(*args, **kwargs):
-        monkeypatch.setattr(embedding_store, "commit_shard", commit_shard)
+        monkeypatch.setattr(embedding_store, "commit_run", commit_run)
         action()
-        return commit_shard(*args, **kwargs)
+        return commit_run(*args, **kwargs)
 
-    monkeypatch.setattr(embedding_store, "commit_shard", action_first)
+    monkeypatch.setattr(embedding_store, "commit_run", action_first)
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_a_key_its_writers_filled_in_turn_is_counted_from_its_records(
     for lo in (130, 160, 190):  # 130-139 are stored already
         later.put(KEY, hashes(lo, lo + 30), vectors(30))
     info = EmbeddingStore(memory).keys()[0]
-    assert info.n_shards >= 2  # merged runs (of both writers), and a put's run
+    assert info.n_runs >= 2  # merged runs (of both writers), and a put's run
     assert info.n_vectors == 220  # hashes 0-219, each once
     assert merged_counts == []  # no run read
 
@@ -88,7 +88,7 @@ def test_runs_two_writers_stored_at_once_are_counted_by_merging_them(
     store.put(KEY, hashes(10, 20), vectors(10))  # holds 15-17 too, unknowing
     rival.put(KEY, hashes(18, 25), vectors(7))  # saw both: only 20-24 are new
     info = EmbeddingStore(memory).keys()[0]
-    assert [s.record.n_rows for s in rival._view(KEY).shards] == [10, 3, 10, 5]
+    assert [s.record.n_rows for s in rival._view(KEY).runs] == [10, 3, 10, 5]
     assert info.n_vectors == 25
     assert merged_counts == [2]  # only the two runs that may share hashes
 
@@ -117,7 +117,7 @@ def test_a_put_whose_runs_were_merged_meanwhile_lacks_the_merged_run(
     before_the_next_commit(monkeypatch, lambda: compacting.compact(KEY))
     store.put(KEY, hashes(15, 30), vectors(15))  # 20-29 new
     info = EmbeddingStore(memory).keys()[0]
-    assert (info.n_shards, info.n_vectors) == (2, 30)
+    assert (info.n_runs, info.n_vectors) == (2, 30)
     assert merged_counts == []  # it lacks both runs the merged one was made of
 
 
@@ -129,8 +129,8 @@ def test_a_record_names_the_largest_runs_it_lacks_up_to_a_bound(
     store = EmbeddingStore(memory, auto_merge=0)
     for lo, n in ((0, 5), (5, 30), (35, 10), (45, 20)):
         store.put(KEY, hashes(lo, lo + n), vectors(n))
-    runs = [s.record for s in store._view(KEY).shards]
+    runs = [s.record for s in store._view(KEY).runs]
     # the last put looked in three runs: its record names the 30 and the 10
-    assert runs[-1].lacks == tuple(sorted((runs[1].shard, runs[2].shard)))
+    assert runs[-1].lacks == tuple(sorted((runs[1].run, runs[2].run)))
     assert EmbeddingStore(memory).keys()[0].n_vectors == 65
     assert merged_counts == [2]  # the 5 and the 20, whose records do not link them

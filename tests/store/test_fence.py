@@ -36,11 +36,11 @@ def test_a_run_claimed_before_its_commit_is_written_again_under_a_new_name(
     hashes, vectors = dataset(20)
     store = handle.open(auto_merge=0)
     store.put(KEY, hashes[:10], vectors[:10])
-    write_shard = commits.write_shard
+    write_run = commits.write_run
     claimed = []
 
     def collected_meanwhile(backend, prefix, **kwargs):
-        out = write_shard(backend, prefix, **kwargs)
+        out = write_run(backend, prefix, **kwargs)
         if not claimed:  # the first attempt: a collector takes it while we sleep
             run = prefix.rpartition("/")[2]
             assert commits.claim(backend, KEY.digest, run, "collector")
@@ -48,7 +48,7 @@ def test_a_run_claimed_before_its_commit_is_written_again_under_a_new_name(
             claimed.append(run)
         return out
 
-    monkeypatch.setattr(commits, "write_shard", collected_meanwhile)
+    monkeypatch.setattr(commits, "write_run", collected_meanwhile)
     assert store.put(KEY, hashes[10:], vectors[10:]) == 10
     monkeypatch.undo()
     assert tombstones(handle) == claimed  # the claim stays: a late create fails
@@ -81,18 +81,18 @@ def test_a_writer_whose_lease_was_lost_never_commits_that_session(handle, monkey
     store = handle.open(auto_merge=0, lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes[:10], vectors[:10])
     first_session = store._writer.lease.name
-    write_shard = commits.write_shard
+    write_run = commits.write_run
     paused = []
 
     def paused_while_writing(backend, prefix, **kwargs):
-        out = write_shard(backend, prefix, **kwargs)
+        out = write_run(backend, prefix, **kwargs)
         if not paused:
             paused.append(prefix.rpartition("/")[2])
             clock.now += layout.LEASE_S + 1  # SIGSTOP, a VM migration, a GC pause
             store._writer.lease.renew()  # the renewer thread wakes first
         return out
 
-    monkeypatch.setattr(commits, "write_shard", paused_while_writing)
+    monkeypatch.setattr(commits, "write_run", paused_while_writing)
     assert store.put(KEY, hashes[10:], vectors[10:]) == 10
     monkeypatch.undo()
     assert layout.session_of(paused[0]) == first_session

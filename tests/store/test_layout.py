@@ -13,7 +13,7 @@ import zarr
 from zarr.storage import ObjectStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import SCHEMA_VERSION, maintenance
+from embedcache.store import SCHEMA_VERSION
 from embedcache.store.layout import LEASE_KIND, LEASES
 
 RECIPE = Path(__file__).resolve().parents[2] / "docs" / "store" / "reading.md"
@@ -35,8 +35,8 @@ def docs_recipe() -> dict:
 
 
 @pytest.fixture
-def busy_store(handle, monkeypatch):
-    """Two keys, merged and unmerged shards, duplicates, a superseded shard not yet
+def busy_store(handle):
+    """Two keys, merged and unmerged runs, duplicates, a superseded run not yet
     retired and a killed writer's leftover: everything a reader must see past."""
     store = handle.open(auto_merge=0)
     rng = np.random.default_rng(0)
@@ -47,9 +47,7 @@ def busy_store(handle, monkeypatch):
         for start in range(0, 90, 30):
             store.put(key, hs[start : start + 40], vs[start : start + 40])
         data[key] = (hs, vs)
-    monkeypatch.setattr(maintenance, "retire", lambda *args: None)
-    store.compact(KEY_A)  # committed, superseding three shards it did not retire
-    monkeypatch.undo()
+    store.compact(KEY_A)  # superseding three runs, kept for their grace
     handle.write(f"{KEY_B.digest}/shards/w~gone~1~0/vectors/zarr.json", b"{")
     store.put(KEY_A, ["0" * 63 + "1"], np.full((1, 8), 7, np.float32))
     hs, vs = data[KEY_A]
@@ -79,10 +77,10 @@ def test_every_folder_is_a_zarr_group(busy_store):
             attrs = entry.attrs["embedcache"]
             name = attrs["shard"]
             assert key["commits"][name].attrs["embedcache"]["shard"] == name
-            shard = key["shards"][name]
+            run = key["shards"][name]
             n = attrs["n_rows"]
-            assert shard["vectors"].shape == (n, key.attrs["embedcache"]["dim"])
-            assert shard["hashes"].shape == (n, 32)
+            assert run["vectors"].shape == (n, key.attrs["embedcache"]["dim"])
+            assert run["hashes"].shape == (n, 32)
 
 
 def test_the_docs_recipe_reads_every_committed_vector(busy_store):

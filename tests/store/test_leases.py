@@ -20,7 +20,7 @@ from embedcache.store.lease import Lease, lease_doc
 from tests.store.worker import KEY, Clock, dataset
 
 OTHER = "other~0123456789ab"  # a writer session in another container
-SHARD = f"{OTHER}~00000000cafe"
+RUN = f"{OTHER}~00000000cafe"
 
 
 def backend_of(handle) -> Backend:
@@ -42,11 +42,11 @@ def test_a_writers_lease_lives_while_it_writes_and_goes_when_it_closes(handle):
     attrs = layout.group_attrs(handle.read(path), path, kind=layout.LEASE_KIND)
     assert attrs["writer"] == store.writer_id
     assert attrs["expires_ns"] / 1e9 >= before + layout.LEASE_S
-    # every shard of the session names the lease
+    # every run of the session names the lease
     records = handle.paths("*/commits/*/zarr.json")
-    shards = {p.split("/")[-2] for p in records if p.count("/") == 3}
-    assert len(shards) == 2
-    assert {layout.session_of(s) for s in shards} == {path.split("/")[1]}
+    runs = {p.split("/")[-2] for p in records if p.count("/") == 3}
+    assert len(runs) == 2
+    assert {layout.session_of(s) for s in runs} == {path.split("/")[1]}
     assert store.verify() == []  # a lease is not a fault
     store.close()
     assert lease_paths(handle) == []
@@ -77,8 +77,8 @@ def test_a_zarr_client_sees_the_leases_as_a_group(tmp_path):
 def put_leftover(
     handle, *, lease_renewed: float, host: str = layout.HOST, pid: int = 1
 ) -> str:
-    """A half-written shard of session OTHER, with its lease renewed at a time."""
-    folder = f"{KEY.digest}/shards/{SHARD}"
+    """A half-written run of session OTHER, with its lease renewed at a time."""
+    folder = f"{KEY.digest}/shards/{RUN}"
     handle.write(f"{folder}/zarr.json", b"{half written")
     doc = lease_doc(
         writer_id="other",
@@ -134,7 +134,7 @@ def test_gc_keeps_a_leftover_while_its_lease_is_fresh_and_removes_it_after(
     assert store.garbage() == []
     assert not handle.paths(f"{folder}/*")
     # the run is claimed: a tombstone where its record would go
-    tomb = handle.read(layout.record_path(KEY.digest, SHARD))
+    tomb = handle.read(layout.record_path(KEY.digest, RUN))
     assert layout.is_tombstone(tomb)
     clock.now += 2  # the lease was first seen by the first compact(), 1 s later
     store.compact()
@@ -192,7 +192,7 @@ def test_the_lease_is_renewed_during_a_long_write_and_stops_when_idle(handle):
             "expires_ns"
         ]
 
-    lease.hold()  # a shard is being written
+    lease.hold()  # a run is being written
     first = expires()
     deadline = time.monotonic() + 30
     while expires() == first:  # the renewer thread writes it again
@@ -211,25 +211,25 @@ def test_the_lease_is_renewed_during_a_long_write_and_stops_when_idle(handle):
 
 
 def test_a_commit_whose_lease_lapsed_is_refused(handle, monkeypatch):
-    """A writer whose renewals failed for a whole lease may have lost its shard to
+    """A writer whose renewals failed for a whole lease may have lost its run to
     the collector: it must not publish it."""
     hashes, vectors = dataset(20)
     clock = Clock()
     store = handle.open(auto_merge=0, lease=LeasePolicy(clock=clock))
     store.put(KEY, hashes[:10], vectors[:10])
-    write_shard = commits.write_shard
+    write_run = commits.write_run
 
     def slow_write(*args, **kwargs):
-        out = write_shard(*args, **kwargs)
+        out = write_run(*args, **kwargs)
         clock.now += layout.LEASE_S + 1  # no renewal landed meanwhile
         return out
 
-    monkeypatch.setattr(commits, "write_shard", slow_write)
+    monkeypatch.setattr(commits, "write_run", slow_write)
     monkeypatch.setattr(Lease, "renew", lambda self: None)  # the store is away
     with pytest.raises(StoreError, match="lease"):
         store.put(KEY, hashes[10:], vectors[10:])
     monkeypatch.undo()
     fresh = handle.open()
     assert fresh.get(KEY, hashes)[1].sum() == 10
-    assert fresh.garbage() == []  # the unpublished shard was dropped
+    assert fresh.garbage() == []  # the unpublished run was dropped
     assert fresh.verify() == []

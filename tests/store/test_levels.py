@@ -24,10 +24,10 @@ def test_many_short_lived_writers_leave_few_runs():
     reader = EmbeddingStore(memory)
     (info,) = reader.keys()
     levels = math.ceil(math.log(n_writers, AUTO_MERGE))
-    assert info.n_shards <= (AUTO_MERGE - 1) * levels, info.n_shards
+    assert info.n_runs <= (AUTO_MERGE - 1) * levels, info.n_runs
     assert info.n_vectors == n_writers * per
     got, found = reader.get(KEY, hashes)
     assert found.all()
     np.testing.assert_array_equal(got, vectors)
-    records = [s.record for s in reader._view(KEY).shards]
+    records = [s.record for s in reader._view(KEY).runs]
     assert max(r.level for r in records) >= 2  # merges of merges, by other writers

@@ -1,9 +1,9 @@
 """The streamed merge writes the very objects the whole-key merge wrote.
 
-The expected shard is made here from the input runs with plain numpy (which rows
+The expected run is made here from the input runs with plain numpy (which rows
 win, the stored order, the sorted index, the filter) and written to bytes by a
 copy of the chunk and metadata layout the store wrote before the merge streamed
-(bytes + crc32c chunks, zarr's ``zarr.json``). Every object of the merged shard
+(bytes + crc32c chunks, zarr's ``zarr.json``). Every object of the merged run
 but the group document (its attributes name the writer and the time) must have
 the same size and sha256 in the commit record.
 """
@@ -24,14 +24,14 @@ from zarr.storage import MemoryStore as ZarrMemoryStore
 from embedcache.specs import ModelKey
 from embedcache.store import (
     EmbeddingStore,
-    maintenance,
     merged_runs,
-    shard_writes,
-    shards,
+    merges,
+    run_reads,
+    run_writes,
 )
-from embedcache.store.commits import commit_shard
-from embedcache.store.shard_writes import rows_in_hand
-from embedcache.store.views import adopt
+from embedcache.store.commits import commit_run as commit
+from embedcache.store.run_writes import rows_in_hand
+from embedcache.store.snapshots import adopt
 
 KEY = ModelKey(
     model_id="test/merge", revision="0" * 40, adapter="t", adapter_version="1"
@@ -63,7 +63,7 @@ def array_doc(shape, dtype, fill_value, per):
 
 
 def array_files(name, arr, per, fill_value):
-    """(size, sha256) of ``name``'s metadata and each chunk, by path in the shard."""
+    """(size, sha256) of ``name``'s metadata and each chunk, by path in the run."""
     files = {}
     doc = array_doc(arr.shape, arr.dtype.name, fill_value, per)
     files[f"{name}/zarr.json"] = doc
@@ -79,7 +79,7 @@ def array_files(name, arr, per, fill_value):
 
 def rows_per_chunk(n, row_bytes):
     return max(
-        1, min(max(n, 1), shards.CHUNK_BYTES // row_bytes, shards.CHUNK_MAX_ROWS)
+        1, min(max(n, 1), run_reads.CHUNK_BYTES // row_bytes, run_reads.CHUNK_MAX_ROWS)
     )
 
 
@@ -97,7 +97,7 @@ def bloom(keys):
 
 
 def expected_files(keys, vectors):
-    """Every object but the group document of a shard holding ``keys`` (distinct,
+    """Every object but the group document of a run holding ``keys`` (distinct,
     S32) and ``vectors`` in this stored order."""
     n = len(keys)
     raw = keys.view(np.uint8).reshape(-1, 32)
@@ -119,11 +119,11 @@ def expected_files(keys, vectors):
 
 
 def commit_run(store, keys, vectors):
-    """One shard of exactly these rows (``put`` would skip hashes stored already)."""
+    """One run of exactly these rows (``put`` would skip hashes stored already)."""
     view = store._snapshot(KEY, max_age=0.0, create_dim=DIM)[0]
     adopt(
         view,
-        commit_shard(store._backend, view, store._writer, rows_in_hand(keys, vectors)),
+        commit(store._backend, view, store._writer, rows_in_hand(keys, vectors)),
     )
 
 
@@ -165,7 +165,7 @@ def expected_merge(runs, chosen):
 
 @pytest.mark.parametrize(
     ("merge_rows", "max_chunk"),
-    [(64, 100), (1 << 17, shards.CHUNK_MAX_ROWS), (7, 333)],
+    [(64, 100), (1 << 17, run_reads.CHUNK_MAX_ROWS), (7, 333)],
 )
 def test_streamed_merge_writes_the_objects_of_the_whole_key_merge(
     monkeypatch, merge_rows, max_chunk
@@ -174,21 +174,19 @@ def test_streamed_merge_writes_the_objects_of_the_whole_key_merge(
     # chunks of its vectors and hashes, each step across sorted-index blocks
     monkeypatch.setattr(merged_runs, "MERGE_ROWS", merge_rows)
     monkeypatch.setattr(merged_runs, "COPY_BYTES", 2 * max_chunk * 4 * DIM)
-    monkeypatch.setattr(shards, "CHUNK_MAX_ROWS", max_chunk)
+    monkeypatch.setattr(run_reads, "CHUNK_MAX_ROWS", max_chunk)
     # metadata documents are cached by shape: made again for these chunk sizes
-    shard_writes._array_doc.cache_clear()
-    monkeypatch.setattr(shard_writes, "_array_doc", shard_writes._array_doc.__wrapped__)
+    run_writes._array_doc.cache_clear()
+    monkeypatch.setattr(run_writes, "_array_doc", run_writes._array_doc.__wrapped__)
     memory = MemoryStore()
     store = EmbeddingStore(memory, auto_merge=0)
     runs = build_runs(np.random.default_rng(merge_rows))
     for keys, vectors in runs:
         commit_run(store, keys, vectors)
     view = store._snapshot(KEY, max_age=0.0)[0]
-    ids = [s.record.shard for s in view.shards]
+    ids = [s.record.run for s in view.runs]
     chosen = [1, 2, 4]
-    record = maintenance.merge(
-        store._backend, view, store._writer, [ids[j] for j in chosen]
-    )
+    record = merges.merge(store._backend, view, store._writer, [ids[j] for j in chosen])
     keys, vectors = expected_merge(runs, chosen)
     # each kind of shared hash occurs, and the merged run spans several blocks
     assert 6000 < len(keys) < sum(len(r[0]) for j, r in enumerate(runs) if j in chosen)
@@ -221,8 +219,8 @@ def test_a_merge_whose_rows_an_earlier_run_holds_writes_an_empty_run():
     for keys, vectors in runs:
         commit_run(store, keys, vectors)
     view = store._snapshot(KEY, max_age=0.0)[0]
-    ids = [s.record.shard for s in view.shards]
-    record = maintenance.merge(store._backend, view, store._writer, ids[1:])
+    ids = [s.record.run for s in view.runs]
+    record = merges.merge(store._backend, view, store._writer, ids[1:])
     assert record.n_rows == 0
     got = {rel: v for rel, v in record.files.items() if rel != "zarr.json"}
     assert got == expected_files(np.empty(0, "S32"), np.empty((0, DIM), np.float32))
@@ -257,7 +255,7 @@ def test_a_key_of_several_runs_counts_its_distinct_hashes_a_step_at_a_time(
     finally:
         tracemalloc.stop()
     assert info.n_vectors == 250_000
-    assert info.n_shards == 3
+    assert info.n_runs == 3
     # the whole-key count held every hash and a sorted copy (2x these bytes); a
     # step at a time holds a few steps and the merge's chunk cache
     assert peak < every_bytes / 2, peak

@@ -28,12 +28,12 @@ def vectors(n: int, value: float) -> np.ndarray:
 
 @pytest.fixture
 def looked_in(monkeypatch):
-    """The runs (by shard name) each merge's winning_rows looked hashes up in."""
+    """The runs (by run name) each merge's winning_rows looked hashes up in."""
     seen: list[set[str]] = []
     lookup = merged_runs.lookup
 
     def recording(backend, view, snap, q):
-        seen[-1].update(s.record.shard for s in snap.shards)
+        seen[-1].update(s.record.run for s in snap.runs)
         return lookup(backend, view, snap, q)
 
     winning_rows = merged_runs.winning_rows
@@ -43,7 +43,7 @@ def looked_in(monkeypatch):
         return winning_rows(*args, **kwargs)
 
     monkeypatch.setattr(merged_runs, "lookup", recording)
-    monkeypatch.setattr("embedcache.store.maintenance.winning_rows", each_merge)
+    monkeypatch.setattr("embedcache.store.merges.winning_rows", each_merge)
     return seen
 
 
@@ -53,15 +53,15 @@ def test_an_auto_merge_does_not_look_in_runs_its_puts_saw(looked_in):
     other.put(KEY, hashes(0, 25), vectors(25, 1.0))
     other.put(KEY, hashes(25, 50), vectors(25, 1.0))
     other.compact()  # a level-1 run: the level-0 merge below leaves it be
-    earlier = other._view(KEY).shards[0].record.shard
+    earlier = other._view(KEY).runs[0].record.run
     store = EmbeddingStore(memory, auto_merge=3)
     for lo in (40, 100, 200):  # 40-49 are stored already: skipped by put
         store.put(KEY, hashes(lo, lo + 60), vectors(60, 2.0))
     assert len(looked_in) == 2  # the compaction, then one auto-merge
     assert looked_in[-1] == set()  # ...which did not read `earlier`
     view = store._view(KEY)
-    assert [s.record.n_rows for s in view.shards] == [50, 170]
-    assert view.shards[0].record.shard == earlier
+    assert [s.record.n_rows for s in view.runs] == [50, 170]
+    assert view.runs[0].record.run == earlier
     got, found = EmbeddingStore(memory).get(KEY, hashes(0, 260))
     np.testing.assert_array_equal(found, [i < 160 or i >= 200 for i in range(260)])
     np.testing.assert_array_equal(got[:50], vectors(50, 1.0))
@@ -75,18 +75,18 @@ def test_a_run_committed_after_a_puts_look_up_is_looked_in_and_wins(
     store = EmbeddingStore(memory, auto_merge=2)
     rival = EmbeddingStore(memory, auto_merge=0)
     store.put(KEY, hashes(0, 10), vectors(10, 1.0))
-    commit_shard = embedding_store.commit_shard
+    commit_run = embedding_store.commit_run
 
     def rival_first(*args, **kwargs):
         # between this put's look-up and its commit, another writer stores 15
-        monkeypatch.setattr(embedding_store, "commit_shard", commit_shard)
+        monkeypatch.setattr(embedding_store, "commit_run", commit_run)
         rival.put(KEY, hashes(15, 16), vectors(1, 9.0))
-        return commit_shard(*args, **kwargs)
+        return commit_run(*args, **kwargs)
 
-    monkeypatch.setattr(embedding_store, "commit_shard", rival_first)
+    monkeypatch.setattr(embedding_store, "commit_run", rival_first)
     store.put(KEY, hashes(10, 20), vectors(10, 2.0))  # holds 15 too, unknowing
     fresh = EmbeddingStore(memory)
-    runs = fresh._view(KEY).shards
+    runs = fresh._view(KEY).runs
     # the auto-merge takes every level-0 run, the rival's too (levels are in the
     # records); in the merged run the rival's 15, committed first, wins
     assert len(looked_in) == 1

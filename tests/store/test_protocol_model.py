@@ -94,7 +94,7 @@ def n_runs(store: EmbeddingStore) -> int:
     if not infos:
         return 0
     count = getattr(infos[0], "n_runs", None)
-    return infos[0].n_shards if count is None else count
+    return infos[0].n_runs if count is None else count
 
 
 @dataclass

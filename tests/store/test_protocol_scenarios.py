@@ -52,7 +52,7 @@ def n_runs(store: EmbeddingStore) -> int:
     """The key's visible runs, as ``keys()`` reports them."""
     (info,) = store.keys()
     count = getattr(info, "n_runs", None)
-    return info.n_shards if count is None else count
+    return info.n_runs if count is None else count
 
 
 def assert_serves(store: EmbeddingStore, hashes, vectors) -> None:

@@ -29,10 +29,10 @@ def test_a_reader_keeps_the_checksums_it_checks_and_the_size_of_the_rest(tmp_pat
     chunks = ("sorted_hashes/c/", "sorted_rows/c/", "vectors/c/", "hashes/c/")
     for store in (writer, reader):  # its own commit, and one it listed
         view = store._view(KEY)
-        (run,) = view.shards
-        path = tmp_path / record_path(view.digest, run.record.shard)
+        (run,) = view.runs
+        path = tmp_path / record_path(view.digest, run.record.run)
         full = CommitRecord.from_doc(
-            path.read_bytes(), shard=run.record.shard, dim=3, where=str(path)
+            path.read_bytes(), run=run.record.run, dim=3, where=str(path)
         )
         assert sum(rel.startswith("sorted_hashes/c/") for rel in full.files) == 4
         assert not any(rel.startswith(chunks) for rel in run.record.files)

@@ -1,6 +1,6 @@
 """Sorted runs and snapshot views: look-ups through fences equal a brute-force dict
-(first commit wins, across overlapping shards, before and after compaction), new
-shards join a view without reopening the others, and a second instance sees another
+(first commit wins, across overlapping runs, before and after compaction), new
+runs join a view without reopening the others, and a second instance sees another
 writer's commits after ``refresh_seconds`` (at once with 0)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from obstore.store import MemoryStore
 
 from embedcache.specs import ModelKey
-from embedcache.store import EmbeddingStore, runs, views
-from embedcache.store.commits import commit_shard
-from embedcache.store.shard_writes import rows_in_hand
-from embedcache.store.views import adopt
+from embedcache.store import EmbeddingStore, reads, runs, snapshots
+from embedcache.store.commits import commit_run
+from embedcache.store.run_writes import rows_in_hand
+from embedcache.store.snapshots import adopt
 
 KEY = ModelKey(
     model_id="test/runs", revision="0" * 40, adapter="t", adapter_version="1"
@@ -29,19 +29,17 @@ def hash_of(i: int) -> str:
 
 
 def commit_raw(store: EmbeddingStore, ids: list[int], vectors: np.ndarray) -> None:
-    """Commit one shard of exactly these hashes (``put`` would skip stored ones), as
+    """Commit one run of exactly these hashes (``put`` would skip stored ones), as
     a writer with a stale view would."""
     view = store._snapshot(KEY, max_age=0.0, create_dim=vectors.shape[1])[0]
     keys = np.frombuffer(b"".join(bytes.fromhex(hash_of(i)) for i in ids), "S32")
-    shard = commit_shard(
-        store._backend, view, store._writer, rows_in_hand(keys, vectors)
-    )
-    adopt(view, shard)
+    run = commit_run(store._backend, view, store._writer, rows_in_hand(keys, vectors))
+    adopt(view, run)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    shards=st.lists(
+    put_ids=st.lists(
         st.lists(st.integers(0, 60), min_size=0, max_size=40, unique=True),
         min_size=1,
         max_size=6,
@@ -52,19 +50,19 @@ def commit_raw(store: EmbeddingStore, ids: list[int], vectors: np.ndarray) -> No
     compact=st.booleans(),
 )
 def test_look_ups_through_fences_equal_a_dict_first_commit_wins(
-    shards, asked, block, bloom, compact
+    put_ids, asked, block, bloom, compact
 ):
     with pytest.MonkeyPatch.context() as mp:
         # tiny blocks: a look-up crosses many of them; the filters on or off
         mp.setattr(runs, "BLOCK_ROWS", block)
         mp.setattr(runs, "ROWS_CHUNK", 2 * block)
         mp.setattr(runs, "BLOOM_MIN_QUERY", 0 if bloom else 10**9)
-        mp.setattr(views, "BULK_LOOKUP", 7)  # read_into resolves ranges of 7
+        mp.setattr(reads, "BULK_LOOKUP", 7)  # read_into resolves ranges of 7
         memory = MemoryStore()
         writer = EmbeddingStore(memory, auto_merge=0)
-        rng = np.random.default_rng(len(shards))
+        rng = np.random.default_rng(len(put_ids))
         expected: dict[int, np.ndarray] = {}
-        for ids in shards:
+        for ids in put_ids:
             vectors = rng.standard_normal((len(ids), 3)).astype(np.float32)
             commit_raw(writer, ids, vectors)
             for i, v in zip(ids, vectors, strict=True):
@@ -87,15 +85,15 @@ def test_look_ups_through_fences_equal_a_dict_first_commit_wins(
         assert writer.verify() == []
 
 
-def test_new_shards_join_the_view_without_reopening_the_others():
+def test_new_runs_join_the_view_without_reopening_the_others():
     memory = MemoryStore()
     store = EmbeddingStore(memory, auto_merge=0)
     vectors = np.arange(40, dtype=np.float32).reshape(20, 2)
     hashes = [hash_of(i) for i in range(20)]
     store.put(KEY, hashes[:10], vectors[:10])
-    before = store._view(KEY).shards
+    before = store._view(KEY).runs
     store.put(KEY, hashes[10:], vectors[10:])
-    after = store._view(KEY).shards
+    after = store._view(KEY).runs
     assert len(after) == 2
     assert after[0] is before[0]  # the same opened run, not read again
     assert not hasattr(after[1], "keys")  # a view holds fences, never every hash
@@ -118,7 +116,7 @@ def test_a_small_look_up_reads_later_runs_only_for_keys_the_largest_lacks(
     for lo in range(1000, 1200, 40):  # later, smaller runs
         ids = list(range(lo, lo + 40))
         commit_raw(writer, ids, rng.random((40, 2), dtype=np.float32))
-    shards = [s.prefix for s in writer._view(KEY).shards]
+    prefixes = [s.prefix for s in writer._view(KEY).runs]
     reader = EmbeddingStore(memory)  # cold: no block cached
     reader.contains(KEY, [hash_of(0)])  # opens the view (records, fences)
     reader._cache.clear()
@@ -134,7 +132,7 @@ def test_a_small_look_up_reads_later_runs_only_for_keys_the_largest_lacks(
     found = reader.contains(KEY, [hash_of(i) for i in asked])
     assert found.all()
     blocks = [p for p in read if "/sorted_hashes/" in p]
-    by_run = [sum(p.startswith(prefix + "/") for p in blocks) for prefix in shards]
+    by_run = [sum(p.startswith(prefix + "/") for p in blocks) for prefix in prefixes]
     assert by_run[1] >= 20  # the largest run: a block per asked key, about
     assert by_run[0] >= 1
     # later runs: one read each at most, for the one key the first two lack
@@ -157,7 +155,7 @@ def test_the_first_round_ends_where_a_stored_key_costs_fewest_block_reads():
 def test_another_instance_sees_commits_after_refresh_seconds(
     kind, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(views, "LOCAL_CHECK_S", 0.0)  # check the folder each time
+    monkeypatch.setattr(snapshots, "LOCAL_CHECK_S", 0.0)  # check the folder each time
     root = MemoryStore() if kind == "memory" else str(tmp_path / "store")
     writer = EmbeddingStore(root)
     vectors = np.ones((2, 4), np.float32)
@@ -210,7 +208,7 @@ def test_readers_in_threads_see_every_row_while_the_writer_merges_and_compacts(
     for reader in readers:
         reader.start()
     try:
-        for lo in range(40, 400, 20):  # each put a shard; merges every 2 at a level
+        for lo in range(40, 400, 20):  # each put a run; merges every 2 at a level
             store.put(KEY, hashes[lo : lo + 20], vectors[lo : lo + 20])
         store.compact()
     finally:
@@ -218,7 +216,7 @@ def test_readers_in_threads_see_every_row_while_the_writer_merges_and_compacts(
         for reader in readers:
             reader.join()
     assert not errors, errors[0]
-    assert store.keys()[0].n_shards == 1
+    assert store.keys()[0].n_runs == 1
     got, found = EmbeddingStore(str(tmp_path / "store")).get(KEY, hashes)
     assert found.all()
     np.testing.assert_array_equal(got, vectors)

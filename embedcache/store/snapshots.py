@@ -1,11 +1,11 @@
-"""Each key's view: immutable snapshots of its committed shards, and look-ups in them.
+"""Each key's snapshots: what a reader sees of a key, immutable and swapped whole.
 
 A process keeps one :class:`KeyView` per model key. Its :class:`Snapshot` (the
 visible runs in commit order, their records, the superseded ones) is replaced under
-the view's short lock and read outside any lock; ``refresh`` lists the commit
-records again when the snapshot is older than the caller allows, and ``adopt`` adds
-a shard this process just committed without reading it back. Look-ups go through
-each run's sorted index (:mod:`embedcache.store.runs`).
+the view's short lock and read outside any lock; ``refresh`` lists the key's log
+again when the snapshot is older than the caller allows, and ``adopt`` adds a run
+this process just committed without reading it back. A run that fails its checks
+is quarantined here: left out of every later snapshot of this process.
 """
 
 from __future__ import annotations
@@ -17,28 +17,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from embedcache.errors import CorruptStoreError, StoreError
-from embedcache.store.index import argsort_keys
-from embedcache.store.layout import (
-    CommitRecord,
-    log_name,
-    log_path,
-    log_prefix,
-)
-from embedcache.store.runs import BlockCache, ChunkError, probe, read_sorted
-from embedcache.store.shards import (
-    MissingObjectError,
-    Shard,
-    corrupt,
-    open_shard,
-    read_keys,
-    read_rows,
-)
+from embedcache.store.layout import CommitRecord, log_name, log_path, log_prefix
+from embedcache.store.run_reads import MissingObjectError, corrupt, open_run
+from embedcache.store.runs import BlockCache, Run
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from embedcache.specs import ModelKey
     from embedcache.store.backend import Backend
@@ -50,8 +35,8 @@ RETRIES = 5
 LAG_WINDOW = 64
 
 
-class ShardRetiredError(Exception):
-    """A shard vanished because another process retired it; refresh and retry."""
+class RunRetiredError(Exception):
+    """A run vanished because another process retired it; refresh and retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +47,7 @@ class Snapshot:
     it took for its whole call.
     """
 
-    shards: tuple[Shard, ...] = ()  # visible runs, in commit order
+    runs: tuple[Run, ...] = ()  # visible runs, in commit order
     records: Mapping[str, CommitRecord] = field(default_factory=dict)
     hidden: Mapping[str, str] = field(default_factory=dict)  # superseded -> superseder
     listing: frozenset[str] | None = None  # log entries listed; None: list again
@@ -87,8 +72,8 @@ class KeyView:
 
     # the current state's parts (maintenance reads these under the writer's lock)
     @property
-    def shards(self) -> tuple[Shard, ...]:
-        return self.snap.shards
+    def runs(self) -> tuple[Run, ...]:
+        return self.snap.runs
 
     @property
     def records(self) -> Mapping[str, CommitRecord]:
@@ -104,7 +89,7 @@ class KeyView:
 
     @property
     def aliases(self) -> tuple[str, ...]:
-        return tuple(sorted({a for s in self.shards for a in s.record.aliases}))
+        return tuple(sorted({a for s in self.runs for a in s.record.aliases}))
 
     def forget_listing(self) -> None:
         with self.lock:
@@ -127,8 +112,8 @@ def missing_or_retired(
     """A published run lacks ``path``: retired if its log entry is gone (retiring
     deletes the entries first), else lost."""
     if record.seq is None or not backend.exists(log_path(view.digest, record.seq)):
-        return ShardRetiredError(record.shard)
-    return corrupt(backend, path, "object is missing", view.digest, record.shard)
+        return RunRetiredError(record.run)
+    return corrupt(backend, path, "object is missing", view.digest, record.run)
 
 
 def _commits_stamp(backend: Backend, digest: str) -> tuple[int, float] | None:
@@ -164,7 +149,7 @@ LOCAL_CHECK_S = 0.05
 def refresh(
     backend: Backend, view: KeyView, *, max_age: float = 0.0, check_folder: bool = True
 ) -> Snapshot:
-    """The view's state brought up to the committed shards, if older than ``max_age``.
+    """The view's state brought up to the committed runs, if older than ``max_age``.
 
     Listing and reading new records and fences happen under the view's lock (one
     refresh at a time), never under a reader's: a reader that accepts a stale state
@@ -205,7 +190,7 @@ def refresh(
                 return view.snap
             try:
                 view.snap = _rebuild(backend, view, snap, names, now, stamp)
-            except ShardRetiredError:
+            except RunRetiredError:
                 continue
             return view.snap
     finally:
@@ -238,10 +223,9 @@ def _rebuild(
             continue  # retired since listed, or a gap
         where = backend.describe(log_path(view.digest, seq))
         try:
-            record = CommitRecord.from_doc(doc, shard=None, dim=view.dim, where=where)
-            if record.seq != seq:
-                msg = f"{where}: log entry names seq {record.seq}"
-                raise CorruptStoreError(msg)
+            record = CommitRecord.from_log_entry(
+                doc, seq=seq, dim=view.dim, where=where
+            )
         except CorruptStoreError as err:
             quarantine(view, f"log {log_name(seq)}", err)
             bad.add(seq)
@@ -249,39 +233,35 @@ def _rebuild(
         found[seq] = record.for_reading()
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
-        records.setdefault(found[seq].shard, found[seq])
-    hidden: dict[str, str] = {}
-    for record in sorted(records.values(), key=lambda r: r.shard):
-        for old in record.supersedes:
-            if old in records:
-                hidden.setdefault(old, record.shard)
-    loaded = {s.record.shard: s for s in snap.shards}
+        records.setdefault(found[seq].run, found[seq])
+    hidden = merged_away(records)
+    loaded = {s.record.run: s for s in snap.runs}
 
-    def load(record: CommitRecord) -> Shard | None:
+    def load(record: CommitRecord) -> Run | None:
         try:
-            return open_shard(backend, view.digest, record)
+            return open_run(backend, view.digest, record)
         except MissingObjectError as err:
             lost = missing_or_retired(backend, view, record, err.path)
-            if isinstance(lost, ShardRetiredError):
+            if isinstance(lost, RunRetiredError):
                 raise lost from None
-            quarantine(view, record.shard, lost)
+            quarantine(view, record.run, lost)
         except CorruptStoreError as err:
-            quarantine(view, record.shard, err)
+            quarantine(view, record.run, err)
         return None
 
     runs = [r for s, r in records.items() if s not in hidden]
     opened = backend.map(
         load,
-        [r for r in runs if r.shard not in loaded and r.shard not in view.quarantined],
+        [r for r in runs if r.run not in loaded and r.run not in view.quarantined],
     )
-    loaded.update((s.record.shard, s) for s in opened if s is not None)
+    loaded.update((s.record.run, s) for s in opened if s is not None)
     visible = sorted(
-        (r for r in runs if r.shard not in view.quarantined), key=CommitRecord.order
+        (r for r in runs if r.run not in view.quarantined), key=CommitRecord.order
     )
     # names without a record (being created, or retired since listed) are left
     # out, so the next listing differs and reads them again
     return Snapshot(
-        shards=tuple(loaded[r.shard] for r in visible),
+        runs=tuple(loaded[r.run] for r in visible),
         records=records,
         hidden=hidden,
         # entries listed but not read (being created, or retired) are left out,
@@ -291,6 +271,30 @@ def _rebuild(
         listed_at=now,
         stamp=stamp if len(found) + len(bad) == len(names) else None,
     )
+
+
+def merged_away(records: Mapping[str, CommitRecord]) -> dict[str, str]:
+    """The published runs a reader skips, each with the run that holds its rows:
+    those a published run supersedes, and a merge that lost a race (two writers
+    merged the same runs: the later published of the two, whose inputs an
+    earlier-ordered merge merged as well, holds nothing the first does not
+    serve). Collection deletes them after the grace."""
+    hidden: dict[str, str] = {}
+    for record in sorted(records.values(), key=lambda r: r.run):
+        for old in record.supersedes:
+            if old in records:
+                hidden.setdefault(old, record.run)
+    merges = sorted(
+        (r for r in records.values() if r.supersedes and r.run not in hidden),
+        key=CommitRecord.order,
+    )
+    for i, late in enumerate(merges):
+        inputs = set(late.supersedes)
+        for early in merges[:i]:
+            if early.run not in hidden and inputs <= set(early.supersedes):
+                hidden[late.run] = early.run
+                break
+    return hidden
 
 
 def quarantine(view: KeyView, run: str, err: Exception) -> None:
@@ -305,163 +309,53 @@ def quarantine(view: KeyView, run: str, err: Exception) -> None:
     logger.error("quarantined %s of %s: %s", run, view.key.short(), err)
 
 
-def drop_quarantined(view: KeyView, run: str, err: Exception) -> None:
-    """:func:`quarantine` a run met broken while reading, and take it out of the
-    current state (a reader then retries without it)."""
+def drop_quarantined(view: KeyView, err: CorruptStoreError) -> None:
+    """:func:`quarantine` the run ``err`` names, met broken while reading, and take
+    it out of the current state (a reader then retries without it); re-raise
+    ``err`` if it names no run."""
+    run = getattr(err, "run", None)
+    if run is None:
+        raise err
     quarantine(view, run, err)
     with view.lock:
         snap = view.snap
         view.snap = replace(
-            snap, shards=tuple(s for s in snap.shards if s.record.shard != run)
+            snap, runs=tuple(s for s in snap.runs if s.record.run != run)
         )
 
 
-def lookup(
-    backend: Backend, view: KeyView, snap: Snapshot, q: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(run position in ``snap``, stored row) of each S32 key; -1 where absent."""
-    try:
-        return probe(backend, snap.shards, q, view.cache)
-    except ChunkError as err:
-        raise _index_error(backend, view, err, snap.shards) from None
-
-
-def sorted_index(
-    backend: Backend, view: KeyView, shard: Shard, lo: int, hi: int, cache: BlockCache
-) -> tuple[np.ndarray, np.ndarray]:
-    """Positions ``lo..hi`` of a run's sorted index: its hashes (S32) and the stored
-    row of each (int64)."""
-    try:
-        return read_sorted(backend, shard, lo, hi, cache)
-    except ChunkError as err:
-        raise _index_error(backend, view, err, [shard]) from None
-
-
-def _index_error(
-    backend: Backend, view: KeyView, err: ChunkError, runs: Sequence[Shard]
-) -> Exception:
-    shard = err.path.split("/")[2]
-    record = next((s.record for s in runs if s.record.shard == shard), None)
-    if err.missing:
-        if record is None:  # not a run of this snapshot: cannot be told apart
-            return ShardRetiredError(shard)
-        return missing_or_retired(backend, view, record, err.path)
-    return corrupt(backend, err.path, err.problem, view.digest, shard)
-
-
-def read_vectors(
-    backend: Backend,
-    view: KeyView,
-    snap: Snapshot,
-    which: np.ndarray,
-    rows: np.ndarray,
-    out: np.ndarray,
-    dest: np.ndarray,
-) -> None:
-    """out[dest] = vectors of (run ``which``, stored row ``rows``) (crc-checked)."""
-    if not len(which):
-        return
-    order = np.argsort(which, kind="stable")
-    bounds = np.flatnonzero(np.diff(which[order])) + 1
-    parts = np.split(order, bounds)
-
-    def run(part: np.ndarray) -> None:
-        shard = snap.shards[int(which[part[0]])]
-        try:
-            read_rows(
-                backend, view.digest, shard, rows[part], out, dest[part], view.cache
-            )
-        except MissingObjectError as err:
-            raise missing_or_retired(backend, view, shard.record, err.path) from None
-
-    backend.map(run, parts)
-
-
-# rows a bulk read resolves per look-up (in sorted order: each reads the blocks
-# of its own range of hashes; a look-up holds ~240 bytes a row at its peak, so a
-# 2^20-row one was a fill's peak), and bytes of vectors it reads per step
-BULK_LOOKUP = 1 << 17
-BULK_READ_BYTES = 1 << 24
-
-
-def read_many(
-    backend: Backend,
-    view: KeyView,
-    snap: Snapshot,
-    digests: np.ndarray,
-    out: np.ndarray,
-) -> np.ndarray:
-    """out[i] = vector of S32 ``digests[i]`` where stored; which were found.
-
-    Linear in the rows asked plus the key's index: the digests are looked up in
-    sorted order, a range of hashes at a time (each block read once), then each
-    run's rows are read in stored order (each vector chunk read once). Beside
-    ``out`` it holds ~20 bytes a digest, and a look-up's ~30 MiB.
-    """
-    n = len(digests)
-    which = np.full(n, -1, np.int32)
-    rows = np.zeros(n, np.int64)
-    order = argsort_keys(digests)
-    for lo in range(0, n, BULK_LOOKUP):
-        part = order[lo : lo + BULK_LOOKUP]
-        found, at = lookup(backend, view, snap, digests[part])
-        which[part], rows[part] = found, at
-    del order
-    window = max(1, BULK_READ_BYTES // (4 * max(view.dim, 1)))
-    for pos, shard in enumerate(snap.shards):
-        dest = np.flatnonzero(which == pos)
-        dest = dest[np.argsort(rows[dest], kind="stable")]
-        for lo in range(0, len(dest), window):
-            part = dest[lo : lo + window]
-            try:
-                read_rows(backend, view.digest, shard, rows[part], out, part)
-            except MissingObjectError as err:
-                raise missing_or_retired(
-                    backend, view, shard.record, err.path
-                ) from None
-    return which >= 0
-
-
-def all_keys(backend: Backend, view: KeyView, snap: Snapshot) -> list[np.ndarray]:
-    """Every run's hashes in stored order (a whole-key read), in commit order."""
-    return backend.map(lambda s: stored_keys(backend, view, s), snap.shards)
-
-
-def stored_keys(
-    backend: Backend, view: KeyView, shard: Shard, lo: int = 0, hi: int | None = None
-) -> np.ndarray:
-    """The hashes of a run's stored rows ``lo..hi`` (default: all), S32."""
-    try:
-        return read_keys(backend, view.digest, shard, lo, hi)
-    except MissingObjectError as err:
-        raise missing_or_retired(backend, view, shard.record, err.path) from None
-
-
-def adopt(view: KeyView, shard: Shard) -> None:
-    """Add a shard this process just committed to the view, without reading it back.
+def adopt(view: KeyView, run: Run) -> None:
+    """Add a run this process just committed to the view, without reading it back.
 
     The new run comes with its fences and filter, made as it was written; the
     other runs are shared with the previous state.
     """
-    if shard.fences is None or shard.bloom is None:
-        msg = f"shard {shard.record.shard} has no fences and filter to adopt"
+    if run.fences is None or run.bloom is None:
+        msg = f"run {run.record.run} has no fences and filter to adopt"
         raise ValueError(msg)
-    record = shard.record.for_reading()
-    shard = replace(shard, record=record)
+    record = run.record.for_reading()
+    run = replace(run, record=record)
     assert record.seq is not None
     with view.lock:
         snap = view.snap
-        if record.shard in snap.records:  # a refresh listed it meanwhile
+        if record.run in snap.records:  # a refresh listed it meanwhile
             return
         if snap.listing is None or record.seq != snap.top + 1:
             # runs published between this view's listing and ours may come before
             # it: only a listing tells (the view reads it at its next look-up)
             view.snap = replace(snap, listing=None, listed_at=-math.inf)
             return
+        # a merged run hides the runs it supersedes (they stay for older snapshots)
+        hidden = {**snap.hidden}
+        for old in record.supersedes:
+            if old in snap.records:
+                hidden.setdefault(old, record.run)
+        runs = [s for s in snap.runs if s.record.run not in hidden]
         view.snap = replace(
             snap,
-            shards=tuple(sorted([*snap.shards, shard], key=lambda s: s.record.order())),
-            records={**snap.records, record.shard: record},
+            runs=tuple(sorted([*runs, run], key=lambda s: s.record.order())),
+            records={**snap.records, record.run: record},
+            hidden=hidden,
             listing=snap.listing | {log_name(record.seq)},
             top=record.seq,
             stamp=None,  # our own change: the folder's next mtime is not news
@@ -470,7 +364,7 @@ def adopt(view: KeyView, shard: Shard) -> None:
 
 def retries_exhausted(backend: Backend, key: ModelKey) -> StoreError:
     msg = (
-        f"shards of {key.short()} kept vanishing while reading {backend.location}: "
+        f"runs of {key.short()} kept vanishing while reading {backend.location}: "
         "another process is compacting it; retry when it is done"
     )
     return StoreError(msg)
