@@ -79,7 +79,7 @@ def migrated_by_the_cli(root: Path, version: int, capsys) -> EmbeddingStore:
     summary checked; the store, every fixture vector read back from it."""
     assert main(["store", "migrate", "--store", str(root)]) == 0
     out = capsys.readouterr().out
-    assert f"from schema_version {version} to 5: 2 keys, 3 shards" in out
+    assert f"from schema_version {version} to 5: 2 keys, 3 runs" in out
     store = EmbeddingStore(root, create=False)
     assert_reads_everything(store, version)
     return store
@@ -123,7 +123,7 @@ def test_migrate_works_on_an_object_store(s3_handle, version):
     with pytest.raises(StoreError, match="store migrate"):
         s3_handle.open()
     done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (version, 2, 3)
+    assert (done.from_version, done.n_keys, done.n_runs) == (version, 2, 3)
     store = s3_handle.open(create=False)
     assert_reads_everything(store, version)
     assert store.verify() == []
