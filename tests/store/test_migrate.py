@@ -116,9 +116,9 @@ def test_a_damaged_run_refuses_the_migration_and_no_object_changes(tmp_path, ver
     before = tree_digests(root)
     with pytest.raises(CorruptStoreError, match="sha256 differs") as err:
         migrate_store(root)
+    assert tree_digests(root) == before
     assert str(chunk) in str(err.value)
     assert "nothing was migrated" in str(err.value)
-    assert tree_digests(root) == before
     with pytest.raises(StoreError, match=f"schema_version {version}"):
         EmbeddingStore(root)  # never half-read
 
