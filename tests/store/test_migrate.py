@@ -20,6 +20,7 @@ from tests.store.migrate_fixtures import (
     assert_reads,
     copied,
     expected,
+    key_schema,
     maker,
     tree_digests,
 )
@@ -266,4 +267,48 @@ def test_migrate_4_publishes_the_runs_in_the_order_old_readers_served(tmp_path):
             json.loads(p.read_bytes())["attributes"]["embedcache"]["shard"] for p in log
         ]
         assert published == visible
+    assert_reads(EmbeddingStore(root), expected(4))
+
+
+def test_a_copy_that_fails_its_check_is_removed_and_its_key_not_flipped(
+    tmp_path, monkeypatch
+):
+    """A copy written wrong (a storage that altered a vectors chunk) is caught by
+    the check before the flip: the copies go, the key stays as it was."""
+    root = copied(tmp_path, 4)
+    before = tree_digests(root)
+    write = Backend.write
+
+    def altering(self, path, data, **kwargs):
+        if "~v5/vectors/c/" in path:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        write(self, path, data, **kwargs)
+
+    monkeypatch.setattr(Backend, "write", altering)
+    with pytest.raises(CorruptStoreError, match="was not flipped") as err:
+        migrate_store(root)
+    monkeypatch.undo()
+    assert "~v5/vectors/c/" in str(err.value)
+    now = tree_digests(root)
+    assert before.items() <= now.items()
+    assert not [p for p in now if "~v5/" in p]
+
+
+def test_a_log_entry_naming_another_run_stops_the_migration_before_the_flip(
+    tmp_path,
+):
+    """An unflipped key's log holds an entry of another run (another migration at
+    work, or one that saw other runs): migrate stops, naming it and the way out,
+    and the key stays unflipped."""
+    root = copied(tmp_path, 4)
+    digest = min(p.name for p in root.iterdir() if len(p.name) == 64)
+    entry = root / digest / "log" / f"{1:012d}" / "zarr.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(json.dumps({"attributes": {"embedcache": {"shard": "other"}}}))
+    with pytest.raises(StoreError, match="does not name run") as err:
+        migrate_store(root)
+    assert "delete the key's log/ folder" in str(err.value)
+    assert key_schema(root, digest) == 4
+    (root / digest / "log").rename(tmp_path / "stale-log")
+    assert migrate_store(root).from_version == 4
     assert_reads(EmbeddingStore(root), expected(4))
