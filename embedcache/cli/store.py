@@ -28,7 +28,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
         "info": "show each key's full JSON, counts, aliases and leftovers",
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
         "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
-        "migrate": "convert a store of an older schema (1 or 2) in place",
+        "migrate": "convert a store of an older schema (1 to 4): copy, verify, then flip",
         "repair": "drop the runs that fail their checks (their rows are recomputed)",
         "collect": "remove garbage this process watched sit still (--watch: keep at it)",
     }
@@ -187,6 +187,6 @@ def _cmd_store_migrate(args: argparse.Namespace) -> int:
         print(
             f"migrated {location} from schema_version {done.from_version} to "
             f"{SCHEMA_VERSION}: "
-            f"{done.n_keys} keys, {done.n_shards} shards (nothing recomputed)"
+            f"{done.n_keys} keys, {done.n_runs} runs (nothing recomputed)"
         )
     return 0

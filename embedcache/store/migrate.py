@@ -1,17 +1,34 @@
-"""Convert a schema-1, -2 or -3 store to schema 4, in place.
+"""Convert a store of schema 1, 2, 3 or 4 to schema 5: copy, verify, flip, clean up.
 
-Schema 1 (embedcache <= 0.1) kept commit records as ``commits/<shard>.json`` and
+Schema 1 (embedcache <= 0.1) kept commit records as ``commits/<run>.json`` and
 had no ``zarr.json`` in ``shards/`` and ``commits/``. Schema 2 had no sorted index
-in its shards. Schema 3's Bloom filters had one-word blocks (16 bits a hash, 0.47%
-false positives; schema 4: split blocks of eight words, 20 bits, 0.025%).
-Migration checks every committed shard (size and sha256 of each file, then its
-metadata), reads its hashes once and writes its sorted index (``sorted_hashes``,
-``sorted_rows``, ``fences``, ``bloom``; a schema-3 shard's anew) into the shard's
-folder, writes the schema-4 record (the old files and the new), removes superseded
-shards, flips each key group to schema 4, and the root last. Vectors are never
-rewritten. Until the root flips, the store keeps its old schema (refused by this
-embedcache with a pointer here), so an interrupted migration is simply run again:
-each step is written again whole. Run it while nobody writes the store.
+in its runs. Schema 3's Bloom filters had one-word blocks (16 bits a hash, 0.47%
+false positives; since schema 4: split blocks of eight words, 20 bits, 0.025%).
+Schema 4 ordered a key's runs by the writers' clocks (``order_ns``); schema 5 by
+the key's log (``log/<seq>``), whose entries the storage orders.
+
+Every key's runs are checked (size and sha256 of each object, then the
+metadata) before anything is written: a key that fails leaves the whole store
+byte for byte as it was. Then, one key at a time:
+
+1. **copy**: each visible run ``R`` is copied to a run of a new name,
+   ``R~v5`` (its vectors and hashes byte for byte; its sorted index as it was
+   in schema 4, written anew from its hashes before), beside the old objects,
+   which are never modified;
+2. **verify** the copies against their new records, and publish them in the
+   key's log, ``log/1..n`` in the order old readers served them (put-if-absent;
+   the names and bytes are deterministic, so a re-run writes the same);
+3. **flip**: the key group's ``zarr.json`` is rewritten as schema 5, one atomic
+   write; until then an old reader reads the key as it always did (it never
+   looks at ``log/`` or at a run its records do not name);
+4. **clean up**: the new runs' claims (``commits/<run>``) are written, the old
+   records and run folders deleted.
+
+The root flips last, once every key is converted: until then this embedcache
+refuses the store and points here, and a killed migration is simply run again
+(a flipped key is cleaned up; an unflipped one copied again). Nothing is
+recomputed. Run it while nobody writes the store: it refuses while a writer of
+an older schema holds a lease. See ``docs/store/migrate.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
-from embedcache.store.commits import publish, retire
 from embedcache.store.groups import open_backend
 from embedcache.store.layout import (
     COMMITS_KIND,
@@ -45,10 +61,13 @@ from embedcache.store.layout import (
     log_path,
     log_prefix,
     parse_json,
+    parse_key_doc,
     record_path,
+    sha256,
     shard_prefix,
     shards_prefix,
 )
+from embedcache.store.old_records import old_records
 from embedcache.store.shard_writes import write_index
 from embedcache.store.shards import INDEX_ARRAYS, Shard, read_keys
 from embedcache.store.verify import verify_shard
@@ -60,14 +79,33 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# the suffix of a run's copy: a new name, so the old run is never touched
+COPY_SUFFIX = "~v5"
+_INDEX_DOC = "fences/zarr.json"
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
     """What ``migrate_store`` did."""
 
     from_version: int
-    n_keys: int  # key groups converted
-    n_shards: int  # committed shards carried over
+    n_keys: int  # key groups flipped by this run
+    n_runs: int  # their visible runs, carried over
+
+
+@dataclass(frozen=True, slots=True)
+class OldKey:
+    """A key group of an older schema, as read (and checked) before any write."""
+
+    digest: str
+    key: ModelKey
+    dim: int
+    runs: tuple[CommitRecord, ...]  # the visible runs, in the order old readers served
+
+
+def copy_name(run: str) -> str:
+    """The name of a run's schema-5 copy."""
+    return f"{run}{COPY_SUFFIX}"
 
 
 def migrate_store(
@@ -75,22 +113,22 @@ def migrate_store(
     *,
     options: Mapping[str, str] | None = None,
 ) -> Migration:
-    """Convert the store at ``root`` to schema 4 in place (nothing is recomputed).
+    """Convert the store at ``root`` to schema 5 (nothing is recomputed).
 
     Raises
     ------
     CorruptStoreError
-        A committed shard fails its checks; that key is left unchanged.
-        Delete the named commit record (its rows will be recomputed) and run again.
+        A committed run fails its checks; nothing was written. Delete the named
+        commit record (its rows will be recomputed) and run again.
     StoreError
-        ``root`` is no embedcache store, or of an unknown schema.
+        ``root`` is no embedcache store, or of an unknown schema, or a writer
+        of an older schema holds a lease.
     """
     backend = open_backend(root, options, create=False)
-    doc = backend.read_or_none(META)
-    attrs = _attrs(doc, backend, META, STORE_KIND)
+    attrs = _attrs(backend.read_or_none(META), backend, META, STORE_KIND)
     version = attrs.get("schema_version")
     if version == SCHEMA_VERSION:
-        return Migration(from_version=SCHEMA_VERSION, n_keys=0, n_shards=0)
+        return Migration(from_version=SCHEMA_VERSION, n_keys=0, n_runs=0)
     if version not in (1, 2, 3, 4):
         msg = (
             f"{backend.describe(META)} has schema_version {version!r}; migrate "
@@ -99,19 +137,26 @@ def migrate_store(
         raise StoreError(msg)
     _refuse_old_writers(backend)
     folders, _ = backend.list_dir("")
-    n_keys = n_shards = 0
-    for digest in filter(is_key_digest, folders):
-        converted = _migrate_key(backend, digest)
-        if converted is not None:
-            n_keys += 1
-            n_shards += converted
+    digests = [d for d in folders if is_key_digest(d)]
+    # every key read and checked first: a refused migration writes nothing
+    old_keys = {d: k for d in digests if (k := _read_old_key(backend, d)) is not None}
+    _refuse_faults(backend, list(old_keys.values()))
+    n_runs = 0
+    for digest in digests:
+        if digest in old_keys:
+            _convert_key(backend, old_keys[digest])
+            n_runs += len(old_keys[digest].runs)
+        _clean_up_key(backend, digest)
     attrs["schema_version"] = SCHEMA_VERSION
     backend.write(META, group_doc(attrs))
     backend.sync([META])
     logger.info(
-        "migrated %s to schema %d: %d keys", backend.location, SCHEMA_VERSION, n_keys
+        "migrated %s to schema %d: %d keys",
+        backend.location,
+        SCHEMA_VERSION,
+        len(old_keys),
     )
-    return Migration(from_version=version, n_keys=n_keys, n_shards=n_shards)
+    return Migration(from_version=version, n_keys=len(old_keys), n_runs=n_runs)
 
 
 def _refuse_old_writers(backend: Backend) -> None:
@@ -150,190 +195,225 @@ def _attrs(doc: bytes | None, backend: Backend, path: str, kind: str) -> dict[st
     return attrs
 
 
-def _migrate_key(backend: Backend, digest: str) -> int | None:
-    """Convert one key group; return its committed shards (None if converted)."""
+# --- reading and checking an old key ---------------------------------------------
+
+
+def _read_old_key(backend: Backend, digest: str) -> OldKey | None:
+    """The key group's runs if it is of an older schema; None if it has no group
+    document or is converted already (by an interrupted migration)."""
     path = f"{digest}/{META}"
     doc = backend.read_or_none(path)
     if doc is None:
         return None
     attrs = _attrs(doc, backend, path, KEY_KIND)
-    if attrs.get("schema_version") == SCHEMA_VERSION:
-        _remove_v1_leftovers(backend, digest, set())
+    version = attrs.get("schema_version")
+    if version == SCHEMA_VERSION:
         return None
+    if version not in (1, 2, 3, 4):
+        msg = f"{backend.describe(path)} has schema_version {version!r}"
+        raise StoreError(msg)
     try:
         key = ModelKey.from_json(attrs["key_json"])
         dim = int(attrs["dim"])
     except (KeyError, TypeError, ValueError) as err:
         msg = f"{backend.describe(path)}: unreadable model key ({err})"
         raise CorruptStoreError(msg) from err
-    if attrs.get("schema_version") == 1:
-        records = _v1_records(backend, digest, dim)
-    else:
-        records = _v2_records(backend, digest, dim)
+    records = old_records(backend, digest, dim, version)
     hidden = {old for r in records.values() for old in r.supersedes}
-    visible = [r for name, r in sorted(records.items()) if name not in hidden]
-    # checked before anything is written: a refused key stays byte for byte
-    # as it was (an index the record lacks is written anew, so not looked at)
-    faults = [
-        f
-        for r in visible
-        for f in verify_shard(
-            backend,
-            digest,
-            r,
-            require_index=False,
-            rewritten=frozenset(INDEX_ARRAYS if _INDEX_DOC not in r.files else ()),
-        )
-    ]
+    visible = [r for name, r in records.items() if name not in hidden]
+    # the order old readers served them in: what they were served stays served
+    visible.sort(key=lambda r: (r.order_ns, r.shard))
+    return OldKey(digest=digest, key=key, dim=dim, runs=tuple(visible))
+
+
+def _rebuilt(record: CommitRecord) -> bool:
+    """Whether a run's sorted index is written anew (it has none of schema 4)."""
+    return _INDEX_DOC not in record.files
+
+
+def _refuse_faults(backend: Backend, keys: list[OldKey]) -> None:
+    """CorruptStoreError naming every fault of every old key's visible runs
+    (an index written anew is not looked at)."""
+    found = []
+    for k in keys:
+        faults = [
+            f
+            for r in k.runs
+            for f in verify_shard(
+                backend,
+                k.digest,
+                r,
+                require_index=False,
+                rewritten=frozenset(INDEX_ARRAYS if _rebuilt(r) else ()),
+            )
+        ]
+        if faults:
+            listed = "\n  ".join(map(str, faults))
+            found.append(f"{k.key.short()} ({k.digest[:12]}):\n  {listed}")
+    if not found:
+        return
+    msg = (
+        f"faults in {len(found)} key(s); nothing was migrated (the store is as it "
+        "was). Delete the named runs' commit records (their rows will be "
+        "recomputed) and run again.\n" + "\n".join(found)
+    )
+    raise CorruptStoreError(msg)
+
+
+# --- copy, verify, flip ----------------------------------------------------------
+
+
+def _convert_key(backend: Backend, old: OldKey) -> None:
+    """Copy the key's runs to new names, verify and publish the copies, flip."""
+    renamed = {r.shard: copy_name(r.shard) for r in old.runs}
+    copies = [_copy_run(backend, old.digest, r, renamed) for r in old.runs]
+    faults = [f for r in copies for f in verify_shard(backend, old.digest, r)]
     if faults:
+        # the copies only: the old runs, and so the key for old readers, stand
+        backend.delete_prefixes(shard_prefix(old.digest, r.shard) for r in copies)
         listed = "\n  ".join(map(str, faults))
         msg = (
-            f"{len(faults)} fault(s) in {key.short()} ({digest[:12]}); the key was not "
-            f"migrated:\n  {listed}"
+            f"the copies of {old.key.short()}'s runs fail their checks, so the key "
+            f"was not flipped (it reads as before):\n  {listed}"
         )
         raise CorruptStoreError(msg)
-    # an interrupted run's index of a shard is not in its record yet: written anew
-    backend.delete_prefixes(
-        f"{shard_prefix(digest, r.shard)}/{name}"
-        for r in visible
-        if _INDEX_DOC not in r.files
-        for name in INDEX_ARRAYS
+    _publish_copies(backend, old.digest, copies)
+    path = f"{old.digest}/{META}"
+    backend.write(path, group_doc(key_attrs(old.key, old.dim)))
+    backend.sync([path])
+
+
+def _copy_run(
+    backend: Backend, digest: str, record: CommitRecord, renamed: dict[str, str]
+) -> CommitRecord:
+    """Copy one run under its new name (its index written anew if it had none of
+    schema 4); the copy's record, as a claim (no seq)."""
+    source = shard_prefix(digest, record.shard)
+    name = renamed[record.shard]
+    target = shard_prefix(digest, name)
+
+    def copy(rel: str) -> None:
+        data = backend.read(f"{source}/{rel}")
+        if (len(data), sha256(data)) != record.files[rel]:
+            msg = f"{backend.describe(f'{source}/{rel}')} changed since it was checked"
+            raise CorruptStoreError(msg)
+        backend.write(f"{target}/{rel}", data, sync_soon=True)
+
+    files = dict(record.files)
+    backend.map(copy, sorted(files))
+    backend.sync(f"{target}/{rel}" for rel in files)
+    if _rebuilt(record):
+        keys = read_keys(
+            backend,
+            digest,
+            Shard(record=replace(record, shard=name), prefix=target),
+        )
+        index = write_index(backend, target, keys)
+        backend.sync(f"{target}/{rel}" for rel in index)
+        files.update(index)
+    return replace(
+        record,
+        shard=name,
+        files=dict(sorted(files.items())),
+        supersedes=(),  # the superseded runs are not carried over
+        lacks=tuple(sorted(renamed[s] for s in record.lacks if s in renamed)),
+        seq=None,
+        place=None,
     )
+
+
+def _publish_copies(backend: Backend, digest: str, copies: list[CommitRecord]) -> None:
+    """Publish the copies at ``log/1..n`` in order. Old readers never look at the
+    log, and this embedcache not before the flip; an entry an interrupted run
+    wrote for the same run is written again, one naming another run stops it."""
+    group = group_doc({"kind": LOG_KIND, "schema_version": SCHEMA_VERSION})
+    if not backend.create(f"{log_prefix(digest)}/{META}", group):
+        backend.write(f"{log_prefix(digest)}/{META}", group)
+    names, _ = backend.list_dir(log_prefix(digest))
+    stale = sorted(int(n) for n in names if n.isdigit() and int(n) > len(copies))
+    if stale:
+        raise _foreign_log(backend, log_path(digest, stale[0]), "no run")
+    for seq, record in enumerate(copies, 1):
+        path, doc = log_path(digest, seq), replace(record, seq=seq).to_doc()
+        if backend.create(path, doc):
+            continue
+        found = backend.read_or_none(path)
+        if found is None or _run_named(found) != record.shard:
+            raise _foreign_log(backend, path, record.shard)
+        backend.write(path, doc)  # an interrupted run's, of other bytes
+        backend.sync([path])
+
+
+def _run_named(doc: bytes) -> str | None:
+    try:
+        return str(json.loads(doc)["attributes"]["embedcache"]["shard"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _foreign_log(backend: Backend, path: str, expected: str) -> StoreError:
+    msg = (
+        f"{backend.describe(path)} does not name run {expected}, which this "
+        "migration publishes there: another migration is running, or an earlier "
+        "one saw other runs. If none is running, delete the key's log/ folder "
+        "(no reader reads it before its key is flipped) and run again."
+    )
+    return StoreError(msg)
+
+
+# --- clean up a flipped key --------------------------------------------------------
+
+
+def _clean_up_key(backend: Backend, digest: str) -> None:
+    """Finish a flipped key: its runs' claims and group documents written, every
+    old record and run folder deleted (records first). Run again after a kill."""
+    path = f"{digest}/{META}"
+    doc = backend.read_or_none(path)
+    if doc is None:
+        return
+    _, dim = parse_key_doc(doc, backend.describe(path), digest)
+    names, _ = backend.list_dir(log_prefix(digest))
+    entries = [log_path(digest, int(n)) for n in names if n.isdigit()]
+    runs = set()
+    for at, data in zip(entries, backend.read_many(entries), strict=True):
+        if data is None:
+            continue
+        record = CommitRecord.from_doc(
+            data, shard=None, dim=dim, where=backend.describe(at)
+        )
+        _write_claim(backend, digest, replace(record, seq=None))
+        runs.add(record.shard)
     for folder, kind in (
         (shards_prefix(digest), SHARDS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
-        (log_prefix(digest), LOG_KIND),
     ):
         group = group_doc({"kind": kind, "schema_version": SCHEMA_VERSION})
-        if not backend.create(f"{folder}/{META}", group):
+        if backend.read_or_none(f"{folder}/{META}") != group:
             backend.write(f"{folder}/{META}", group)
-    published = visible
-    if attrs.get("schema_version") != 4:  # a schema-4 key's records stand
-        published = [_with_index(backend, digest, r) for r in visible]
-        for record in published:
-            at = record_path(digest, record.shard)
-            if not backend.create(at, record.to_doc()):
-                backend.write(at, record.to_doc())
-            backend.sync([at])
-    _write_log(backend, digest, published)
-    # superseded shards' records are of the old schema: they go before the flip
-    retire(backend, digest, sorted(hidden & records.keys()))
-    backend.write(path, group_doc(key_attrs(key, dim)))
-    backend.sync([path])
-    _remove_v1_leftovers(backend, digest, hidden)
-    return len(visible)
-
-
-def _write_log(backend: Backend, digest: str, visible: list[CommitRecord]) -> None:
-    """Publish the runs in the key's log, in the order old readers served them
-    (``order_ns``, then name): what they were served stays what is served. An
-    interrupted migration's entries are kept and the rest added after them."""
-    names, _ = backend.list_dir(log_prefix(digest))
-    seqs = sorted(int(n) for n in names if n.isdigit())
-    docs = backend.read_many(log_path(digest, q) for q in seqs)
-    done = set()
-    for doc in docs:
-        if doc is not None:
-            done.add(parse_json(doc, digest)["attributes"]["embedcache"]["shard"])
-    top = max(seqs, default=0)
-    for record in sorted(visible, key=lambda r: (r.order_ns, r.shard)):
-        if record.shard not in done:
-            top = publish(backend, digest, record, start=top + 1).seq or top
-
-
-_INDEX_DOC = "fences/zarr.json"
-
-
-def _with_index(backend: Backend, digest: str, record: CommitRecord) -> CommitRecord:
-    """The record of a shard whose sorted index is written (now, if it lacks one)."""
-    if _INDEX_DOC in record.files:
-        return record
-    prefix = shard_prefix(digest, record.shard)
-    keys = read_keys(backend, digest, Shard(record=record, prefix=prefix))
-    files = write_index(backend, prefix, keys)
-    backend.sync(f"{prefix}/{rel}" for rel in files)
-    return replace(record, files=dict(sorted({**record.files, **files}.items())))
-
-
-def _v2_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:
-    """The schema-2 or -3 records of a key (schema 4 where a run converted them),
-    a schema-3 record without its index: that is written anew."""
-    folders, _ = backend.list_dir(commits_prefix(digest))
-    out = {}
-    for name in folders:
-        path = record_path(digest, name)
-        data = backend.read_or_none(path)
-        if data is None:
-            continue
-        where = backend.describe(path)
-        doc = parse_json(data, where)
-        attrs = doc.get("attributes", {}).get("embedcache")
-        if is_tombstone(data):
-            continue  # a collector's claim of a run never committed
-        old = isinstance(attrs, dict) and attrs.get("schema_version") in (2, 3)
-        if isinstance(attrs, dict) and attrs.get("schema_version") in (2, 3, 4):
-            attrs["schema_version"] = SCHEMA_VERSION  # same fields: read as 5
-        record = CommitRecord.from_doc(
-            json.dumps(doc).encode(), shard=name, dim=dim, where=where
-        )
-        if old:  # schema 3's index has the old filter
-            kept = {
-                rel: v
-                for rel, v in record.files.items()
-                if rel.partition("/")[0] not in INDEX_ARRAYS
-            }
-            record = replace(record, files=kept)
-        out[name] = record
-    return out
-
-
-def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitRecord]:
-    """The schema-1 commit records of a key, as schema-2 records."""
+            backend.sync([f"{folder}/{META}"])
     prefix = commits_prefix(digest) + "/"
-    out = {}
-    for entry in backend.list(prefix):
-        name = entry.path[len(prefix) :]
-        # zarr.json: the schema-2 group an interrupted migration made already
-        if "/" in name or name.startswith(".") or not name.endswith(".json"):
-            continue
-        if name == META:
-            continue
-        shard = name.removesuffix(".json")
-        where = backend.describe(entry.path)
-        old = parse_json(backend.read(entry.path), where)
-        try:
-            if old["format"] != "embedcache-commit" or old["schema_version"] != 1:
-                raise ValueError(f"format {old['format']!r} v{old['schema_version']!r}")  # noqa: EM102
-            if old["shard"] != shard or old["dim"] != dim:
-                raise ValueError(f"shard {old['shard']!r}, dim {old['dim']!r}")  # noqa: EM102
-            out[shard] = CommitRecord(
-                shard=shard,
-                writer=str(old["writer"]),
-                n_rows=int(old["n_rows"]),
-                dim=dim,
-                order_ns=int(old["order_ns"]),
-                committed_ns=int(old["committed_ns"]),
-                supersedes=tuple(str(s) for s in old["supersedes"]),
-                aliases=(),
-                files={
-                    str(rel): (int(v["size"]), str(v["sha256"]))
-                    for rel, v in old["files"].items()
-                },
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            msg = f"{where}: schema-1 commit record is malformed ({err})"
-            raise CorruptStoreError(msg) from err
-    return out
-
-
-def _remove_v1_leftovers(backend: Backend, digest: str, superseded: set[str]) -> None:
-    """Old records and temp files, retired and superseded shard folders."""
-    prefix = commits_prefix(digest) + "/"
-    for entry in backend.list(prefix):
-        name = entry.path[len(prefix) :]
-        if "/" not in name and name != META and name.endswith((".json", ".tmp")):
-            backend.delete(entry.path)
+    old_records = [
+        e.path
+        for e in backend.list(prefix)
+        if e.path[len(prefix) :].partition("/")[0] not in {*runs, META}
+    ]
+    backend.delete_many(old_records)
     folders, _ = backend.list_dir(shards_prefix(digest))
-    for name in folders:
-        if name.startswith(".retired.") or name in superseded:
-            backend.delete_prefix(shard_prefix(digest, name))
+    old_runs = [name for name in folders if name not in runs]
+    backend.delete_prefixes(shard_prefix(digest, name) for name in old_runs)
+    if backend.local is not None:  # empty record folders, staging leftovers
+        commits, _ = backend.list_dir(commits_prefix(digest))
+        backend.delete_prefixes(
+            f"{commits_prefix(digest)}/{n}" for n in commits if n not in runs
+        )
+
+
+def _write_claim(backend: Backend, digest: str, claim: CommitRecord) -> None:
+    """A copy's commit record at ``commits/<run>``: a collector's fence."""
+    path = record_path(digest, claim.shard)
+    if backend.create(path, claim.to_doc()):
+        return
+    found = backend.read_or_none(path)
+    if found is None or is_tombstone(found) or _run_named(found) != claim.shard:
+        msg = f"{backend.describe(path)} holds no claim of run {claim.shard}"
+        raise CorruptStoreError(msg)

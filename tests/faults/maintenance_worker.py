@@ -1,4 +1,4 @@
-"""Run ``compact`` or ``migrate`` and SIGKILL this process at a named point (a script).
+"""Run ``compact`` and SIGKILL this process at a named point (a script).
 
 The points are set by wrapping store functions here, in the test's subprocess;
 the package has no hooks for it. A run that reaches its point never returns:
@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from embedcache.store import EmbeddingStore, LeasePolicy, merges, migrate, migrate_store
+from embedcache.store import EmbeddingStore, LeasePolicy, merges
 from embedcache.store.backend import Backend
 
 
@@ -30,40 +30,11 @@ def is_record(path: str) -> bool:
 
 def kill_at(point: str) -> None:
     """Wrap the function the point names so that calling it kills the process."""
-    create, write, delete_prefixes = (
-        Backend.create,
-        Backend.write,
-        Backend.delete_prefixes,
-    )
+    create, delete_prefixes = Backend.create, Backend.delete_prefixes
 
     def create_or_die(self: Backend, path: str, data: bytes) -> bool:
         if is_record(path):
             die()
-        return create(self, path, data)
-
-    def write_or_die(self: Backend, path: str, data: bytes, **options: bool) -> None:
-        if path == "zarr.json":  # the root group: migrate flips it last
-            die()
-        write(self, path, data, **options)
-
-    written = []
-
-    def write_index_or_die(
-        self: Backend, path: str, data: bytes, **options: bool
-    ) -> None:
-        if path.endswith("/sorted_rows/zarr.json"):
-            written.append(path)
-            if len(written) == 2:
-                die()
-        write(self, path, data, **options)
-
-    published = []
-
-    def create_log_or_die(self: Backend, path: str, data: bytes) -> bool:
-        if "/log/" in path and path.count("/") == 3:  # <digest>/log/<seq>/zarr.json
-            published.append(path)
-            if len(published) == 2:
-                die()
         return create(self, path, data)
 
     def delete_or_die(self: Backend, prefixes: object) -> None:
@@ -80,15 +51,6 @@ def kill_at(point: str) -> None:
         "before-commit": (Backend, "create", create_or_die),
         "after-publish": (merges, "adopt", die),
         "mid-retire": (Backend, "delete_prefixes", delete_or_die),
-        # migrate: new groups made, first record not; every key converted, the
-        # root not flipped; converted, schema-1 leftovers not removed
-        "migrate-before-records": (Backend, "create", create_or_die),
-        "migrate-before-root": (Backend, "write", write_or_die),
-        "migrate-before-cleanup": (migrate, "_remove_v1_leftovers", die),
-        # the second run's index half written (its sorted hashes, not the rest)
-        "migrate-mid-index": (Backend, "write", write_index_or_die),
-        # the second run's log entry not created yet (a schema-4 key's only step)
-        "migrate-mid-log": (Backend, "create", create_log_or_die),
     }
     owner, name, fn = wraps[point]
     setattr(owner, name, fn)
@@ -97,21 +59,18 @@ def kill_at(point: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("store")
-    parser.add_argument("op", choices=["compact", "migrate"])
+    parser.add_argument("op", choices=["compact"])
     parser.add_argument("point")
     parser.add_argument("--options", default=None, help="obstore options as JSON")
     args = parser.parse_args()
     options = json.loads(args.options) if args.options else None
     kill_at(args.point)
-    if args.op == "compact":
-        now = [1000.0]  # this process's clock, moved past the grace by hand
-        policy = LeasePolicy(clock=lambda: now[0])
-        store = EmbeddingStore(args.store, options=options, lease=policy)
-        store.compact()
-        now[0] += store.refresh_seconds + policy.margin_seconds + 1
-        store.collect()  # deletes the runs merged away
-    else:
-        migrate_store(args.store, options=options)
+    now = [1000.0]  # this process's clock, moved past the grace by hand
+    policy = LeasePolicy(clock=lambda: now[0])
+    store = EmbeddingStore(args.store, options=options, lease=policy)
+    store.compact()
+    now[0] += store.refresh_seconds + policy.margin_seconds + 1
+    store.collect()  # deletes the runs merged away
     sys.stdout.write("finished without reaching the point\n")
     return 0
 

@@ -1,4 +1,5 @@
-"""``compact`` and ``migrate`` killed with SIGKILL at each point of their work.
+"""``compact`` killed with SIGKILL at each point of its work (``migrate``:
+``test_migrate_killed.py``).
 
 A subprocess (``maintenance_worker.py``) wraps the store function a point names so
 that reaching it kills the process; the test checks the exit status (-9: the point
@@ -8,7 +9,6 @@ was reached), then that the store reads every row once and the next run finishes
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embedcache.store import EmbeddingStore, layout, migrate_store
+from embedcache.store import EmbeddingStore, layout
 from tests.store.conftest import StoreHandle
 from tests.store.worker import KEY, dataset, watching_collector
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WORKER = Path(__file__).with_name("maintenance_worker.py")
 N = 120
 
@@ -103,56 +102,3 @@ def test_compact_killed_at_each_point_loses_nothing_and_is_finished_later(
     assert later.garbage() == []
     assert handle.paths("leases/*/zarr.json") == []
     assert_every_row_once(handle.open(), hashes, vectors)
-
-
-@pytest.mark.parametrize("schema", [1, 2])
-@pytest.mark.parametrize(
-    "point",
-    [
-        "migrate-before-records",
-        "migrate-mid-index",
-        "migrate-before-root",
-        "migrate-before-cleanup",
-    ],
-)
-def test_migrate_killed_at_each_point_is_finished_by_the_next_run(
-    tmp_path, point, schema
-):
-    sys.path.insert(0, str(FIXTURES))
-    if schema == 1:
-        from make_store_schema1 import expected
-    else:
-        from make_store_schema2 import expected
-
-    migrate_killed_then_again(tmp_path, schema, point, expected())
-
-
-def migrate_killed_then_again(tmp_path, schema: int, point: str, expected) -> None:
-    """Kill a migration of the schema's fixture at ``point``, run it again, and
-    check every row of ``expected`` reads back, once, from a clean store."""
-    root = tmp_path / "old"
-    shutil.copytree(FIXTURES / f"store-schema{schema}", root)
-    run_killed(root, "migrate", point)
-    assert migrate_store(root).from_version == schema
-    store = EmbeddingStore(root)
-    listed = store.keys()
-    infos = {info.key: info for info in listed}
-    for key, (hashes, vectors) in expected.items():
-        got, found = store.get(key, hashes)
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors)
-        assert infos[key].n_vectors == len(hashes)
-    assert store.verify() == []
-    assert store.garbage() == []
-
-
-@pytest.mark.parametrize(
-    "point", ["migrate-mid-log", "migrate-before-root", "migrate-before-cleanup"]
-)
-def test_migrate_from_4_killed_at_each_point_is_finished_by_the_next_run(
-    tmp_path, point
-):
-    sys.path.insert(0, str(FIXTURES))
-    from make_store_schema4 import expected
-
-    migrate_killed_then_again(tmp_path, 4, point, expected())

@@ -1,12 +1,10 @@
-"""A schema-1 store (tests/fixtures/store-schema1, written by embedcache 0.1) is refused
-clearly, then migrated in place and read without recomputing anything."""
+"""Stores of schemas 1-4 (tests/fixtures/store-schema<N>, each written by that
+embedcache) are refused clearly, then migrated copy-then-flip and read without
+recomputing anything; a refused migration leaves every object as it was."""
 
 from __future__ import annotations
 
-import importlib
-import shutil
-import sys
-from pathlib import Path
+import json
 
 import numpy as np
 import obstore
@@ -15,22 +13,24 @@ import pytest
 from embedcache.cli import main
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import SCHEMA_VERSION, EmbeddingStore, migrate, migrate_store
+from embedcache.store.backend import Backend
+from tests.store.migrate_fixtures import (
+    FIXTURES,
+    VERSIONS,
+    assert_reads,
+    copied,
+    expected,
+    key_schema,
+    maker,
+    tree_digests,
+)
 
-DATA = Path(__file__).resolve().parents[1] / "fixtures"
-sys.path.insert(0, str(DATA))
-from make_store_schema1 import KEY_A, KEY_B
-
-
-def copied(tmp_path: Path, version: int) -> Path:
-    """A copy of the schema-``version`` fixture store (written by that embedcache)."""
-    root = tmp_path / f"old{version}"
-    shutil.copytree(DATA / f"store-schema{version}", root)
-    return root
+KEY_A, KEY_B = maker(1).KEY_A, maker(1).KEY_B
 
 
 def uploaded(s3_handle, version: int) -> None:
     """The schema-``version`` fixture store's files into the S3 bucket."""
-    fixture = DATA / f"store-schema{version}"
+    fixture = FIXTURES / f"store-schema{version}"
     for path in fixture.rglob("*"):
         if path.is_file():
             obstore.put(
@@ -38,54 +38,33 @@ def uploaded(s3_handle, version: int) -> None:
             )
 
 
-def expected(version: int = 1) -> dict:
-    """{key: (hashes, vectors)} of the schema-``version`` fixture store."""
-    return importlib.import_module(f"make_store_schema{version}").expected()
-
-
 @pytest.fixture
-def old_store(tmp_path) -> Path:
+def old_store(tmp_path):
     return copied(tmp_path, 1)
 
 
-def assert_reads_everything(store: EmbeddingStore, version: int = 1) -> None:
-    for key, (hashes, vectors) in expected(version).items():
-        got, found = store.get(key, hashes[::-1])
-        assert found.all()
-        np.testing.assert_array_equal(got, vectors[::-1])
-
-
-def killed_after_one(monkeypatch, root: Path, name: str, version: int) -> None:
-    """A migration of ``root`` killed (KeyboardInterrupt) on its second call of
-    ``migrate.<name>``; the store is still refused as schema ``version``."""
-    real, calls = getattr(migrate, name), []
-
-    def once_then_crash(*args):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(migrate, name, once_then_crash)
-    with pytest.raises(KeyboardInterrupt):
-        migrate_store(root)
-    monkeypatch.undo()
-    with pytest.raises(StoreError, match=f"schema_version {version}"):
-        EmbeddingStore(root)  # the root flips last
-
-
-def migrated_by_the_cli(root: Path, version: int, capsys) -> EmbeddingStore:
+def migrated_by_the_cli(root, version: int, capsys) -> EmbeddingStore:
     """``embedcache store migrate`` of the schema-``version`` store at ``root``, its
     summary checked; the store, every fixture vector read back from it."""
     assert main(["store", "migrate", "--store", str(root)]) == 0
     out = capsys.readouterr().out
-    assert f"from schema_version {version} to 5: 2 keys, 3 shards" in out
+    assert f"from schema_version {version} to 5: 2 keys, 3 runs" in out
     store = EmbeddingStore(root, create=False)
-    assert_reads_everything(store, version)
+    assert_reads(store, expected(version))
     return store
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+def copies_of(before: dict[str, str], after: dict[str, str], part: str) -> None:
+    """Every ``part`` object (``vectors/c``, ...) of a visible run is now its copy's
+    (``<run>~v5``), byte for byte, and no old run is left."""
+    kept = {p: d for p, d in before.items() if f"/{part}/" in p}
+    moved = {p: d for p, d in after.items() if f"/{part}/" in p}
+    assert all("~v5/" in p for p in moved)
+    old_names = {p.replace("~v5/", "/", 1): d for p, d in moved.items()}
+    assert old_names.items() <= kept.items()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_an_old_schema_is_refused_with_the_migrate_command(tmp_path, version):
     root = copied(tmp_path, version)
     with pytest.raises(StoreError, match=f"schema_version {version}") as err:
@@ -94,25 +73,21 @@ def test_an_old_schema_is_refused_with_the_migrate_command(tmp_path, version):
     assert str(root / "zarr.json") in str(err.value)
 
 
-def test_migrate_converts_in_place_and_everything_reads(old_store, capsys):
-    files_before = {
-        p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")
-    }
+def test_migrate_copies_each_run_and_everything_reads(old_store, capsys):
+    before = tree_digests(old_store)
     store = migrated_by_the_cli(old_store, 1, capsys)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
     assert (infos[KEY_A].n_vectors, infos[KEY_A].n_shards) == (12, 1)
     assert (infos[KEY_B].n_vectors, infos[KEY_B].n_shards) == (7, 2)
     assert store.verify() == []
     assert store.garbage() == []
-    # the chunks were carried over, not rewritten; old records are gone
-    assert {p.relative_to(old_store) for p in old_store.rglob("*/vectors/c/*/*")} == (
-        files_before
-    )
-    assert not list(old_store.glob("*/commits/*~*.json"))  # <shard>.json of schema 1
-    # and the store is a schema-2 store in every respect: it takes new vectors
+    after = tree_digests(old_store)
+    copies_of(before, after, "vectors")  # carried over, not recomputed
+    assert not list(old_store.glob("*/commits/*~*.json"))  # <run>.json of schema 1
+    # and the store is a schema-5 store in every respect: it takes new vectors
     store.put(KEY_B, ["f" * 64], np.ones((1, 3), np.float32))
     store.compact()
-    assert_reads_everything(EmbeddingStore(old_store))
+    assert_reads(EmbeddingStore(old_store), expected(1))
     again = migrate_store(old_store)
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
@@ -123,101 +98,217 @@ def test_migrate_works_on_an_object_store(s3_handle, version):
     with pytest.raises(StoreError, match="store migrate"):
         s3_handle.open()
     done = migrate_store(s3_handle.root, options=s3_handle.options)
-    assert (done.from_version, done.n_keys, done.n_shards) == (version, 2, 3)
+    assert (done.from_version, done.n_keys, done.n_runs) == (version, 2, 3)
     store = s3_handle.open(create=False)
-    assert_reads_everything(store, version)
+    assert_reads(store, expected(version))
     assert store.verify() == []
 
 
-def test_a_damaged_shard_stops_its_key_and_the_store_stays_schema_1(old_store):
-    (chunk,) = old_store.glob(f"{KEY_A.digest}/shards/*/vectors/c/0/0")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_damaged_run_refuses_the_migration_and_no_object_changes(tmp_path, version):
+    """The damaged run is in the key converted last: a migration that checked
+    and converted key by key would have flipped the other key already."""
+    root = copied(tmp_path, version)
+    last = max(p.name for p in root.iterdir() if len(p.name) == 64)
+    chunk = min(root.glob(f"{last}/shards/*/vectors/c/0/0"))
     data = bytearray(chunk.read_bytes())
     data[10] ^= 0x01
     chunk.write_bytes(bytes(data))
+    before = tree_digests(root)
     with pytest.raises(CorruptStoreError, match="sha256 differs") as err:
-        migrate_store(old_store)
+        migrate_store(root)
+    assert tree_digests(root) == before
     assert str(chunk) in str(err.value)
-    with pytest.raises(StoreError, match="schema_version 1"):
-        EmbeddingStore(old_store)  # never half-read
+    assert "nothing was migrated" in str(err.value)
+    with pytest.raises(StoreError, match=f"schema_version {version}"):
+        EmbeddingStore(root)  # never half-read
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_live_old_writer_refuses_the_migration_and_no_object_changes(
+    tmp_path, version
+):
+    root = copied(tmp_path, version)
+    session = "old-writer~0123456789ab"
+    lease = {"kind": "embedcache-lease", "schema_version": version, "writer": "w"}
+    (root / "leases" / session).mkdir(parents=True)
+    (root / "leases" / session / "zarr.json").write_text(
+        json.dumps({"attributes": {"embedcache": lease}})
+    )
+    before = tree_digests(root)
+    with pytest.raises(StoreError, match=f"schema {version} holds the lease"):
+        migrate_store(root)
+    assert tree_digests(root) == before
+
+
+def writes_in_order(monkeypatch) -> list[tuple[str, str]]:
+    """Every (op, path) the backend writes or deletes from now on, in order."""
+    done: list[tuple[str, str]] = []
+
+    def logged(op: str, real):
+        def wrapper(self, first, *args, **kwargs):
+            paths = [first] if isinstance(first, str) else list(first)
+            done.extend((op, p) for p in paths)
+            return real(self, paths[0] if isinstance(first, str) else paths, *args, **kwargs)  # fmt: skip
+
+        return wrapper
+
+    for op in ("write", "delete", "delete_many", "delete_prefixes"):
+        monkeypatch.setattr(Backend, op, logged(op, getattr(Backend, op)))
+    return done
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_no_old_object_is_written_or_deleted_before_its_key_flips(
+    tmp_path, monkeypatch, version
+):
+    """Copy-then-flip: until a key's ``zarr.json`` says schema 5 (one write), its
+    old objects are as the old embedcache left them, so an old reader reads it."""
+    root = copied(tmp_path, version)
+    old = set(tree_digests(root))
+    done = writes_in_order(monkeypatch)
+    migrate_store(root)
+    monkeypatch.undo()
+    for digest in {p.split("/")[0] for p in old if len(p.split("/")[0]) == 64}:
+        flip = done.index(("write", f"{digest}/zarr.json"))
+        touched = [
+            path
+            for _, path in done[:flip]
+            if path.startswith(digest)
+            and any(o == path or o.startswith(f"{path}/") for o in old)
+        ]
+        assert touched == [], touched
+        assert any(path.startswith(f"{digest}/shards/") for _, path in done[:flip])
+    assert_reads(EmbeddingStore(root), expected(version))
 
 
 def test_an_interrupted_migration_is_run_again(old_store, monkeypatch):
-    killed_after_one(monkeypatch, old_store, "_migrate_key", 1)  # a key at a time
+    real, calls = migrate._convert_key, []
+
+    def once_then_crash(*args):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(migrate, "_convert_key", once_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_store(old_store)
+    monkeypatch.undo()
+    with pytest.raises(StoreError, match="schema_version 1"):
+        EmbeddingStore(old_store)  # the root flips last
     done = migrate_store(old_store)
     assert (done.from_version, done.n_keys) == (1, 1)  # the other key
     store = EmbeddingStore(old_store)
-    assert_reads_everything(store)
+    assert_reads(store, expected(1))
     assert store.verify() == []
+    assert store.garbage() == []
 
 
-# --- schema 2 (tests/fixtures/store-schema2, written by c11ce95's embedcache) ---------
-
-
-def test_migrate_2_indexes_every_shard_and_every_vector_reads_back(tmp_path, capsys):
-    from make_store_schema2 import KEY_A as KEY_A2
-    from make_store_schema2 import KEY_B as KEY_B2
-
+def test_migrate_2_indexes_every_run_and_every_vector_reads_back(tmp_path, capsys):
+    key_a, key_b = maker(2).KEY_A, maker(2).KEY_B
     store_2 = copied(tmp_path, 2)
-    chunks = {p: p.read_bytes() for p in store_2.rglob("*/vectors/c/*/*")}
+    before = tree_digests(store_2)
     store = migrated_by_the_cli(store_2, 2, capsys)
     for key, (hashes, _) in expected(2).items():
         assert store.hashes(key) == sorted(hashes)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
-    assert (infos[KEY_A2].n_vectors, infos[KEY_A2].n_shards) == (2100, 1)
-    assert (infos[KEY_B2].n_vectors, infos[KEY_B2].n_shards) == (9, 2)
-    assert infos[KEY_B2].aliases == ("fixture-b",)
+    assert (infos[key_a].n_vectors, infos[key_a].n_shards) == (2100, 1)
+    assert (infos[key_b].n_vectors, infos[key_b].n_shards) == (9, 2)
+    assert infos[key_b].aliases == ("fixture-b",)
     assert store.verify() == []
-    assert store.garbage() == []  # the superseded shards went with the migration
-    # vectors were carried over byte for byte; the superseded shards' are gone
-    for path, data in chunks.items():
-        assert not path.exists() or path.read_bytes() == data
-    assert len(list(store_2.glob("*/shards/*/fences/c/0/0"))) == 3
-    store.put(KEY_B2, ["f" * 64], np.ones((1, 3), np.float32))
+    assert store.garbage() == []  # the superseded runs went with the migration
+    copies_of(before, tree_digests(store_2), "vectors")
+    assert len(list(store_2.glob("*/shards/*~v5/fences/c/0/0"))) == 3
+    store.put(key_b, ["f" * 64], np.ones((1, 3), np.float32))
     store.compact()
     after = {i.key: i.n_vectors for i in EmbeddingStore(store_2).keys()}  # noqa: SIM118
-    assert after == {KEY_A2: 2100, KEY_B2: 10}
+    assert after == {key_a: 2100, key_b: 10}
     again = migrate_store(store_2)
     assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
 
 
-# --- schema 3 (tests/fixtures/store-schema3, written by 46eff04's embedcache) ---------
-
-
-@pytest.fixture
-def store_3(tmp_path) -> Path:
-    return copied(tmp_path, 3)
-
-
-def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(store_3, capsys):
-    from make_store_schema3 import KEY_A as KEY_A3
-    from make_store_schema3 import KEY_B as KEY_B3
-
-    chunks = {p: p.read_bytes() for p in store_3.rglob("*/vectors/c/*/*")}
-    sorted_before = {p: p.read_bytes() for p in store_3.rglob("*/sorted_hashes/c/*/*")}
-    blooms = {p: p.read_bytes() for p in store_3.rglob("*/bloom/c/*")}
+def test_migrate_3_rewrites_the_filters_and_every_vector_reads_back(tmp_path, capsys):
+    store_3 = copied(tmp_path, 3)
+    before = tree_digests(store_3)
     store = migrated_by_the_cli(store_3, 3, capsys)
     for key, (hashes, _) in expected(3).items():
         # a look-up large enough to consult the filters: no hash lost to them
         asked = [*hashes, "e" * 64]
         assert store.contains(key, asked).tolist() == [*([True] * len(hashes)), False]
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
-    assert (infos[KEY_A3].n_vectors, infos[KEY_A3].n_shards) == (2100, 1)
-    assert infos[KEY_B3].aliases == ("fixture-b",)
-    assert store.verify() == []  # each filter checked against its shard's hashes
+    assert infos[maker(3).KEY_A].n_vectors == 2100
+    assert infos[maker(3).KEY_B].aliases == ("fixture-b",)
+    assert store.verify() == []  # each filter checked against its run's hashes
     assert store.garbage() == []
+    after = tree_digests(store_3)
     # vectors and the sorted hashes carried over byte for byte; the filters are new
-    for path, data in {**chunks, **sorted_before}.items():
-        assert not path.exists() or path.read_bytes() == data
-    kept = [p for p in blooms if p.exists()]
-    assert kept
-    assert all(p.read_bytes() != blooms[p] for p in kept)
-    again = migrate_store(store_3)
-    assert (again.from_version, again.n_keys) == (SCHEMA_VERSION, 0)
+    for part in ("vectors", "sorted_hashes"):
+        copies_of(before, after, part)
+    blooms = {p.replace("~v5/", "/", 1): d for p, d in after.items() if "/bloom/c" in p}
+    assert blooms
+    assert all(before.get(p) not in (None, d) for p, d in blooms.items())
 
 
-def test_an_interrupted_migration_from_3_is_run_again(store_3, monkeypatch):
-    killed_after_one(monkeypatch, store_3, "_with_index", 3)  # a shard at a time
-    assert migrate_store(store_3).from_version == 3
-    store = EmbeddingStore(store_3)
-    assert_reads_everything(store, 3)
-    assert store.verify() == []
+def test_migrate_4_publishes_the_runs_in_the_order_old_readers_served(tmp_path):
+    root = copied(tmp_path, 4)
+    old_order = {}
+    for record in root.glob("*/commits/*/zarr.json"):
+        attrs = json.loads(record.read_bytes())["attributes"]["embedcache"]
+        old_order.setdefault(record.parts[-4], []).append(
+            (attrs["order_ns"], attrs["shard"], attrs["supersedes"])
+        )
+    migrate_store(root)
+    for digest, runs in old_order.items():
+        hidden = {s for _, _, sup in runs for s in sup}
+        visible = [f"{name}~v5" for _, name, _ in sorted(runs) if name not in hidden]
+        log = sorted((root / digest / "log").glob("*/zarr.json"))
+        published = [
+            json.loads(p.read_bytes())["attributes"]["embedcache"]["shard"] for p in log
+        ]
+        assert published == visible
+    assert_reads(EmbeddingStore(root), expected(4))
+
+
+def test_a_copy_that_fails_its_check_is_removed_and_its_key_not_flipped(
+    tmp_path, monkeypatch
+):
+    """A copy written wrong (a storage that altered a vectors chunk) is caught by
+    the check before the flip: the copies go, the key stays as it was."""
+    root = copied(tmp_path, 4)
+    before = tree_digests(root)
+    write = Backend.write
+
+    def altering(self, path, data, **kwargs):
+        if "~v5/vectors/c/" in path:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        write(self, path, data, **kwargs)
+
+    monkeypatch.setattr(Backend, "write", altering)
+    with pytest.raises(CorruptStoreError, match="was not flipped") as err:
+        migrate_store(root)
+    monkeypatch.undo()
+    assert "~v5/vectors/c/" in str(err.value)
+    now = tree_digests(root)
+    assert before.items() <= now.items()
+    assert not [p for p in now if "~v5/" in p]
+
+
+def test_a_log_entry_naming_another_run_stops_the_migration_before_the_flip(
+    tmp_path,
+):
+    """An unflipped key's log holds an entry of another run (another migration at
+    work, or one that saw other runs): migrate stops, naming it and the way out,
+    and the key stays unflipped."""
+    root = copied(tmp_path, 4)
+    digest = min(p.name for p in root.iterdir() if len(p.name) == 64)
+    entry = root / digest / "log" / f"{1:012d}" / "zarr.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(json.dumps({"attributes": {"embedcache": {"shard": "other"}}}))
+    with pytest.raises(StoreError, match="does not name run") as err:
+        migrate_store(root)
+    assert "delete the key's log/ folder" in str(err.value)
+    assert key_schema(root, digest) == 4
+    (root / digest / "log").rename(tmp_path / "stale-log")
+    assert migrate_store(root).from_version == 4
+    assert_reads(EmbeddingStore(root), expected(4))
