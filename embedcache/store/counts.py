@@ -75,9 +75,3 @@ class KeyInfo:
     n_runs: int  # committed, visible runs
     nbytes: int  # bytes stored by the visible runs
     aliases: tuple[str, ...] = ()  # display names recorded by put(..., alias=)
-
-    @property
-    def n_shards(self) -> int:
-        """Old name of ``n_runs`` that tests/store/test_migrate.py still uses this
-        round (see the end of ``layout``): deleted at the merge."""
-        return self.n_runs

@@ -387,30 +387,3 @@ def parse_key_doc(data: bytes, where: str, digest: str) -> tuple[ModelKey, int]:
         msg = f"{where}: dtype/dim attrs {attrs.get('dtype')}/{dim} unreadable"
         raise CorruptStoreError(msg)
     return key, dim
-
-
-# --- Old names migrate.py still imports this round (helper i41m owns it, and
-# imports today's names): the lead renames them there at the merge, then deletes
-# this block, ``shards.py``, ``shard_writes.py`` and ``verify.verify_shard``.
-SHARDS_KIND = RUNS_KIND
-shard_prefix = run_prefix
-shards_prefix = runs_prefix
-CommitRecord.shard = property(lambda self: self.run)  # type: ignore[attr-defined]
-_record_init = CommitRecord.__init__
-_record_from_doc = CommitRecord.from_doc.__func__  # type: ignore[attr-defined]
-
-
-def _init_old_names(self: CommitRecord, *args: Any, **kw: Any) -> None:  # noqa: ANN401
-    if "shard" in kw:
-        kw["run"] = kw.pop("shard")
-    _record_init(self, *args, **kw)
-
-
-def _from_doc_old_names(cls: type, data: bytes, **kw: Any) -> CommitRecord:  # noqa: ANN401
-    if "shard" in kw:
-        kw["run"] = kw.pop("shard")
-    return _record_from_doc(cls, data, **kw)
-
-
-CommitRecord.__init__ = _init_old_names  # type: ignore[method-assign]
-CommitRecord.from_doc = classmethod(_from_doc_old_names)  # type: ignore[method-assign,assignment]

@@ -48,8 +48,9 @@ from embedcache.store.layout import (
     LEASES,
     LOG_KIND,
     META,
+    RUN_ATTR,
+    RUNS_KIND,
     SCHEMA_VERSION,
-    SHARDS_KIND,
     STORE_KIND,
     CommitRecord,
     commits_prefix,
@@ -63,14 +64,15 @@ from embedcache.store.layout import (
     parse_json,
     parse_key_doc,
     record_path,
+    run_prefix,
+    runs_prefix,
     sha256,
-    shard_prefix,
-    shards_prefix,
 )
 from embedcache.store.old_records import old_records
-from embedcache.store.shard_writes import write_index
-from embedcache.store.shards import INDEX_ARRAYS, Shard, read_keys
-from embedcache.store.verify import verify_shard
+from embedcache.store.run_reads import INDEX_ARRAYS, read_keys
+from embedcache.store.run_writes import write_index
+from embedcache.store.runs import Run
+from embedcache.store.verify import verify_run
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -222,7 +224,7 @@ def _read_old_key(backend: Backend, digest: str) -> OldKey | None:
     hidden = {old for r in records.values() for old in r.supersedes}
     visible = [r for name, r in records.items() if name not in hidden]
     # the order old readers served them in: what they were served stays served
-    visible.sort(key=lambda r: (r.order_ns, r.shard))
+    visible.sort(key=lambda r: (r.order_ns, r.run))
     return OldKey(digest=digest, key=key, dim=dim, runs=tuple(visible))
 
 
@@ -239,7 +241,7 @@ def _refuse_faults(backend: Backend, keys: list[OldKey]) -> None:
         faults = [
             f
             for r in k.runs
-            for f in verify_shard(
+            for f in verify_run(
                 backend,
                 k.digest,
                 r,
@@ -265,12 +267,12 @@ def _refuse_faults(backend: Backend, keys: list[OldKey]) -> None:
 
 def _convert_key(backend: Backend, old: OldKey) -> None:
     """Copy the key's runs to new names, verify and publish the copies, flip."""
-    renamed = {r.shard: copy_name(r.shard) for r in old.runs}
+    renamed = {r.run: copy_name(r.run) for r in old.runs}
     copies = [_copy_run(backend, old.digest, r, renamed) for r in old.runs]
-    faults = [f for r in copies for f in verify_shard(backend, old.digest, r)]
+    faults = [f for r in copies for f in verify_run(backend, old.digest, r)]
     if faults:
         # the copies only: the old runs, and so the key for old readers, stand
-        backend.delete_prefixes(shard_prefix(old.digest, r.shard) for r in copies)
+        backend.delete_prefixes(run_prefix(old.digest, r.run) for r in copies)
         listed = "\n  ".join(map(str, faults))
         msg = (
             f"the copies of {old.key.short()}'s runs fail their checks, so the key "
@@ -288,9 +290,9 @@ def _copy_run(
 ) -> CommitRecord:
     """Copy one run under its new name (its index written anew if it had none of
     schema 4); the copy's record, as a claim (no seq)."""
-    source = shard_prefix(digest, record.shard)
-    name = renamed[record.shard]
-    target = shard_prefix(digest, name)
+    source = run_prefix(digest, record.run)
+    name = renamed[record.run]
+    target = run_prefix(digest, name)
 
     def copy(rel: str) -> None:
         data = backend.read(f"{source}/{rel}")
@@ -306,14 +308,14 @@ def _copy_run(
         keys = read_keys(
             backend,
             digest,
-            Shard(record=replace(record, shard=name), prefix=target),
+            Run(record=replace(record, run=name), prefix=target),
         )
         index = write_index(backend, target, keys)
         backend.sync(f"{target}/{rel}" for rel in index)
         files.update(index)
     return replace(
         record,
-        shard=name,
+        run=name,
         files=dict(sorted(files.items())),
         supersedes=(),  # the superseded runs are not carried over
         lacks=tuple(sorted(renamed[s] for s in record.lacks if s in renamed)),
@@ -338,15 +340,15 @@ def _publish_copies(backend: Backend, digest: str, copies: list[CommitRecord]) -
         if backend.create(path, doc):
             continue
         found = backend.read_or_none(path)
-        if found is None or _run_named(found) != record.shard:
-            raise _foreign_log(backend, path, record.shard)
+        if found is None or _run_named(found) != record.run:
+            raise _foreign_log(backend, path, record.run)
         backend.write(path, doc)  # an interrupted run's, of other bytes
         backend.sync([path])
 
 
 def _run_named(doc: bytes) -> str | None:
     try:
-        return str(json.loads(doc)["attributes"]["embedcache"]["shard"])
+        return str(json.loads(doc)["attributes"]["embedcache"][RUN_ATTR])
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -379,12 +381,12 @@ def _clean_up_key(backend: Backend, digest: str) -> None:
         if data is None:
             continue
         record = CommitRecord.from_doc(
-            data, shard=None, dim=dim, where=backend.describe(at)
+            data, run=None, dim=dim, where=backend.describe(at)
         )
         _write_claim(backend, digest, replace(record, seq=None))
-        runs.add(record.shard)
+        runs.add(record.run)
     for folder, kind in (
-        (shards_prefix(digest), SHARDS_KIND),
+        (runs_prefix(digest), RUNS_KIND),
         (commits_prefix(digest), COMMITS_KIND),
     ):
         group = group_doc({"kind": kind, "schema_version": SCHEMA_VERSION})
@@ -398,9 +400,9 @@ def _clean_up_key(backend: Backend, digest: str) -> None:
         if e.path[len(prefix) :].partition("/")[0] not in {*runs, META}
     ]
     backend.delete_many(old_records)
-    folders, _ = backend.list_dir(shards_prefix(digest))
+    folders, _ = backend.list_dir(runs_prefix(digest))
     old_runs = [name for name in folders if name not in runs]
-    backend.delete_prefixes(shard_prefix(digest, name) for name in old_runs)
+    backend.delete_prefixes(run_prefix(digest, name) for name in old_runs)
     if backend.local is not None:  # empty record folders, staging leftovers
         commits, _ = backend.list_dir(commits_prefix(digest))
         backend.delete_prefixes(
@@ -410,10 +412,10 @@ def _clean_up_key(backend: Backend, digest: str) -> None:
 
 def _write_claim(backend: Backend, digest: str, claim: CommitRecord) -> None:
     """A copy's commit record at ``commits/<run>``: a collector's fence."""
-    path = record_path(digest, claim.shard)
+    path = record_path(digest, claim.run)
     if backend.create(path, claim.to_doc()):
         return
     found = backend.read_or_none(path)
-    if found is None or is_tombstone(found) or _run_named(found) != claim.shard:
-        msg = f"{backend.describe(path)} holds no claim of run {claim.shard}"
+    if found is None or is_tombstone(found) or _run_named(found) != claim.run:
+        msg = f"{backend.describe(path)} holds no claim of run {claim.run}"
         raise CorruptStoreError(msg)

@@ -22,7 +22,7 @@ from embedcache.store.layout import (
     parse_json,
     record_path,
 )
-from embedcache.store.shards import INDEX_ARRAYS
+from embedcache.store.run_reads import INDEX_ARRAYS
 
 if TYPE_CHECKING:
     from embedcache.store.backend import Backend
@@ -54,7 +54,7 @@ def _v2_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitReco
         if isinstance(attrs, dict) and version in (2, 3, 4):
             attrs["schema_version"] = SCHEMA_VERSION
         record = CommitRecord.from_doc(
-            json.dumps(doc).encode(), shard=name, dim=dim, where=where
+            json.dumps(doc).encode(), run=name, dim=dim, where=where
         )
         if version in (2, 3):  # schema 3's index has the old filter
             kept = {
@@ -87,7 +87,7 @@ def _v1_records(backend: Backend, digest: str, dim: int) -> dict[str, CommitReco
             if old["shard"] != run or old["dim"] != dim:
                 raise ValueError(f"run {old['shard']!r}, dim {old['dim']!r}")  # noqa: EM102
             out[run] = CommitRecord(
-                shard=run,
+                run=run,
                 writer=str(old["writer"]),
                 n_rows=int(old["n_rows"]),
                 dim=dim,

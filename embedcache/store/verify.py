@@ -198,6 +198,3 @@ def _check_arrays(
     except ChunkError as err:
         return [Fault(backend.describe(err.path), err.problem)]
     return []
-
-
-verify_shard = verify_run  # migrate.py's old name: see the end of layout

@@ -77,8 +77,8 @@ def test_migrate_copies_each_run_and_everything_reads(old_store, capsys):
     before = tree_digests(old_store)
     store = migrated_by_the_cli(old_store, 1, capsys)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
-    assert (infos[KEY_A].n_vectors, infos[KEY_A].n_shards) == (12, 1)
-    assert (infos[KEY_B].n_vectors, infos[KEY_B].n_shards) == (7, 2)
+    assert (infos[KEY_A].n_vectors, infos[KEY_A].n_runs) == (12, 1)
+    assert (infos[KEY_B].n_vectors, infos[KEY_B].n_runs) == (7, 2)
     assert store.verify() == []
     assert store.garbage() == []
     after = tree_digests(old_store)
@@ -213,8 +213,8 @@ def test_migrate_2_indexes_every_run_and_every_vector_reads_back(tmp_path, capsy
     for key, (hashes, _) in expected(2).items():
         assert store.hashes(key) == sorted(hashes)
     infos = {i.key: i for i in store.keys()}  # noqa: SIM118 (a list, not a dict)
-    assert (infos[key_a].n_vectors, infos[key_a].n_shards) == (2100, 1)
-    assert (infos[key_b].n_vectors, infos[key_b].n_shards) == (9, 2)
+    assert (infos[key_a].n_vectors, infos[key_a].n_runs) == (2100, 1)
+    assert (infos[key_b].n_vectors, infos[key_b].n_runs) == (9, 2)
     assert infos[key_b].aliases == ("fixture-b",)
     assert store.verify() == []
     assert store.garbage() == []  # the superseded runs went with the migration
