@@ -82,7 +82,7 @@ def fill(n: str, root: str, out_path: str) -> None:
     phase = {name: spent["wall"] for name, spent in phase.items()}
     print(json.dumps({"seconds": total["wall"], "cpu": total["cpu"], **phase,
                       "peak_mib": hwm_mib(), "base_mib": base,
-                      "shards": store.keys()[0].n_runs}))  # fmt: skip
+                      "runs": store.keys()[0].n_runs}))  # fmt: skip
 
 
 def chunk_digests(lo: int, n: int) -> np.ndarray:
@@ -209,7 +209,7 @@ def measure(n: int, workdir: Path, s3: S3 | None) -> dict:
         row["s3_s"], row["s3_rss"] = cold_lookup(MODEL, url, known, s3.env)
         row["s3_requests"] = sum(s3.counts.values()) / 3
         row["s3_by_method"] = {k: v / 3 for k, v in sorted(s3.counts.items())}
-    phases = {k: fill[k] for k in ("hash", "look-up", "put", "read", "shards")}
+    phases = {k: fill[k] for k in ("hash", "look-up", "put", "read", "runs")}
     show(f"{n:,} rows (seconds, us a row, MiB)", row | phases)
     return row
 

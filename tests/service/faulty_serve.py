@@ -66,7 +66,7 @@ def _contains(real):
         if slow is not None:
             time.sleep(float(slow))
         if _flag("corrupt") is not None:
-            msg = "shard 3 of the run fails its checksum"
+            msg = "chunk 3 of the run fails its checksum"
             raise CorruptStoreError(msg)
         return real(self, *args, **kwargs)
 
