@@ -116,6 +116,7 @@ def commit_shard(
     level: int = 0,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
+    retires: tuple[tuple[int, int], ...] = (),
 ) -> Shard:
     """Write a complete run, make it durable, then publish it with put-if-absent.
 
@@ -140,6 +141,7 @@ def commit_shard(
                 level=level,
                 aliases=aliases,
                 lacks=lacks,
+                retires=retires,
             )
         except RunClaimedError as claimed:
             logger.warning("%s; writing it again under a new name", claimed)
@@ -159,6 +161,7 @@ def _commit_once(
     level: int,
     aliases: Iterable[str],
     lacks: Iterable[str],
+    retires: tuple[tuple[int, int], ...],
 ) -> Shard:
     shard = new_shard_name(writer.lease.name)
     prefix = shard_prefix(view.digest, shard)
@@ -189,6 +192,7 @@ def _commit_once(
             aliases=tuple(sorted(set(aliases))),
             files=files,
             lacks=_largest(set(lacks), view),
+            retires=retires,
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)

@@ -22,6 +22,7 @@ from embedcache.store.layout import (
     is_tombstone,
     lease_path,
     record_path,
+    seq_ranges,
     session_of,
     shard_prefix,
     shards_prefix,
@@ -103,6 +104,7 @@ def merge(
         level=1 + max(snap.records[s].level for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
         lacks=(before | lacked_by_all) - chosen,
+        retires=_replaced(snap, chosen),
     )
     # readers in this process move to the merged run before the old ones go (its
     # fences and filter as written: no read back, no block read of it for a hash
@@ -118,6 +120,14 @@ def _seqs(snap: Snapshot, runs: Iterable[str]) -> list[int]:
     """The log entries that published ``runs``."""
     records = [snap.records.get(r) for r in runs]
     return sorted(r.seq for r in records if r is not None and r.seq is not None)
+
+
+def _replaced(snap: Snapshot, runs: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """The log seqs a merge of ``runs`` makes unnecessary: theirs and those they
+    replaced in turn (a reader then probes only unexplained gaps)."""
+    records = [snap.records[r] for r in runs if r in snap.records]
+    inner = (q for r in records for lo, hi in r.retires for q in range(lo, hi + 1))
+    return seq_ranges([*_seqs(snap, runs), *inner])
 
 
 def merge_levels(
