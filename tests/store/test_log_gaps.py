@@ -46,7 +46,7 @@ def test_a_cold_reader_does_not_probe_the_entries_merges_replaced(
     asked: list[str] = []
     read_many = Backend.read_many
 
-    def counting(self: Backend, paths):  # noqa: ANN001, ANN202
+    def counting(self: Backend, paths):
         paths = list(paths)
         asked.extend(p for p in paths if "/log/" in p)
         return read_many(self, paths)
@@ -57,5 +57,7 @@ def test_a_cold_reader_does_not_probe_the_entries_merges_replaced(
     assert found.all()
     np.testing.assert_array_equal(got, vectors)
     entries = [p for p in asked if (root / p).exists()]
-    assert len(asked) == len(entries), f"{len(asked) - len(entries)} absent entries read"
+    assert len(asked) == len(entries), (
+        f"{len(asked) - len(entries)} absent entries read"
+    )
     assert len(entries) <= 4  # the visible runs' entries, not the 20-odd published
