@@ -121,6 +121,7 @@ def commit_run(
     level: int = 0,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
+    retires: tuple[tuple[int, int], ...] = (),
 ) -> Run:
     """Write a complete run, make it durable, then publish it with put-if-absent.
 
@@ -145,6 +146,7 @@ def commit_run(
                 level=level,
                 aliases=aliases,
                 lacks=lacks,
+                retires=retires,
             )
         except RunClaimedError as claimed:
             logger.warning("%s; writing it again under a new name", claimed)
@@ -164,6 +166,7 @@ def _commit_once(
     level: int,
     aliases: Iterable[str],
     lacks: Iterable[str],
+    retires: tuple[tuple[int, int], ...],
 ) -> Run:
     run = new_run_name(writer.lease.name)
     prefix = run_prefix(view.digest, run)
@@ -194,6 +197,7 @@ def _commit_once(
             aliases=tuple(sorted(set(aliases))),
             files=files,
             lacks=_largest(set(lacks), view),
+            retires=retires,
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)

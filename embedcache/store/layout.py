@@ -38,7 +38,10 @@ import re
 import secrets
 import socket
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.specs import ModelKey
@@ -236,6 +239,13 @@ class CommitRecord:
     # 0 for a put's run; a merge of runs of levels <= l is level l + 1: any
     # writer's merge policy reads it here, not in one process's memory
     level: int = 0
+    # log seqs of the runs a merge replaced (theirs, and what they replaced): a
+    # reader does not probe those gaps for entries a lagging LIST hides
+    retires: tuple[tuple[int, int], ...] = ()  # (first, last) ranges
+
+    def replaced(self, seq: int) -> bool:
+        """Whether log entry ``seq`` published a run this one replaced."""
+        return any(lo <= seq <= hi for lo, hi in self.retires)
 
     def order(self) -> tuple[int, int]:
         """The run's position among the key's visible runs: first wins."""
@@ -295,6 +305,9 @@ class CommitRecord:
                 **({} if self.seq is None else {"seq": self.seq}),
                 **({} if self.place is None else {"place": self.place}),
                 "level": self.level,
+                **(
+                    {"retires": [list(r) for r in self.retires]} if self.retires else {}
+                ),
             }
         )
 
@@ -325,6 +338,9 @@ class CommitRecord:
                 seq=None if attrs.get("seq") is None else int(attrs["seq"]),
                 place=None if attrs.get("place") is None else int(attrs["place"]),
                 level=int(attrs.get("level", 0)),
+                retires=tuple(
+                    (int(lo), int(hi)) for lo, hi in attrs.get("retires", ())
+                ),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()
@@ -333,6 +349,18 @@ class CommitRecord:
         except (StoreError, KeyError, TypeError, ValueError, AttributeError) as err:
             msg = f"{where}: commit record is malformed ({err}); the run is not trusted"
             raise CorruptStoreError(msg) from err
+
+
+def seq_ranges(seqs: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """``seqs`` as sorted (first, last) runs of consecutive numbers: a merge's
+    ``retires`` stays a few numbers however many commits it covers."""
+    ranges: list[tuple[int, int]] = []
+    for q in sorted(set(seqs)):
+        if ranges and ranges[-1][1] == q - 1:
+            ranges[-1] = (ranges[-1][0], q)
+        else:
+            ranges.append((q, q))
+    return tuple(ranges)
 
 
 def tombstone_doc(run: str, collector: str) -> bytes:

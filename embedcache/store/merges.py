@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from embedcache.store.collection import collect_pass, merged_for
+from embedcache.store.collection import collect_pass, log_seqs, merged_for
 from embedcache.store.commits import commit_run
+from embedcache.store.layout import seq_ranges
 from embedcache.store.merged_runs import merge_cache, merged_rows, winning_rows
 from embedcache.store.snapshots import (
     RETRIES,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from embedcache.store.backend import Backend
     from embedcache.store.commits import Writer
     from embedcache.store.layout import CommitRecord
-    from embedcache.store.snapshots import KeyView
+    from embedcache.store.snapshots import KeyView, Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ def merge(
         level=1 + max(snap.records[s].level for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
         lacks=(before | lacked_by_all) - chosen,
+        retires=_replaced(snap, chosen),
     )
     # readers in this process move to the merged run before the old ones go (its
     # fences and filter as written: no read back, no block read of it for a hash
@@ -95,6 +97,14 @@ def merge(
     for run in chosen:  # the grace starts now, on this process's clock
         merged_for(writer, run)
     return merged.record
+
+
+def _replaced(snap: Snapshot, runs: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """The log seqs a merge of ``runs`` makes unnecessary: theirs and those they
+    replaced in turn (a reader then probes only unexplained gaps)."""
+    records = [snap.records[r] for r in runs if r in snap.records]
+    inner = (q for r in records for lo, hi in r.retires for q in range(lo, hi + 1))
+    return seq_ranges([*log_seqs(snap, runs), *inner])
 
 
 def merge_levels(

@@ -209,28 +209,17 @@ def _rebuild(
     """The state of ``names``: known runs kept, new records and fences read."""
     known = {r.seq: r for r in snap.records.values() if r.seq is not None}
     seqs = {int(n) for n in names}
-    # a lagging LIST can hide an entry while showing a later one: the seqs
-    # missing near the end are read directly (a GET sees every landed create)
-    top = max(seqs, default=0)
-    low = max(snap.top, top - LAG_WINDOW)
-    seqs |= set(range(low + 1, top)) - seqs
-    bad = {q for q in seqs if f"log {log_name(q)}" in view.quarantined}
-    new = sorted(seqs - known.keys() - bad)
-    docs = backend.read_many(log_path(view.digest, n) for n in new)
     found = {q: r for q, r in known.items() if log_name(q) in names}
-    for seq, doc in zip(new, docs, strict=True):
-        if doc is None:
-            continue  # retired since listed, or a gap
-        where = backend.describe(log_path(view.digest, seq))
-        try:
-            record = CommitRecord.from_log_entry(
-                doc, seq=seq, dim=view.dim, where=where
-            )
-        except CorruptStoreError as err:
-            quarantine(view, f"log {log_name(seq)}", err)
-            bad.add(seq)
-            continue
-        found[seq] = record.for_reading()
+    bad = {q for q in seqs if f"log {log_name(q)}" in view.quarantined}
+    _read_entries(backend, view, sorted(seqs - known.keys() - bad), found, bad)
+    # a lagging LIST can hide an entry while showing a later one: the seqs
+    # missing near the end are read directly (a GET sees every landed create),
+    # save those a merge read here says it replaced (retired, not hidden)
+    top = max(seqs, default=0)
+    gaps = set(range(max(snap.top, top - LAG_WINDOW) + 1, top)) - seqs - known.keys()
+    replaced = [r for r in found.values() if r.retires]
+    gaps = {q for q in gaps if not any(r.replaced(q) for r in replaced)}
+    _read_entries(backend, view, sorted(gaps - bad), found, bad)
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
         records.setdefault(found[seq].run, found[seq])
@@ -271,6 +260,31 @@ def _rebuild(
         listed_at=now,
         stamp=stamp if len(found) + len(bad) == len(names) else None,
     )
+
+
+def _read_entries(
+    backend: Backend,
+    view: KeyView,
+    seqs: list[int],
+    found: dict[int, CommitRecord],
+    bad: set[int],
+) -> None:
+    """Read log entries ``seqs`` into ``found`` (absent ones: retired since
+    listed, or a gap); an unreadable one is quarantined into ``bad``."""
+    docs = backend.read_many(log_path(view.digest, n) for n in seqs)
+    for seq, doc in zip(seqs, docs, strict=True):
+        if doc is None:
+            continue
+        where = backend.describe(log_path(view.digest, seq))
+        try:
+            record = CommitRecord.from_log_entry(
+                doc, seq=seq, dim=view.dim, where=where
+            )
+        except CorruptStoreError as err:
+            quarantine(view, f"log {log_name(seq)}", err)
+            bad.add(seq)
+            continue
+        found[seq] = record.for_reading()
 
 
 def merged_away(records: Mapping[str, CommitRecord]) -> dict[str, str]:
