@@ -88,10 +88,11 @@ def _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, acc, avx512):
-    """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged."""
-    us, dts, bs, cs, _, _, dt_w, dt_bias, reverse, _, out = ins
-    u, dt, length = us[p], dts[p], out.shape[1]
+def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, exp_degree):
+    """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
+    gated output into ``y`` (float32, (L, w), its channels from ``ch``)."""
+    us, dts, bs, cs, _, d, dt_w, dt_bias, reverse, xz, out = ins
+    u, dt, length, n_chan = us[p], dts[p], out.shape[1], out.shape[2]
     first = _time(length, reverse[p], s0, 0)
     sign = -1 if reverse[p] else 1
     fused16(
@@ -107,10 +108,15 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, acc, avx512):
         dt_w.strides[1] // _FLOAT_BYTES,
         dt_w.shape[1],
         dt_bias[p, ch:].ctypes.data,
-        acc.ctypes.data,
-        acc.strides[0] // _FLOAT_BYTES,
+        d[p, ch:].ctypes.data,
+        _address(xz, g, first, n_chan + ch),
+        sign * (xz.strides[1] // xz.itemsize),
+        y[first].ctypes.data,
+        sign * (y.strides[0] // _FLOAT_BYTES),
         n_steps,
+        xz,
         avx512,
+        exp_degree,
     )
 
 
@@ -131,7 +137,7 @@ def _gate(ins, p, g, c0, w, s0, n_steps, acc, y):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _block(ins, g, c0, w, avx512, fused):
+def _block(ins, g, c0, w, avx512, fused, exp_degree):
     """Channels ``c0 .. c0+w`` (``w`` a multiple of 16) of sequence ``g``, each
     direction, time in blocks; 16 channels a vector call."""
     a_log2, out = ins[4], ins[10]
@@ -158,7 +164,7 @@ def _block(ins, g, c0, w, avx512, fused):
                 if fused:
                     _recur_fused(
                         ins, p, g, c0 + sb * LANES, s0, n_steps, state[sb], a_loc[sb],
-                        acc[:, lanes], avx512,
+                        y[:, lanes], avx512, exp_degree,
                     )  # fmt: skip
                 else:
                     recur16(
@@ -166,14 +172,15 @@ def _block(ins, g, c0, w, avx512, fused):
                         delta[:, lanes].ctypes.data, du[:, lanes].ctypes.data,
                         bc.ctypes.data, acc[:, lanes].ctypes.data, n_steps, w, avx512,
                     )  # fmt: skip
-            _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
+            if not fused:
+                _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
     for t in range(length):
         _store_row(y[t], out[g, t, c0 : c0 + w])
 
 
 @numba.njit(inline="always")
-def _check_strides(us, dts, bs, cs, dt_w, dt_bias):
-    """fused16 reads rows as contiguous floats, dt, B and C rows one step apart."""
+def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz):
+    """fused16 reads rows as contiguous values, dt, B and C rows one step apart."""
     for p in range(len(us)):
         rows = dts[p].strides[1]
         if (
@@ -185,17 +192,19 @@ def _check_strides(us, dts, bs, cs, dt_w, dt_bias):
             or cs[p].strides[1] != rows
             or dt_w.strides[2] != _FLOAT_BYTES
             or dt_bias.strides[1] != _FLOAT_BYTES
+            or d.strides[1] != _FLOAT_BYTES
+            or xz.strides[2] != xz.itemsize
         ):
             raise ValueError("fused scan: u, dt, B, C rows must be contiguous floats")  # noqa: EM101 (numba: a constant message)
 
 
 @numba.njit(inline="always", fastmath=True)
-def _scan(ins, avx512, fused):
+def _scan(ins, avx512, fused, exp_degree):
     # the prange body takes the arrays one by one (parfors cannot pass a tuple
     # holding tuples of arrays) and packs them again per item
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out = ins
     if fused:
-        _check_strides(us, dts, bs, cs, dt_w, dt_bias)
+        _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz)
     n_seq, n_chan = out.shape[0], out.shape[2]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
     for item in numba.prange(n_seq * n_block):
@@ -204,35 +213,50 @@ def _scan(ins, avx512, fused):
         packed = (us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out)
         # a constant width for full blocks lets LLVM unroll the channel loops
         if c0 + CHANNEL_BLOCK <= n_chan:
-            _block(packed, g, c0, CHANNEL_BLOCK, avx512, fused)
+            _block(packed, g, c0, CHANNEL_BLOCK, avx512, fused, exp_degree)
         else:
-            _block(packed, g, c0, n_chan - c0, avx512, fused)
+            _block(packed, g, c0, n_chan - c0, avx512, fused, exp_degree)
 
 
 # the candidates: the scan_gated contract (11 arrays); *ins keeps each a one-liner
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_blocked(*ins) -> None:
     """Recurrence in portable 16-lane vectors, its inputs staged by numba loops."""
-    _scan(ins, False, False)
+    _scan(ins, False, False, 7)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_blocked_avx512(*ins) -> None:
     """As :func:`scan_gated_blocked`, with AVX-512 exp steps (only where avx512f)."""
-    _scan(ins, True, False)
+    _scan(ins, True, False, 7)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused(*ins) -> None:
     """Recurrence, dt projection, softplus and the B, C reads all in the vector code
     (:func:`.simd.fused16`); u, dt, B, C rows must be contiguous floats."""
-    _scan(ins, False, True)
+    _scan(ins, False, True, 7)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused_avx512(*ins) -> None:
     """:func:`scan_gated_fused` with the AVX-512 exp steps."""
-    _scan(ins, True, True)
+    _scan(ins, True, True, 7)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fast5(*ins) -> None:
+    _scan(ins, False, True, 5)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fast5_avx512(*ins) -> None:
+    _scan(ins, True, True, 5)
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fast4_avx512(*ins) -> None:
+    _scan(ins, True, True, 4)
 
 
 def synthetic_inputs(
@@ -331,3 +355,8 @@ def choose_kernel(
         make_input,
     )
     return kernels[name]
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def scan_gated_fast4(*ins) -> None:
+    _scan(ins, False, True, 4)
