@@ -9,6 +9,12 @@ kernel), organised for the CPU: per (sequence, block of 64 channels) and block o
 registers, then the D skip and the ``silu(z)`` gate are applied row by row. The dt
 projection runs rank-outer so that no row waits on its own previous update.
 
+:func:`scan_gated_fused` goes further (issue 43): one vector call per 16 channels
+and time block computes delta, ``D * u`` and ``silu(z)`` for every step, runs the
+recurrence and adds the gated output into the row; its exps are cheaper polynomials
+(:data:`.simd.DECAY_EXP2_COEF32`), so its float32 output equals the loop kernel's
+within float32 tolerance (about 2e-6 relative), not bit for bit.
+
 Needs ``d_state == 16`` and ``d_inner % 16 == 0`` (:func:`fits`); the loop kernel
 takes any shape.
 """
@@ -88,7 +94,7 @@ def _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, exp_degree):
+def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512):
     """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
     gated output into ``y`` (float32, (L, w), its channels from ``ch``)."""
     us, dts, bs, cs, _, d, dt_w, dt_bias, reverse, xz, out = ins
@@ -116,7 +122,6 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, exp_degree):
         n_steps,
         xz,
         avx512,
-        exp_degree,
     )
 
 
@@ -137,7 +142,7 @@ def _gate(ins, p, g, c0, w, s0, n_steps, acc, y):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _block(ins, g, c0, w, avx512, fused, exp_degree):
+def _block(ins, g, c0, w, avx512, fused):
     """Channels ``c0 .. c0+w`` (``w`` a multiple of 16) of sequence ``g``, each
     direction, time in blocks; 16 channels a vector call."""
     a_log2, out = ins[4], ins[10]
@@ -164,7 +169,7 @@ def _block(ins, g, c0, w, avx512, fused, exp_degree):
                 if fused:
                     _recur_fused(
                         ins, p, g, c0 + sb * LANES, s0, n_steps, state[sb], a_loc[sb],
-                        y[:, lanes], avx512, exp_degree,
+                        y[:, lanes], avx512,
                     )  # fmt: skip
                 else:
                     recur16(
@@ -199,7 +204,7 @@ def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _scan(ins, avx512, fused, exp_degree):
+def _scan(ins, avx512, fused):
     # the prange body takes the arrays one by one (parfors cannot pass a tuple
     # holding tuples of arrays) and packs them again per item
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out = ins
@@ -213,50 +218,35 @@ def _scan(ins, avx512, fused, exp_degree):
         packed = (us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out)
         # a constant width for full blocks lets LLVM unroll the channel loops
         if c0 + CHANNEL_BLOCK <= n_chan:
-            _block(packed, g, c0, CHANNEL_BLOCK, avx512, fused, exp_degree)
+            _block(packed, g, c0, CHANNEL_BLOCK, avx512, fused)
         else:
-            _block(packed, g, c0, n_chan - c0, avx512, fused, exp_degree)
+            _block(packed, g, c0, n_chan - c0, avx512, fused)
 
 
 # the candidates: the scan_gated contract (11 arrays); *ins keeps each a one-liner
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_blocked(*ins) -> None:
     """Recurrence in portable 16-lane vectors, its inputs staged by numba loops."""
-    _scan(ins, False, False, 7)
+    _scan(ins, False, False)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_blocked_avx512(*ins) -> None:
     """As :func:`scan_gated_blocked`, with AVX-512 exp steps (only where avx512f)."""
-    _scan(ins, True, False, 7)
+    _scan(ins, True, False)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused(*ins) -> None:
-    """Recurrence, dt projection, softplus and the B, C reads all in the vector code
-    (:func:`.simd.fused16`); u, dt, B, C rows must be contiguous floats."""
-    _scan(ins, False, True, 7)
+    """Everything in the vector code (:func:`.simd.fused16`): dt projection,
+    softplus, recurrence, D skip and gate; u, dt, B, C, z rows must be contiguous."""
+    _scan(ins, False, True)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused_avx512(*ins) -> None:
     """:func:`scan_gated_fused` with the AVX-512 exp steps."""
-    _scan(ins, True, True, 7)
-
-
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def scan_gated_fast5(*ins) -> None:
-    _scan(ins, False, True, 5)
-
-
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def scan_gated_fast5_avx512(*ins) -> None:
-    _scan(ins, True, True, 5)
-
-
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def scan_gated_fast4_avx512(*ins) -> None:
-    _scan(ins, True, True, 4)
+    _scan(ins, True, True)
 
 
 def synthetic_inputs(
@@ -307,13 +297,22 @@ def candidates(*, d_state: int, d_inner: int) -> dict[str, Callable[..., None]]:
 
     found: dict[str, Callable[..., None]] = {"loop": scan_gated}
     if fits(d_state=d_state, d_inner=d_inner):
-        # scan_gated_fused(_avx512) are not offered: their softplus / dt projection
-        # round differently (7.6e-6 from the loop kernel's float32 output), which
-        # would change float32 bits and so need an adapter version bump
         found["blocked"] = scan_gated_blocked
-        if "avx512f" in (cpu_flags() or ()):
+        found["fused"] = scan_gated_fused
+        if _targets_avx512(cpu_flags()):
             found["blocked-avx512"] = scan_gated_blocked_avx512
+            found["fused-avx512"] = scan_gated_fused_avx512
     return found
+
+
+def _targets_avx512(flags: frozenset[str] | None) -> bool:
+    """Whether numba compiles for a CPU with AVX-512F: this one, unless
+    ``NUMBA_CPU_NAME`` names another target (e.g. ``haswell``, to measure AVX2)."""
+    from numba.core import config
+
+    if config.CPU_NAME in (None, "host"):
+        return "avx512f" in (flags or ())
+    return "+avx512f" in (config.CPU_FEATURES or "")
 
 
 def choose_kernel(
@@ -355,8 +354,3 @@ def choose_kernel(
         make_input,
     )
     return kernels[name]
-
-
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def scan_gated_fast4(*ins) -> None:
-    _scan(ins, False, True, 4)

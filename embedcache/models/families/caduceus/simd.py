@@ -42,16 +42,14 @@ _REDUCE_NEAREST = 8
 _CUR_DIRECTION = 4
 # x + 1.5 * 2**23 rounds x (|x| < 2**22) to an integer, held in the low mantissa bits
 _ROUNDER = 1.5 * 2**23
-# 2**f = 1 + f * q(f) on |f| <= 1/2, q a near-minimax float32 fit of (2**f - 1) / f
-# (Lawson-weighted least squares on Chebyshev nodes), by degree of the whole
-# polynomial. 1 is exact at f = 0, so the error of a decay near 1 (a long memory)
-# shrinks with |f| and does not pile up over the steps. Largest relative error of
-# 2**f in float32: degree 4 6.3e-6, degree 5 2.5e-7 (the loop kernel's degree 7: 1.2e-7).
-FAST_EXP2_COEF32 = {
-    4: (1.0, 0.6931369, 0.24023253, 0.05583729, 0.00961811),
-    5: (1.0, 0.6931471, 0.24022351, 0.055505004, 0.009666245, 0.0013333538),
-    7: EXP2_COEF32,
-}
+# fused16's exps: 2**f = 1 + f * q(f) on |f| <= 1/2, q a near-minimax float32 fit of
+# (2**f - 1) / f (Lawson-weighted least squares on Chebyshev nodes). 1 is exact at
+# f = 0, so the error of a decay near 1 (a long memory) shrinks with |f| and does not
+# pile up over the steps. Largest relative error of 2**f in float32: degree 4 (the
+# decays, 16 a step) 6.3e-6; degree 5 (softplus and silu, once a step) 2.5e-7; the
+# loop kernel's degree-7 Taylor polynomial 1.2e-7.
+DECAY_EXP2_COEF32 = (1.0, 0.6931369, 0.24023253, 0.05583729, 0.00961811)
+GATE_EXP2_COEF32 = (1.0, 0.6931471, 0.24022351, 0.055505004, 0.009666245, 0.0013333538)
 
 
 def _splat(value: float, vtype: ir.VectorType = _VF) -> ir.Constant:
@@ -84,7 +82,9 @@ def _exp2(
 ) -> ir.Value:
     """``2**max(x, -126)``: :func:`.kernels._exp2`'s steps on 16 lanes (with its
     coefficients; ``coefs``: a polynomial for ``2**f`` on ``|f| <= 1/2``, low first)."""
-    x = _call(builder, "llvm.maxnum", x, _splat(-126.0))
+    if coefs is EXP2_COEF32 or not avx512:
+        x = _call(builder, "llvm.maxnum", x, _splat(-126.0))
+    # else vscalefps takes any k: 2**k * q underflows to 0, as exp does
     if coefs is not EXP2_COEF32 and not avx512:
         return _exp2_magic(builder, x, coefs)
     if avx512:
@@ -262,7 +262,9 @@ def _emit_recurrence(
             sums[n % n_sums] = _call(builder, "llvm.fma", s, c_n, sums[n % n_sums])
             updated.append(s)
         while len(sums) > 1:  # pairwise: (0 + 1) + (2 + 3)
-            sums = [builder.fadd(x, y) for x, y in zip(sums[::2], sums[1::2])]
+            sums = [
+                builder.fadd(x, y) for x, y in zip(sums[::2], sums[1::2], strict=True)
+            ]
         output(sums[0])
         return updated
 
@@ -296,10 +298,10 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
     _emit_recurrence(builder, (state_a, a_a, n_steps), row_inputs, avx512=avx512)
 
 
-def _emit_silu(builder: ir.IRBuilder, z: ir.Value, coefs: tuple[float, ...]) -> ir.Value:
+def _emit_silu(builder: ir.IRBuilder, z: ir.Value) -> ir.Value:
     """``z / (1 + 2**(-z log2 e))`` on 16 lanes, the exponent clamped to +-126."""
     x = _call(builder, "llvm.minnum", builder.fmul(z, _splat(-LOG2E32)), _splat(126.0))
-    e = _exp2(builder, x, avx512=False, coefs=coefs)
+    e = _exp2(builder, x, avx512=False, coefs=GATE_EXP2_COEF32)
     gate = builder.fdiv(z, builder.fadd(_splat(1.0), e))
     gate.flags.append("fast")  # a reciprocal estimate and a Newton step
     return gate
@@ -310,7 +312,6 @@ def _emit_fused(
     args: list[ir.Value],
     *,
     avx512: bool,
-    coefs: tuple[float, ...],
     z_bf16: bool,
 ) -> None:
     """:func:`fused16`. A first loop computes, per step, delta (dt projection +
@@ -340,14 +341,14 @@ def _emit_fused(
             return [_call(builder, "llvm.fma", w_k, dt_k, carried[0])]
 
         (pre,) = _emit_loop(builder, n_rank, [bias], rank_step, "rank")
-        delta = _emit_softplus(builder, pre, avx512=avx512, coefs=coefs)
+        delta = _emit_softplus(builder, pre, avx512=avx512, coefs=GATE_EXP2_COEF32)
         u = _load_vector(builder, u_p, builder.mul(i, u_step))
         load_z = _load_bf16_vector if z_bf16 else _load_vector
         z = load_z(builder, z_p, builder.mul(i, z_step))
         builder.store(delta, _at(builder, deltas, i))
         builder.store(builder.fmul(delta, u), _at(builder, dus, i))
         builder.store(builder.fmul(d, u), _at(builder, skips, i))
-        builder.store(_emit_silu(builder, z, coefs), _at(builder, gates, i))
+        builder.store(_emit_silu(builder, z), _at(builder, gates, i))
         return []
 
     _emit_loop(builder, n_steps, [], prepare, "prepare")
@@ -376,7 +377,7 @@ def _emit_fused(
         (state_a, a_a, n_steps),
         row_inputs,
         avx512=avx512,
-        coefs=coefs,
+        coefs=DECAY_EXP2_COEF32,
         n_sums=4,
     )
 
@@ -445,36 +446,34 @@ def fused16(
     n_steps: types.Type,
     z_array: types.Type,
     avx512: types.Type,
-    exp_degree: types.Type,
 ) -> Any:  # noqa: ANN401
     """The whole scan of 16 channels over ``n_steps`` steps (addresses, strides in
     elements, negative when time runs backwards), then the array z is read from
-    (for its dtype) and two literals::
+    (for its dtype) and a literal::
 
         state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias,
-        d, z, z_step, y, y_step, n_steps, z_array, avx512, exp_degree
+        d, z, z_step, y, y_step, n_steps, z_array, avx512
 
     ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows ``w_stride`` floats
     apart; dt, B and C: x_proj rows ``row_step`` floats apart), the recurrence, and
     ``y += (sum_n s_n C_n + d u) * silu(z)`` (``y`` float32, ``z`` float32 or
-    bfloat16 bits held as int16). Every exp is the polynomial of ``exp_degree``
-    (a key of :data:`FAST_EXP2_COEF32`); ``avx512`` only changes the decays' exp.
-    At most :data:`MAX_STEPS` steps a call.
+    bfloat16 bits held as int16). The exps are :data:`DECAY_EXP2_COEF32` and
+    :data:`GATE_EXP2_COEF32`'s polynomials, not the loop kernel's: the output
+    differs from it within float32 tolerance, not bit for bit. ``avx512``:
+    ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp needed), else
+    float adds and integer ops (:func:`_exp2_magic`). At most :data:`MAX_STEPS` steps a call.
     """
     args = (state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias, d, z,
-            z_step, y, y_step, n_steps, z_array, avx512, exp_degree)  # fmt: skip
-    if not isinstance(avx512, types.BooleanLiteral) or not isinstance(
-        exp_degree, types.IntegerLiteral
-    ):
+            z_step, y, y_step, n_steps, z_array, avx512)  # fmt: skip
+    if not isinstance(avx512, types.BooleanLiteral):
         return None
     options = {
         "avx512": bool(avx512.literal_value),
-        "coefs": FAST_EXP2_COEF32[exp_degree.literal_value],
         "z_bf16": isinstance(z_array.dtype, types.Integer),
     }
     kinds = "aaaaaiaiaiiaaaiaii"  # address or integer, per argument
     sig = types.void(
-        *(types.uintp if k == "a" else types.intp for k in kinds), *args[-3:]
+        *(types.uintp if k == "a" else types.intp for k in kinds), *args[-2:]
     )
 
     def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> Any:  # noqa: ANN401
