@@ -1,7 +1,9 @@
 """Kernel candidates side by side: times, the tuner's choice, and the end-to-end figure.
 
 ``--family caduceus`` (default): the selective-scan kernels (``loop``, the numba
-loop of main; ``blocked`` and ``blocked-avx512``, the state in vector registers) at
+loop; ``blocked(-avx512)``, the state in vector registers, the loop's bits;
+``fused(-avx512)``, everything in the vector code, cheaper exps; compile for AVX2 on
+an AVX-512 CPU with ``NUMBA_CPU_NAME=haswell`` and a fresh ``NUMBA_CACHE_DIR``) at
 Caduceus-ph's shape (d_inner 512, d_state 16, dt_rank 16, two directions), float32
 and bfloat16 I/O: state updates a second per candidate, by wall time and by this
 process's CPU time (which load from other processes disturbs less), the ratio to

@@ -306,13 +306,14 @@ def candidates(*, d_state: int, d_inner: int) -> dict[str, Callable[..., None]]:
 
 
 def _targets_avx512(flags: frozenset[str] | None) -> bool:
-    """Whether numba compiles for a CPU with AVX-512F: this one, unless
-    ``NUMBA_CPU_NAME`` names another target (e.g. ``haswell``, to measure AVX2)."""
+    """Whether numba compiles for a CPU with AVX-512F: this one's features unless
+    ``NUMBA_CPU_FEATURES`` lists others (with ``NUMBA_CPU_NAME=haswell``, to measure
+    AVX2 code on an AVX-512 CPU; the name alone keeps the host's features)."""
     from numba.core import config
 
-    if config.CPU_NAME in (None, "host"):
+    if config.CPU_FEATURES is None:
         return "avx512f" in (flags or ())
-    return "+avx512f" in (config.CPU_FEATURES or "")
+    return "+avx512f" in config.CPU_FEATURES
 
 
 def choose_kernel(
