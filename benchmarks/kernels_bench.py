@@ -1,13 +1,16 @@
 """Kernel candidates side by side: times, the tuner's choice, and the end-to-end figure.
 
 ``--family caduceus`` (default): the selective-scan kernels (``loop``, the numba
-loop of main; ``blocked`` and ``blocked-avx512``, the state in vector registers) at
+loop; ``blocked(-avx512)``, the state in vector registers, the loop's bits;
+``fused(-avx512)``, everything in the vector code, cheaper exps; compile for AVX2 on
+an AVX-512 CPU with ``NUMBA_CPU_NAME=haswell`` and a fresh ``NUMBA_CACHE_DIR``) at
 Caduceus-ph's shape (d_inner 512, d_state 16, dt_rank 16, two directions), float32
 and bfloat16 I/O: state updates a second per candidate, by wall time and by this
 process's CPU time (which load from other processes disturbs less), the ratio to
 ``loop`` (issue 43's target for the best: 2x on an AVX2 CPU, 3x on AVX-512), and the
 largest difference to ``loop``'s output (0 means the same bits). ``--adapter``:
-Caduceus-ph in process, main's scan (``scan=loop``) beside the tuned one.
+Caduceus-ph in process, main's scan (``scan=loop``) beside the tuned one
+(vectors within the tuner's tolerance).
 ``--family encoder``: attention, ``flash`` (SDPA) against ``math`` (two matmuls, fp32
 softmax) at the 512-wide BERT's shape (8 heads of 64) for a few lengths.
 
@@ -42,7 +45,7 @@ from benchmarks.shapes import build_caduceus_ph, random_sequences
 from embedcache.models.families.caduceus import scan_blocked
 from embedcache.models.shared import attention
 from embedcache.models.shared.cpu_features import cpu_kind
-from embedcache.models.shared.tuning import Tuner, fingerprint
+from embedcache.models.shared.tuning import TOLERANCE, Tuner, fingerprint
 
 if TYPE_CHECKING:
     import argparse
@@ -83,7 +86,8 @@ def bench_scan(args: argparse.Namespace) -> dict[str, Figure]:
     )
     n_updates = 2 * args.n_seqs * args.length * SCAN_SHAPE["d_inner"] * 16
     print(f"scan: {n_updates / 1e6:.1f} M state updates a call, {args.n_seqs} seqs")
-    target = ">= 3" if cpu_kind().startswith(("AVX-512", "AMX")) else ">= 2"
+    # issue 43: 3x where numba compiles AVX-512 code, else 2x
+    target = ">= 3" if "fused-avx512" in kernels else ">= 2"
     figures = {}
     for bf16 in (False, True):
         inputs = scan_blocked.synthetic_inputs(
@@ -147,7 +151,8 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
 
 def bench_caduceus_adapter(args: argparse.Namespace) -> dict[str, Figure]:
     """Caduceus-ph end to end in process: main's scan (forced ``scan=loop``) against
-    the tuned one, interleaved rounds, each dtype; vectors must be equal."""
+    the tuned one, interleaved rounds, each dtype; vectors must agree within the
+    tuner's tolerance (relative to their largest value)."""
     from embedcache.models import load_adapter
     from embedcache.models.shared.tuning import ENV_VAR
 
@@ -165,8 +170,11 @@ def bench_caduceus_adapter(args: argparse.Namespace) -> dict[str, Figure]:
             adapters[label].embed_batch(seqs[:2])  # compile or load the kernels
         os.environ.pop(ENV_VAR, None)
         vectors = [a.embed_batch(seqs) for a in adapters.values()]
-        if not np.array_equal(*vectors):
-            sys.exit(f"{dtype}: the tuned scan's vectors differ from main's")
+        # the fused scans are not the loop's bits: within the tuner's tolerance
+        diff = float(np.abs(vectors[0] - vectors[1]).max() / np.abs(vectors[0]).max())
+        if not diff <= TOLERANCE[dtype]:
+            sys.exit(f"{dtype}: the tuned scan's vectors differ from main's by {diff}")
+        figures[f"adapter {dtype} max diff vs main's"] = Figure(float(f"{diff:.1e}"))
         best = time_side_by_side(
             {label: (lambda a=a: a.embed_batch(seqs)) for label, a in adapters.items()},
             rounds=args.rounds,

@@ -17,6 +17,7 @@ from tests.conftest import make_dna_tokenizer
 from tests.engine.helpers import MemoryStore, random_seqs
 
 HYENA_TINY = Path(__file__).parents[1] / "fixtures" / "hyena" / "tiny"
+CADUCEUS_PH = Path(__file__).parents[1] / "fixtures" / "caduceus" / "ph"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,11 @@ def bert64_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def models(bert64_dir) -> dict[str, tuple[Path, int]]:
     """model folder and the longest sequence (bp) it takes."""
-    return {"bert": (bert64_dir, 400), "hyena": (HYENA_TINY, 300)}
+    return {
+        "bert": (bert64_dir, 400),
+        "hyena": (HYENA_TINY, 300),
+        "caduceus": (CADUCEUS_PH, 300),
+    }
 
 
 def compositions(high: int) -> tuple[list[str], list[list[str]]]:
@@ -58,7 +63,7 @@ def compositions(high: int) -> tuple[list[str], list[list[str]]]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("family", ["bert", "hyena"])
+@pytest.mark.parametrize("family", ["bert", "hyena", "caduceus"])
 def test_vectors_are_the_same_bytes_in_any_batch(models, family, dtype):
     folder, high = models[family]
     adapter = load_adapter(str(folder), device="cpu", dtype=dtype)

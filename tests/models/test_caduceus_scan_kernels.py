@@ -1,18 +1,27 @@
-"""The scan kernel candidates compute the loop kernel's bits (fp32 and bf16 I/O)."""
+"""The scan kernel candidates: the blocked ones compute the loop kernel's bits, the
+fused ones its values within the tuner's tolerance; all match the official code."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from embedcache.hashing import normalise_sequence
 from embedcache.models.families.caduceus import kernels, scan_blocked
+from embedcache.models.families.caduceus.adapter import load_caduceus_adapter
+from embedcache.models.shared import tuning
+from tests.models import adapter_contract as contract
 
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "caduceus"
 # every candidate the tuner may pick on this machine, the reference apart
-CANDIDATES = [
-    kernel
-    for name, kernel in scan_blocked.candidates(d_state=16, d_inner=80).items()
-    if name != "loop"
+NAMES = [
+    name for name in scan_blocked.candidates(d_state=16, d_inner=80) if name != "loop"
 ]
+KERNELS = scan_blocked.candidates(d_state=16, d_inner=80)
+EXACT = [KERNELS[name] for name in NAMES if name.startswith("blocked")]
+CLOSE = [KERNELS[name] for name in NAMES if name.startswith("fused")]
 
 
 def run(kernel, *, bf16):
@@ -29,13 +38,46 @@ def run(kernel, *, bf16):
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-@pytest.mark.parametrize("kernel", CANDIDATES, ids=lambda k: k.__name__)
-def test_candidate_scans_are_bit_identical_to_the_loop(kernel, bf16):
+@pytest.mark.parametrize("kernel", EXACT, ids=lambda k: k.__name__)
+def test_blocked_scans_are_bit_identical_to_the_loop(kernel, bf16):
     want = run(kernels.scan_gated, bf16=bf16)
     got = run(kernel, bf16=bf16)
     assert np.isfinite(want).all()
     assert np.abs(want).max() > 0.1
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("kernel", CLOSE, ids=lambda k: k.__name__)
+def test_fused_scans_agree_with_the_loop_within_the_tuners_tolerance(kernel, bf16):
+    # cheaper exp polynomials: other bits, the same values within the tolerance the
+    # tuner enforces (relative to the output's largest value)
+    want = run(kernels.scan_gated, bf16=bf16)
+    got = run(kernel, bf16=bf16)
+    limit = tuning.TOLERANCE["bfloat16" if bf16 else "float32"]
+    relative = np.abs(got - want).max() / np.abs(want).max()
+    assert relative <= (limit if bf16 else limit / 4)
+    assert relative > 0 or bf16  # float32: not the loop's bits (the exp differs)
+
+
+def test_fused_scans_are_offered_on_every_cpu():
+    assert "fused" in KERNELS
+    assert ("fused-avx512" in KERNELS) == ("blocked-avx512" in KERNELS)
+
+
+@pytest.mark.parametrize("name", ["loop", *NAMES])
+@pytest.mark.parametrize("variant", ["ph", "ps"])
+def test_every_candidate_matches_the_official_code(
+    monkeypatch, tmp_path, name, variant
+):
+    monkeypatch.setattr(tuning, "cache_path", lambda _environ: tmp_path / "t.json")
+    monkeypatch.setenv(tuning.ENV_VAR, f"scan={name}")
+    seqs = [
+        normalise_sequence(s) for s in (FIXTURES / "sequences.txt").read_text().split()
+    ]
+    want = contract.read_expected(FIXTURES)[f"{variant}_average"]
+    adapter = load_caduceus_adapter(FIXTURES / variant, rc_mode="average")
+    np.testing.assert_allclose(adapter.embed_batch(seqs), want, atol=1e-4, rtol=0)
 
 
 def test_blocked_scans_take_only_their_shapes():

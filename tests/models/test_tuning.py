@@ -57,6 +57,19 @@ def test_picks_the_fastest_and_caches_it(tmp_path):
     assert again.choices[PROBLEM.key()].how == "cached"
 
 
+def test_a_new_candidate_is_a_reason_to_tune_again(tmp_path):
+    path = tmp_path / "tuning.json"
+    choose(
+        Tuner(path, fingerprint=PRINT, budget=0.05), kernels(loop=0.0, blocked=0.004)
+    )
+    found = kernels(loop=0.004, blocked=0.004, fused=0.0)
+    again = Tuner(path, fingerprint=PRINT, budget=0.05)
+    assert choose(again, found) == "fused"
+    assert again.choices[PROBLEM.key()].how == "timed"
+    stored = json.loads(path.read_text())["choices"][PROBLEM.key()]
+    assert stored["candidates"] == ["loop", "blocked", "fused"]
+
+
 @pytest.mark.parametrize(
     "change", [{"cpu_kind": "AMX"}, {"torch": "2.14.0"}], ids=["cpu", "library"]
 )

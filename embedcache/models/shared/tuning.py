@@ -12,7 +12,8 @@ tolerance across machines"; on one machine the choice is fixed by the cache).
 
 Choices are cached in ``tuning.json`` beside the numba kernel cache
 (``NUMBA_CACHE_DIR``'s parent, ``~/.cache/embedcache`` by default), under a fingerprint of the CPU kind and the library versions: a new fingerprint
-starts afresh, so a machine or library change re-tunes.
+starts afresh, so a machine or library change re-tunes; so does a problem whose
+candidates are not the ones its cached choice was made among.
 
 ``EMBEDCACHE_TUNE=off`` takes every problem's reference candidate without timing;
 ``EMBEDCACHE_TUNE=attention=math,scan=blocked`` names a choice per kernel (the other
@@ -228,7 +229,9 @@ class Tuner:
         if self.off or len(candidates) == 1:
             return self._record(key, Choice(names[0], "off" if self.off else "only"))
         stored = self._stored.get(key)
-        if stored is not None and stored.get("choice") in names:
+        # a cached choice holds while the candidates are the ones it was chosen
+        # among: a kernel added since (or removed) is a reason to time them again
+        if stored is not None and stored.get("candidates") == names:
             return self._record(
                 key,
                 Choice(
@@ -241,6 +244,7 @@ class Tuner:
         choice = self._tune(problem, candidates, make_input, tolerance)
         self._stored[key] = {
             "choice": choice.name,
+            "candidates": names,
             "seconds": choice.seconds,
             "ineligible": choice.ineligible,
         }

@@ -9,6 +9,12 @@ kernel), organised for the CPU: per (sequence, block of 64 channels) and block o
 registers, then the D skip and the ``silu(z)`` gate are applied row by row. The dt
 projection runs rank-outer so that no row waits on its own previous update.
 
+:func:`scan_gated_fused` goes further (issue 43): one vector call per 16 channels
+and time block computes delta, ``D * u`` and ``silu(z)`` for every step, runs the
+recurrence and adds the gated output into the row; its exps are cheaper polynomials
+(:data:`.simd.DECAY_EXP2_COEF32`), so its float32 output equals the loop kernel's
+within float32 tolerance (about 2e-6 relative), not bit for bit.
+
 Needs ``d_state == 16`` and ``d_inner % 16 == 0`` (:func:`fits`); the loop kernel
 takes any shape.
 """
@@ -88,10 +94,11 @@ def _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, acc, avx512):
-    """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged."""
-    us, dts, bs, cs, _, _, dt_w, dt_bias, reverse, _, out = ins
-    u, dt, length = us[p], dts[p], out.shape[1]
+def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512):
+    """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
+    gated output into ``y`` (float32, (L, w), its channels from ``ch``)."""
+    us, dts, bs, cs, _, d, dt_w, dt_bias, reverse, xz, out = ins
+    u, dt, length, n_chan = us[p], dts[p], out.shape[1], out.shape[2]
     first = _time(length, reverse[p], s0, 0)
     sign = -1 if reverse[p] else 1
     fused16(
@@ -107,9 +114,13 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, acc, avx512):
         dt_w.strides[1] // _FLOAT_BYTES,
         dt_w.shape[1],
         dt_bias[p, ch:].ctypes.data,
-        acc.ctypes.data,
-        acc.strides[0] // _FLOAT_BYTES,
+        d[p, ch:].ctypes.data,
+        _address(xz, g, first, n_chan + ch),
+        sign * (xz.strides[1] // xz.itemsize),
+        y[first].ctypes.data,
+        sign * (y.strides[0] // _FLOAT_BYTES),
         n_steps,
+        xz,
         avx512,
     )
 
@@ -158,7 +169,7 @@ def _block(ins, g, c0, w, avx512, fused):
                 if fused:
                     _recur_fused(
                         ins, p, g, c0 + sb * LANES, s0, n_steps, state[sb], a_loc[sb],
-                        acc[:, lanes], avx512,
+                        y[:, lanes], avx512,
                     )  # fmt: skip
                 else:
                     recur16(
@@ -166,14 +177,15 @@ def _block(ins, g, c0, w, avx512, fused):
                         delta[:, lanes].ctypes.data, du[:, lanes].ctypes.data,
                         bc.ctypes.data, acc[:, lanes].ctypes.data, n_steps, w, avx512,
                     )  # fmt: skip
-            _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
+            if not fused:
+                _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
     for t in range(length):
         _store_row(y[t], out[g, t, c0 : c0 + w])
 
 
 @numba.njit(inline="always")
-def _check_strides(us, dts, bs, cs, dt_w, dt_bias):
-    """fused16 reads rows as contiguous floats, dt, B and C rows one step apart."""
+def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz):
+    """fused16 reads rows as contiguous values, dt, B and C rows one step apart."""
     for p in range(len(us)):
         rows = dts[p].strides[1]
         if (
@@ -185,6 +197,8 @@ def _check_strides(us, dts, bs, cs, dt_w, dt_bias):
             or cs[p].strides[1] != rows
             or dt_w.strides[2] != _FLOAT_BYTES
             or dt_bias.strides[1] != _FLOAT_BYTES
+            or d.strides[1] != _FLOAT_BYTES
+            or xz.strides[2] != xz.itemsize
         ):
             raise ValueError("fused scan: u, dt, B, C rows must be contiguous floats")  # noqa: EM101 (numba: a constant message)
 
@@ -195,7 +209,7 @@ def _scan(ins, avx512, fused):
     # holding tuples of arrays) and packs them again per item
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out = ins
     if fused:
-        _check_strides(us, dts, bs, cs, dt_w, dt_bias)
+        _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz)
     n_seq, n_chan = out.shape[0], out.shape[2]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
     for item in numba.prange(n_seq * n_block):
@@ -224,8 +238,8 @@ def scan_gated_blocked_avx512(*ins) -> None:
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused(*ins) -> None:
-    """Recurrence, dt projection, softplus and the B, C reads all in the vector code
-    (:func:`.simd.fused16`); u, dt, B, C rows must be contiguous floats."""
+    """Everything in the vector code (:func:`.simd.fused16`): dt projection,
+    softplus, recurrence, D skip and gate; u, dt, B, C, z rows must be contiguous."""
     _scan(ins, False, True)
 
 
@@ -283,13 +297,23 @@ def candidates(*, d_state: int, d_inner: int) -> dict[str, Callable[..., None]]:
 
     found: dict[str, Callable[..., None]] = {"loop": scan_gated}
     if fits(d_state=d_state, d_inner=d_inner):
-        # scan_gated_fused(_avx512) are not offered: their softplus / dt projection
-        # round differently (7.6e-6 from the loop kernel's float32 output), which
-        # would change float32 bits and so need an adapter version bump
         found["blocked"] = scan_gated_blocked
-        if "avx512f" in (cpu_flags() or ()):
+        found["fused"] = scan_gated_fused
+        if _targets_avx512(cpu_flags()):
             found["blocked-avx512"] = scan_gated_blocked_avx512
+            found["fused-avx512"] = scan_gated_fused_avx512
     return found
+
+
+def _targets_avx512(flags: frozenset[str] | None) -> bool:
+    """Whether numba compiles for a CPU with AVX-512F: this one's features unless
+    ``NUMBA_CPU_FEATURES`` lists others (with ``NUMBA_CPU_NAME=haswell``, to measure
+    AVX2 code on an AVX-512 CPU; the name alone keeps the host's features)."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is None:
+        return "avx512f" in (flags or ())
+    return "+avx512f" in config.CPU_FEATURES
 
 
 def choose_kernel(

@@ -29,6 +29,7 @@ from embedcache.models.families.caduceus.kernels import EXP2_COEF32, LOG2E32, SE
 
 LANES = 16
 N_STATE = 16
+MAX_STEPS = 64  # fused16's stack buffer: steps per call at most
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
 _I16 = ir.IntType(16)
@@ -39,6 +40,16 @@ _VI = ir.VectorType(_I32, LANES)
 # fraction bits); 4 = the current direction (MXCSR) for vscalefps, which is exact
 _REDUCE_NEAREST = 8
 _CUR_DIRECTION = 4
+# x + 1.5 * 2**23 rounds x (|x| < 2**22) to an integer, held in the low mantissa bits
+_ROUNDER = 1.5 * 2**23
+# fused16's exps: 2**f = 1 + f * q(f) on |f| <= 1/2, q a near-minimax float32 fit of
+# (2**f - 1) / f (Lawson-weighted least squares on Chebyshev nodes). 1 is exact at
+# f = 0, so the error of a decay near 1 (a long memory) shrinks with |f| and does not
+# pile up over the steps. Largest relative error of 2**f in float32: degree 4 (the
+# decays, 16 a step) 6.3e-6; degree 5 (softplus and silu, once a step) 2.5e-7; the
+# loop kernel's degree-7 Taylor polynomial 1.2e-7.
+DECAY_EXP2_COEF32 = (1.0, 0.6931369, 0.24023253, 0.05583729, 0.00961811)
+GATE_EXP2_COEF32 = (1.0, 0.6931471, 0.24022351, 0.055505004, 0.009666245, 0.0013333538)
 
 
 def _splat(value: float, vtype: ir.VectorType = _VF) -> ir.Constant:
@@ -62,9 +73,20 @@ def _broadcast(builder: ir.IRBuilder, scalar: ir.Value) -> ir.Value:
     return builder.shuffle_vector(one, undef, ir.Constant(_VI, [0] * LANES))
 
 
-def _exp2(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
-    """``2**max(x, -126)``: :func:`.kernels._exp2`'s steps on 16 lanes."""
-    x = _call(builder, "llvm.maxnum", x, _splat(-126.0))
+def _exp2(
+    builder: ir.IRBuilder,
+    x: ir.Value,
+    *,
+    avx512: bool,
+    coefs: tuple[float, ...] = EXP2_COEF32,
+) -> ir.Value:
+    """``2**max(x, -126)``: :func:`.kernels._exp2`'s steps on 16 lanes (with its
+    coefficients; ``coefs``: a polynomial for ``2**f`` on ``|f| <= 1/2``, low first)."""
+    if coefs is EXP2_COEF32 or not avx512:
+        x = _call(builder, "llvm.maxnum", x, _splat(-126.0))
+    # else vscalefps takes any k: 2**k * q underflows to 0, as exp does
+    if coefs is not EXP2_COEF32 and not avx512:
+        return _exp2_magic(builder, x, coefs)
     if avx512:
         reduce = _vector_fn(
             builder, "llvm.x86.avx512.mask.reduce.ps.512", [_VF, _I32, _VF, _I16, _I32]
@@ -83,9 +105,9 @@ def _exp2(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
     else:
         k = _call(builder, "llvm.rint", x)
         f = builder.fsub(x, k)
-    q = _splat(EXP2_COEF32[7])
-    for i in range(6, -1, -1):
-        q = _call(builder, "llvm.fma", q, f, _splat(EXP2_COEF32[i]))
+    q = _splat(coefs[-1])
+    for coef in reversed(coefs[:-1]):
+        q = _call(builder, "llvm.fma", q, f, _splat(coef))
     if avx512:
         scalef = _vector_fn(
             builder, "llvm.x86.avx512.mask.scalef.ps.512", [_VF, _VF, _VF, _I16, _I32]
@@ -106,15 +128,47 @@ def _exp2(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
     return builder.fmul(q, builder.bitcast(bits, _VF))
 
 
+def _exp2_magic(
+    builder: ir.IRBuilder, x: ir.Value, coefs: tuple[float, ...]
+) -> ir.Value:
+    """``2**x`` for x in [-126, 0] with float adds and integer ops around the
+    polynomial: adding 1.5 * 2**23 rounds x to an integer k held in the low mantissa
+    bits, so ``x - k`` and ``2**k`` (k shifted into the exponent field, added to the
+    polynomial's bits) cost no multiply and no conversion: on CPUs whose FMA pipes are
+    the bottleneck (the recurrence's are) they run on the adder and integer pipes."""
+    # "contract" only: numba's fastmath pass gives "fast" to every float op that has
+    # no flag, and reassociation would fold (x + R) - R back into x
+    shifted = builder.fadd(x, _splat(_ROUNDER), flags=["contract"])
+    rounded = builder.fsub(shifted, _splat(_ROUNDER), flags=["contract"])
+    f = builder.fsub(x, rounded, flags=["contract"])
+    q = _splat(coefs[-1])
+    for coef in reversed(coefs[:-1]):
+        q = _call(builder, "llvm.fma", q, f, _splat(coef))
+    scale = builder.shl(builder.bitcast(shifted, _VI), _splat(23, _VI))
+    return builder.bitcast(builder.add(builder.bitcast(q, _VI), scale), _VF)
+
+
 def _at(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
     offset = ir.Constant(_I64, index) if isinstance(index, int) else index
     return builder.gep(ptr, [offset])
 
 
+def _vector_at(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value) -> ir.Value:
+    return builder.bitcast(_at(builder, ptr, index), _VF.as_pointer())
+
+
 def _load_vector(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value) -> ir.Value:
-    return builder.load(
-        builder.bitcast(_at(builder, ptr, index), _VF.as_pointer()), align=4
-    )
+    return builder.load(_vector_at(builder, ptr, index), align=4)
+
+
+def _load_bf16_vector(
+    builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value
+) -> ir.Value:
+    """16 bfloat16 (int16 bits at ``ptr``) as float32: the top halves of floats."""
+    vi16 = ir.VectorType(_I16, LANES)
+    bits = builder.load(builder.bitcast(_at(builder, ptr, index), vi16.as_pointer()))
+    wide = builder.shl(builder.zext(bits, _VI), _splat(16, _VI))
+    return builder.bitcast(wide, _VF)
 
 
 def _emit_loop(
@@ -149,10 +203,17 @@ def _emit_loop(
     return phis
 
 
-def _emit_softplus(builder: ir.IRBuilder, x: ir.Value, *, avx512: bool) -> ir.Value:
-    """:func:`.kernels._softplus` on 16 lanes, the same operations in the same order."""
+def _emit_softplus(
+    builder: ir.IRBuilder,
+    x: ir.Value,
+    *,
+    avx512: bool,
+    coefs: tuple[float, ...] = EXP2_COEF32,
+) -> ir.Value:
+    """:func:`.kernels._softplus` on 16 lanes, the same operations in the same order
+    (with another exp polynomial when ``coefs`` says so)."""
     fabs = _call(builder, "llvm.fabs", x)
-    e = _exp2(builder, builder.fmul(fabs, _splat(-LOG2E32)), avx512=avx512)
+    e = _exp2(builder, builder.fmul(fabs, _splat(-LOG2E32)), avx512=avx512, coefs=coefs)
     s = builder.fdiv(e, builder.fadd(_splat(2.0), e))
     s.flags.append("fast")  # as numba's fastmath: reciprocal estimate + a Newton step
     s2 = builder.fmul(s, s)
@@ -171,35 +232,40 @@ def _emit_recurrence(
     row_inputs: Callable[[ir.Value], tuple[ir.Value, ...]],
     *,
     avx512: bool,
+    coefs: tuple[float, ...] = EXP2_COEF32,
+    n_sums: int = 1,
 ) -> None:
     """The time loop, the 16 state vectors carried in phi nodes; ``row_inputs(i)``
-    gives (delta, delta * u, B row pointer, C row pointer) for step ``i``; ``where``:
-    the state, A and output addresses, the output's row stride, the step count."""
-    state_a, a_a, acc_a, acc_stride, n_steps = where
+    gives (delta, delta * u, B row pointer, C row pointer, output(total)) for step
+    ``i``; ``where``: the state and A addresses, the step count. ``n_sums`` > 1
+    splits the sum over states into that many chains (a shorter critical path per
+    step; 1 keeps the loop kernel's order)."""
+    state_a, a_a, n_steps = where
     pv = _VF.as_pointer()
     state_p, a_p = builder.inttoptr(state_a, pv), builder.inttoptr(a_a, pv)
-    acc_p = builder.inttoptr(acc_a, _F32.as_pointer())
-
-    def store_acc(i: ir.Value, acc: ir.Value) -> None:
-        row = builder.mul(i, acc_stride)
-        builder.store(acc, builder.bitcast(_at(builder, acc_p, row), pv), align=4)
 
     a_rows = [builder.load(_at(builder, a_p, n), align=4) for n in range(N_STATE)]
     start = [builder.load(_at(builder, state_p, n), align=4) for n in range(N_STATE)]
 
     def step(i: ir.Value, states: list[ir.Value]) -> list[ir.Value]:
-        delta, du, b_row, c_row = row_inputs(i)
-        acc = _splat(0.0)
+        delta, du, b_row, c_row, output = row_inputs(i)
+        sums = [_splat(0.0)] * n_sums
         updated = []
         for n in range(N_STATE):
             b_n = builder.load(_at(builder, b_row, n))
             c_n = builder.load(_at(builder, c_row, n))
-            decay = _exp2(builder, builder.fmul(delta, a_rows[n]), avx512=avx512)
+            x = builder.fmul(delta, a_rows[n])
+            decay = _exp2(builder, x, avx512=avx512, coefs=coefs)
             drive = builder.fmul(du, _broadcast(builder, b_n))
             s = _call(builder, "llvm.fma", decay, states[n], drive)
-            acc = _call(builder, "llvm.fma", s, _broadcast(builder, c_n), acc)
+            c_n = _broadcast(builder, c_n)
+            sums[n % n_sums] = _call(builder, "llvm.fma", s, c_n, sums[n % n_sums])
             updated.append(s)
-        store_acc(i, acc)
+        while len(sums) > 1:  # pairwise: (0 + 1) + (2 + 3)
+            sums = [
+                builder.fadd(x, y) for x, y in zip(sums[::2], sums[1::2], strict=True)
+            ]
+        output(sums[0])
         return updated
 
     final = _emit_loop(builder, n_steps, start, step, "steps")
@@ -212,37 +278,62 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
     state_a, a_a, delta_a, du_a, bc_a, acc_a, n_steps, stride = args
     pf = _F32.as_pointer()
     delta_p, du_p = builder.inttoptr(delta_a, pf), builder.inttoptr(du_a, pf)
-    bc_p = builder.inttoptr(bc_a, pf)
+    bc_p, acc_p = builder.inttoptr(bc_a, pf), builder.inttoptr(acc_a, pf)
 
-    def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
+    def row_inputs(i: ir.Value) -> tuple[Any, ...]:
         row = builder.mul(i, stride)
         b_row = _at(builder, bc_p, builder.mul(i, ir.Constant(_I64, 2 * N_STATE)))
+
+        def store_acc(acc: ir.Value) -> None:
+            builder.store(acc, _vector_at(builder, acc_p, row), align=4)
+
         return (
             _load_vector(builder, delta_p, row),
             _load_vector(builder, du_p, row),
             b_row,
             _at(builder, b_row, N_STATE),
+            store_acc,
         )
 
-    _emit_recurrence(
-        builder, (state_a, a_a, acc_a, stride, n_steps), row_inputs, avx512=avx512
+    _emit_recurrence(builder, (state_a, a_a, n_steps), row_inputs, avx512=avx512)
+
+
+def _emit_silu(builder: ir.IRBuilder, z: ir.Value) -> ir.Value:
+    """``z / (1 + 2**(-z log2 e))`` on 16 lanes, the exponent clamped to +-126."""
+    x = _call(builder, "llvm.minnum", builder.fmul(z, _splat(-LOG2E32)), _splat(126.0))
+    e = _exp2(builder, x, avx512=False, coefs=GATE_EXP2_COEF32)
+    gate = builder.fdiv(z, builder.fadd(_splat(1.0), e))
+    gate.flags.append("fast")  # a reciprocal estimate and a Newton step
+    return gate
+
+
+def _emit_fused(
+    builder: ir.IRBuilder,
+    args: list[ir.Value],
+    *,
+    avx512: bool,
+    z_bf16: bool,
+) -> None:
+    """:func:`fused16`. A first loop computes, per step, delta (dt projection +
+    softplus), delta * u, D * u and silu(z) into stack buffers; its steps do not wait
+    on each other, so their latencies overlap and none sits on the recurrence's
+    path. Then the recurrence, which adds ``(sum + D u) silu(z)`` into the output."""
+    (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
+     bias_a, d_a, z_a, z_step, y_a, y_step, n_steps) = args  # fmt: skip
+    pv, pf = _VF.as_pointer(), _F32.as_pointer()
+    dt_p, b_p, c_p, u_p, w_p, y_p = (
+        builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a, u_a, w_a, y_a)
+    )
+    z_p = builder.inttoptr(z_a, (_I16 if z_bf16 else _F32).as_pointer())
+    bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
+    d = builder.load(builder.inttoptr(d_a, pv), align=4)
+    size = ir.Constant(_I64, MAX_STEPS)
+    deltas, dus, skips, gates = (
+        cgutils.alloca_once(builder, _VF, size=size) for _ in range(4)
     )
 
-
-def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) -> None:
-    """:func:`fused16`: delta (dt projection + softplus) and delta * u computed here
-    from the x_proj rows, B and C read in place; rows ``step`` floats apart (negative
-    when time runs backwards)."""
-    (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
-     bias_a, acc_a, acc_stride, n_steps) = args  # fmt: skip
-    pv, pf = _VF.as_pointer(), _F32.as_pointer()
-    dt_p, b_p, c_p = (builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a))
-    u_p, w_p = builder.inttoptr(u_a, pf), builder.inttoptr(w_a, pf)
-    bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
-
-    def row_inputs(i: ir.Value) -> tuple[ir.Value, ...]:
-        row = builder.mul(i, row_step)
-        dt_row = _at(builder, dt_p, row)
+    def prepare(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+        dt_row = _at(builder, dt_p, builder.mul(i, row_step))
 
         def rank_step(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
             w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
@@ -250,17 +341,44 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
             return [_call(builder, "llvm.fma", w_k, dt_k, carried[0])]
 
         (pre,) = _emit_loop(builder, n_rank, [bias], rank_step, "rank")
-        delta = _emit_softplus(builder, pre, avx512=avx512)
+        delta = _emit_softplus(builder, pre, avx512=avx512, coefs=GATE_EXP2_COEF32)
         u = _load_vector(builder, u_p, builder.mul(i, u_step))
+        load_z = _load_bf16_vector if z_bf16 else _load_vector
+        z = load_z(builder, z_p, builder.mul(i, z_step))
+        builder.store(delta, _at(builder, deltas, i))
+        builder.store(builder.fmul(delta, u), _at(builder, dus, i))
+        builder.store(builder.fmul(d, u), _at(builder, skips, i))
+        builder.store(_emit_silu(builder, z), _at(builder, gates, i))
+        return []
+
+    _emit_loop(builder, n_steps, [], prepare, "prepare")
+
+    def row_inputs(i: ir.Value) -> tuple[Any, ...]:
+        row = builder.mul(i, row_step)
+
+        def gate_into_y(total: ir.Value) -> None:
+            y_row = _vector_at(builder, y_p, builder.mul(i, y_step))
+            skip = builder.load(_at(builder, skips, i))
+            gate = builder.load(_at(builder, gates, i))
+            y = builder.load(y_row, align=4)
+            gated = _call(builder, "llvm.fma", builder.fadd(total, skip), gate, y)
+            builder.store(gated, y_row, align=4)
+
         return (
-            delta,
-            builder.fmul(delta, u),
+            builder.load(_at(builder, deltas, i)),
+            builder.load(_at(builder, dus, i)),
             _at(builder, b_p, row),
             _at(builder, c_p, row),
+            gate_into_y,
         )
 
     _emit_recurrence(
-        builder, (state_a, a_a, acc_a, acc_stride, n_steps), row_inputs, avx512=avx512
+        builder,
+        (state_a, a_a, n_steps),
+        row_inputs,
+        avx512=avx512,
+        coefs=DECAY_EXP2_COEF32,
+        n_sums=4,
     )
 
 
@@ -320,22 +438,46 @@ def fused16(
     w_stride: types.Type,
     n_rank: types.Type,
     bias: types.Type,
-    acc: types.Type,
-    acc_stride: types.Type,
+    d: types.Type,
+    z: types.Type,
+    z_step: types.Type,
+    y: types.Type,
+    y_step: types.Type,
     n_steps: types.Type,
+    z_array: types.Type,
     avx512: types.Type,
 ) -> Any:  # noqa: ANN401
-    """:func:`recur16` computing its own inputs: ``delta = softplus(bias + sum_k
-    w[k] dt[k])`` (``w`` rows ``w_stride`` floats apart), ``delta * u``; B, C and dt
-    read from the x_proj rows, ``row_step`` floats apart, ``u`` rows ``u_step``."""
+    """The whole scan of 16 channels over ``n_steps`` steps (addresses, strides in
+    elements, negative when time runs backwards), then the array z is read from
+    (for its dtype) and a literal::
+
+        state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias,
+        d, z, z_step, y, y_step, n_steps, z_array, avx512
+
+    ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows ``w_stride`` floats
+    apart; dt, B and C: x_proj rows ``row_step`` floats apart), the recurrence, and
+    ``y += (sum_n s_n C_n + d u) * silu(z)`` (``y`` float32, ``z`` float32 or
+    bfloat16 bits held as int16). The exps are :data:`DECAY_EXP2_COEF32` and
+    :data:`GATE_EXP2_COEF32`'s polynomials, not the loop kernel's: the output
+    differs from it within float32 tolerance, not bit for bit. ``avx512``:
+    ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp needed), else
+    float adds and integer ops (:func:`_exp2_magic`). At most :data:`MAX_STEPS` steps a call.
+    """
+    args = (state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias, d, z,
+            z_step, y, y_step, n_steps, z_array, avx512)  # fmt: skip
     if not isinstance(avx512, types.BooleanLiteral):
         return None
-    use_avx512 = bool(avx512.literal_value)
-    kinds = "aaaaaiaiaiiaaii"  # address or integer, per argument
-    sig = types.void(*(types.uintp if k == "a" else types.intp for k in kinds), avx512)
+    options = {
+        "avx512": bool(avx512.literal_value),
+        "z_bf16": isinstance(z_array.dtype, types.Integer),
+    }
+    kinds = "aaaaaiaiaiiaaaiaii"  # address or integer, per argument
+    sig = types.void(
+        *(types.uintp if k == "a" else types.intp for k in kinds), *args[-2:]
+    )
 
     def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> Any:  # noqa: ANN401
-        _emit_fused(builder, list(args[:15]), avx512=use_avx512)
+        _emit_fused(builder, list(args[: len(kinds)]), **options)
         return context.get_dummy_value()
 
     return sig, codegen
