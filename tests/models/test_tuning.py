@@ -126,10 +126,11 @@ def test_fingerprint_names_the_cpu_kind_and_libraries():
     assert {"numba", "llvmlite", "numpy", "embedcache"} <= set(got)
 
 
+@pytest.mark.parametrize("additive", [False, True], ids=["bool-mask", "alibi-bias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_attention_candidates_agree_within_tolerance(dtype):
+def test_attention_candidates_agree_within_tolerance(dtype, additive):
     args = attention.synthetic_inputs(
-        n_heads=2, length=33, head_dim=8, dtype=dtype, device="cpu"
+        n_heads=2, length=33, head_dim=8, dtype=dtype, device="cpu", additive=additive
     )
     want = attention.attend_flash(*args).float()
     got = attention.attend_math(*args).float()
@@ -164,3 +165,39 @@ def test_the_scan_choice_stays_out_of_the_key(monkeypatch, tmp_path):
         runs[name] = (adapter.key, adapter.embed_batch(seqs))
     assert runs["loop"][0] == runs["blocked"][0]
     np.testing.assert_array_equal(runs["loop"][1], runs["blocked"][1])
+
+
+FAMILIES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("folder", "kernels"),
+    [
+        ("ntv2/ntv2", {"attention"}),
+        ("dnabert2/dnabert2", {"attention"}),
+        ("gena/gena_base", {"attention", "linear"}),
+    ],
+    ids=["ntv2", "dnabert2", "gena"],
+)
+@pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch built without mkldnn"
+)
+def test_encoder_kernels_are_tuned_and_stay_out_of_the_key(
+    monkeypatch, tmp_path, folder, kernels
+):
+    from embedcache.models import load_adapter
+
+    monkeypatch.setattr(tuning, "cache_path", lambda _environ: tmp_path / "t.json")
+    seqs = ["ACGTTGCAACGGT" * 5, "GGGCCCATATAC" * 3]
+    runs = {}
+    for forced in ("attention=flash,linear=aten", "attention=math,linear=onednn"):
+        monkeypatch.setenv(tuning.ENV_VAR, forced)
+        adapter = load_adapter(str(FAMILIES / folder), device="cpu")
+        vectors = adapter.embed_batch(seqs)
+        chosen = tuning.process_tuner().choices
+        assert {key.split("|")[0] for key in chosen} == kernels
+        assert all(c.how == "forced" for c in chosen.values())
+        runs[forced] = (adapter.key, vectors)
+    (key_a, a), (key_b, b) = runs.values()
+    assert key_a == key_b
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(a).max())

@@ -1,6 +1,7 @@
 """Multi-head attention with the implementation chosen per machine (see ``tuning``).
 
-Candidates, all on a boolean key mask (True: the query may see that key):
+Candidates, on a boolean key mask (True: the query may see that key; BERT, GENA-LM,
+NT-v2) or an additive float bias (DNABERT-2's ALiBi, -inf at padded keys):
 
 - ``flash``: ``F.scaled_dot_product_attention``, PyTorch's fused CPU (flash) kernel;
   the reference, and what ran before the tuner;
@@ -39,8 +40,10 @@ def attend_math(
 
     scale = q.shape[-1] ** -0.5
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    if keys is not None:
+    if keys is not None and keys.dtype == torch.bool:
         scores = scores.masked_fill(~keys, float("-inf"))
+    elif keys is not None:
+        scores = scores + keys.float()
     return torch.matmul(scores.softmax(dim=-1).to(v.dtype), v)
 
 
@@ -50,9 +53,17 @@ MATH_MAX_LENGTH = 512
 
 
 def synthetic_inputs(
-    *, n_heads: int, length: int, head_dim: int, dtype: torch.dtype, device: str
+    *,
+    n_heads: int,
+    length: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: str,
+    additive: bool = False,
 ) -> tuple[torch.Tensor, ...]:
-    """q, k, v (4, heads, length, head_dim) and a key mask with padded rows."""
+    """q, k, v (4, heads, length, head_dim) and a key mask with padded rows; with
+    ``additive``, an ALiBi-like float bias (4, heads, length, length) in ``dtype``,
+    -inf at the padded keys, instead."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -62,6 +73,11 @@ def synthetic_inputs(
     )
     lengths = torch.tensor([length, max(1, length // 2), max(1, length - 3), 1])
     keys = (torch.arange(length)[None, :] < lengths[:, None])[:, None, None, :]
+    if additive:
+        pos = torch.arange(length)
+        slopes = 2.0 ** -torch.arange(1, n_heads + 1, dtype=torch.float32)
+        alibi = -slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs()
+        keys = alibi[None].masked_fill(~keys, float("-inf")).to(dtype)
     return q, k, v, keys.to(device)
 
 
@@ -73,15 +89,18 @@ def choose(
     head_dim: int,
     dtype: torch.dtype,
     device: str,
+    additive: bool = False,
 ) -> str:
-    """The attention candidate for this (dtype, length bucket, shape) on this machine."""
+    """The attention candidate for this (dtype, length bucket, shape, mask kind) on
+    this machine."""
     bucket = length_bucket(length)
     bound = int(bucket.removeprefix("<="))
+    mask = ",mask=additive" if additive else ""
     problem = Problem(
         "attention",
         str(dtype).removeprefix("torch."),
         bucket,
-        f"heads={n_heads},head_dim={head_dim},device={device.split(':')[0]}",
+        f"heads={n_heads},head_dim={head_dim},device={device.split(':')[0]}{mask}",
     )
     names = list(CANDIDATES) if bound <= MATH_MAX_LENGTH else ["flash"]
     return tuner.choose(
@@ -91,7 +110,12 @@ def choose(
             for name in names
         ],
         lambda: synthetic_inputs(
-            n_heads=n_heads, length=bound, head_dim=head_dim, dtype=dtype, device=device
+            n_heads=n_heads,
+            length=bound,
+            head_dim=head_dim,
+            dtype=dtype,
+            device=device,
+            additive=additive,
         ),
     )
 
@@ -104,7 +128,8 @@ def attend(
     *,
     tuner: Tuner,
 ) -> torch.Tensor:
-    """Attention of ``q`` (b, heads, t, d) over ``k``, ``v`` by the tuner's choice."""
+    """Attention of ``q`` (b, heads, t, d) over ``k``, ``v`` by the tuner's choice;
+    ``keys`` a boolean mask or an additive bias, broadcast to (b, heads, t, t)."""
     name = choose(
         tuner=tuner,
         n_heads=q.shape[1],
@@ -112,5 +137,6 @@ def attend(
         head_dim=q.shape[-1],
         dtype=q.dtype,
         device=str(q.device),
+        additive=keys is not None and keys.is_floating_point(),
     )
     return CANDIDATES[name](q, k, v, keys)

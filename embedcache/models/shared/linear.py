@@ -102,9 +102,7 @@ def _onednn_fits(x: torch.Tensor) -> bool:
     )
 
 
-def choose(
-    *, tuner: Tuner, linear: nn.Linear, x: torch.Tensor, activation: str
-) -> str:
+def choose(*, tuner: Tuner, linear: nn.Linear, x: torch.Tensor, activation: str) -> str:
     """The linear candidate for this layer's shape, dtype and activation here."""
     n_out, n_in = linear.weight.shape
     dtype = str(x.dtype).removeprefix("torch.")
@@ -126,7 +124,9 @@ def choose(
     return tuner.choose(
         problem,
         [
-            Candidate(name, lambda rows, fn=CANDIDATES[name]: fn(linear, rows, activation))
+            Candidate(
+                name, lambda rows, fn=CANDIDATES[name]: fn(linear, rows, activation)
+            )
             for name in names
         ],
         make_input,

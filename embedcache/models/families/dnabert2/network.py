@@ -28,7 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared.attention import attend
 from embedcache.models.shared.bert_modules import StackNetwork
+from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -165,7 +167,8 @@ class MosaicBertBlock(nn.Module):
         # Wqkv's output is [q | k | v], each laid out head by head
         qkv = self.attention["self"]["Wqkv"](x).view(b, t, 3, h, d // h)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, t, d/h)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        # flash kernel or two matmuls: whichever this machine runs faster (tuning)
+        context = attend(q, k, v, bias, tuner=process_tuner())
         context = context.transpose(1, 2).reshape(b, t, d)
         out = self.attention["output"]
         x = out["LayerNorm"](out["dense"](context) + x)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared.attention import attend
 from embedcache.models.shared.bert_init import bert_init
 from embedcache.models.shared.bert_modules import Dense, SelfAttention, StackNetwork
 from embedcache.models.shared.config_fields import (
@@ -33,6 +34,7 @@ from embedcache.models.shared.config_fields import (
     require_published,
     require_token_id,
 )
+from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -145,7 +147,8 @@ class _Layer(nn.Module):
         q = _rotate(heads(attn.self.query), cos, sin).transpose(1, 2)
         k = _rotate(heads(attn.self.key), cos, sin).transpose(1, 2)
         v = heads(attn.self.value).transpose(1, 2)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
+        # flash kernel or two matmuls: whichever this machine runs faster (tuning)
+        context = attend(q, k, v, keys, tuner=process_tuner())
         x = x + attn.output.dense(context.transpose(1, 2).reshape(b, t, h))
         gate, value = self.intermediate.dense(self.LayerNorm(x)).chunk(2, dim=-1)
         # in place in the first half: no new (tokens x intermediate) tensor; the
