@@ -116,10 +116,12 @@ def commit_shard(
     level: int = 0,
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
+    kernels: Iterable[str] = (),
 ) -> Shard:
     """Write a complete run, make it durable, then publish it with put-if-absent.
 
     ``lacks``: runs known to hold none of its hashes (``CommitRecord.lacks``).
+    ``kernels``: what computed its vectors (``CommitRecord.kernels``).
     A run a collector claimed first (or whose lease was lost) is written again
     under a new name (``rows`` is handed over again).
 
@@ -140,6 +142,7 @@ def commit_shard(
                 level=level,
                 aliases=aliases,
                 lacks=lacks,
+                kernels=kernels,
             )
         except RunClaimedError as claimed:
             logger.warning("%s; writing it again under a new name", claimed)
@@ -159,6 +162,7 @@ def _commit_once(
     level: int,
     aliases: Iterable[str],
     lacks: Iterable[str],
+    kernels: Iterable[str] = (),
 ) -> Shard:
     shard = new_shard_name(writer.lease.name)
     prefix = shard_prefix(view.digest, shard)
@@ -189,6 +193,7 @@ def _commit_once(
             aliases=tuple(sorted(set(aliases))),
             files=files,
             lacks=_largest(set(lacks), view),
+            kernels=tuple(sorted(set(kernels))),
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)

@@ -231,6 +231,10 @@ class CommitRecord:
     # 0 for a put's run; a merge of runs of levels <= l is level l + 1: any
     # writer's merge policy reads it here, not in one process's memory
     level: int = 0
+    # what computed the run's vectors, each a canonical JSON object (the kernels
+    # the machine's tuner chose, its CPU kind, torch's version): one per writer's
+    # put, the union for a merge. Empty in records without it (older writers)
+    kernels: tuple[str, ...] = ()
 
     def order(self) -> tuple[int, int]:
         """The run's position among the key's visible runs: first wins."""
@@ -278,6 +282,11 @@ class CommitRecord:
                 **({} if self.seq is None else {"seq": self.seq}),
                 **({} if self.place is None else {"place": self.place}),
                 "level": self.level,
+                **(
+                    {"kernels": [json.loads(k) for k in sorted(self.kernels)]}
+                    if self.kernels
+                    else {}
+                ),
             }
         )
 
@@ -308,6 +317,9 @@ class CommitRecord:
                 seq=None if attrs.get("seq") is None else int(attrs["seq"]),
                 place=None if attrs.get("place") is None else int(attrs["place"]),
                 level=int(attrs.get("level", 0)),
+                kernels=tuple(
+                    json.dumps(k, sort_keys=True) for k in attrs.get("kernels", ())
+                ),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))
                     for rel, v in attrs["files"].items()
