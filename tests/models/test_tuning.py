@@ -57,6 +57,28 @@ def test_picks_the_fastest_and_caches_it(tmp_path):
     assert again.choices[PROBLEM.key()].how == "cached"
 
 
+def test_a_choice_another_process_wrote_meanwhile_stands(tmp_path):
+    path = tmp_path / "tuning.json"
+    found = kernels(loop=0.004, blocked=0.0)
+
+    def other_process_tunes(_inputs):
+        # while this process times its candidates, another one writes its choice
+        if not path.exists():
+            other = Tuner(path, fingerprint=PRINT, override={"scan": "loop"})
+            other._stored[PROBLEM.key()] = {"choice": "loop"}
+            other._save()
+        return np.full(4, 1.0, dtype=np.float32)
+
+    tuner = Tuner(path, fingerprint=PRINT, budget=0.05)
+    candidates = [Candidate("writer", other_process_tunes)] + [
+        k.candidate() for k in found.values()
+    ]
+    # "blocked" is the fastest here, but the first choice written stands
+    assert tuner.choose(PROBLEM, candidates, lambda: None) == "loop"
+    assert tuner.choices[PROBLEM.key()].how == "cached"
+    assert json.loads(path.read_text())["choices"][PROBLEM.key()]["choice"] == "loop"
+
+
 @pytest.mark.parametrize(
     "change", [{"cpu_kind": "AMX"}, {"torch": "2.14.0"}], ids=["cpu", "library"]
 )
