@@ -84,7 +84,7 @@ def _cmd_store_info(args: argparse.Namespace) -> int:
         print(f"  {i.nbytes:,} bytes stored")
         print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
         # which kernels computed the vectors (recorded by each commit; not the key)
-        print(f"  computed by: {'' if i.kernels else '(not recorded)'}")
+        print("  computed by:" + ("" if i.kernels else " (not recorded)"))
         for kernels in i.kernels:
             print(f"    {kernels}")
         leftovers = sum(1 for g in garbage if i.digest in g)
