@@ -195,8 +195,8 @@ FAMILIES = Path(__file__).parents[1] / "fixtures"
 @pytest.mark.parametrize(
     ("folder", "kernels"),
     [
-        ("ntv2/ntv2", {"attention"}),
-        ("dnabert2/dnabert2", {"attention"}),
+        ("ntv2/ntv2", {"attention", "linear"}),
+        ("dnabert2/dnabert2", {"attention", "linear"}),
         ("gena/gena_base", {"attention", "linear"}),
     ],
     ids=["ntv2", "dnabert2", "gena"],
