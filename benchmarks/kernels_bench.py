@@ -124,9 +124,8 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
     figures = {}
     for dtype in (torch.float32, torch.bfloat16):
         for length in (128, 512):
-            q, k, v, keys = attention.synthetic_inputs(
-                n_heads=8, length=length, head_dim=64, dtype=dtype, device="cpu"
-            )
+            shape = attention.Shape(8, length, 64, dtype, "cpu")
+            q, k, v, keys = attention.synthetic_inputs(shape)
             q, k, v, keys = (
                 x.repeat(max(1, args.n_seqs // 4), 1, 1, 1) for x in (q, k, v, keys)
             )
@@ -135,10 +134,7 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
                 for name, fn in attention.CANDIDATES.items()
             }
             best = time_side_by_side(runs, rounds=args.rounds)
-            name = attention.choose(
-                tuner=tuner(), n_heads=8, length=length, head_dim=64, dtype=dtype,
-                device="cpu",
-            )  # fmt: skip
+            name = attention.choose(tuner=tuner(), shape=shape)
             print(f"  attention {str(dtype)[6:]} length {length}: tuner chooses {name}")
             for n, (wall, cpu) in best.items():
                 what = f"attention {str(dtype)[6:]} length {length} {n}"

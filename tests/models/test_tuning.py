@@ -151,9 +151,7 @@ def test_fingerprint_names_the_cpu_kind_and_libraries():
 @pytest.mark.parametrize("additive", [False, True], ids=["bool-mask", "alibi-bias"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_candidates_agree_within_tolerance(dtype, additive):
-    args = attention.synthetic_inputs(
-        n_heads=2, length=33, head_dim=8, dtype=dtype, device="cpu", additive=additive
-    )
+    args = attention.synthetic_inputs(attention.Shape(2, 33, 8, dtype, "cpu", additive))
     want = attention.attend_flash(*args).float()
     got = attention.attend_math(*args).float()
     scale = want.abs().max().item()
@@ -163,7 +161,7 @@ def test_attention_candidates_agree_within_tolerance(dtype, additive):
 def test_tuned_attention_is_used_and_recorded(tmp_path):
     tuner = Tuner(tmp_path / "t.json", fingerprint=PRINT, repeats=1, budget=0.01)
     q, k, v, keys = attention.synthetic_inputs(
-        n_heads=2, length=20, head_dim=8, dtype=torch.float32, device="cpu"
+        attention.Shape(2, 20, 8, torch.float32, "cpu")
     )
     out = attention.attend(q, k, v, keys, tuner=tuner)
     (key,) = tuner.choices
