@@ -12,7 +12,9 @@ largest difference to ``loop``'s output (0 means the same bits). ``--adapter``:
 Caduceus-ph in process, main's scan (``scan=loop``) beside the tuned one
 (vectors within the tuner's tolerance).
 ``--family encoder``: attention, ``flash`` (SDPA) against ``math`` (two matmuls, fp32
-softmax) at the 512-wide BERT's shape (8 heads of 64) for a few lengths.
+softmax) at the 512-wide BERT's shape (8 heads of 64) for a few lengths; with
+``--adapter``, BERT 512x8 in process, main's kernels (``attention=flash,linear=aten``)
+beside the tuned ones.
 
 Then what the tuner (``embedcache.models.shared.tuning``) chooses here, timed afresh
 (not read from the cache), and with ``--end-to-end`` the family's end-to-end
@@ -41,7 +43,7 @@ from benchmarks.common import (
     set_threads,
 )
 from benchmarks.records import Figure
-from benchmarks.shapes import build_caduceus_ph, random_sequences
+from benchmarks.shapes import build_bert_char, build_caduceus_ph, random_sequences
 from embedcache.models.families.caduceus import scan_blocked
 from embedcache.models.shared import attention
 from embedcache.models.shared.cpu_features import cpu_kind
@@ -126,9 +128,8 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
     figures = {}
     for dtype in (torch.float32, torch.bfloat16):
         for length in (128, 512):
-            q, k, v, keys = attention.synthetic_inputs(
-                n_heads=8, length=length, head_dim=64, dtype=dtype, device="cpu"
-            )
+            shape = attention.Shape(8, length, 64, dtype, "cpu")
+            q, k, v, keys = attention.synthetic_inputs(shape)
             q, k, v, keys = (
                 x.repeat(max(1, args.n_seqs // 4), 1, 1, 1) for x in (q, k, v, keys)
             )
@@ -137,10 +138,7 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
                 for name, fn in attention.CANDIDATES.items()
             }
             best = time_side_by_side(runs, rounds=args.rounds)
-            name = attention.choose(
-                tuner=tuner(), n_heads=8, length=length, head_dim=64, dtype=dtype,
-                device="cpu",
-            )  # fmt: skip
+            name = attention.choose(tuner=tuner(), shape=shape)
             print(f"  attention {str(dtype)[6:]} length {length}: tuner chooses {name}")
             for n, (wall, cpu) in best.items():
                 what = f"attention {str(dtype)[6:]} length {length} {n}"
@@ -149,44 +147,66 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
     return figures
 
 
-def bench_caduceus_adapter(args: argparse.Namespace) -> dict[str, Figure]:
-    """Caduceus-ph end to end in process: main's scan (forced ``scan=loop``) against
-    the tuned one, interleaved rounds, each dtype; vectors must agree within the
-    tuner's tolerance (relative to their largest value)."""
+# in process, main's kernels (forced) beside the tuned ones: the model, its options,
+# main's choice and whether the vectors must be equal bit for bit
+ADAPTERS = {
+    "caduceus": (build_caduceus_ph, {"rc_mode": "average", "random_init": 0},
+                 "scan=loop", False),
+    "encoder": (build_bert_char, {}, "attention=flash,linear=aten", False),
+}  # fmt: skip
+
+
+def bench_adapter(args: argparse.Namespace) -> dict[str, Figure]:
+    """The family's model end to end in process (Caduceus-ph; BERT 512x8 for the
+    encoders): main's kernels (forced) against the tuned ones, interleaved rounds,
+    each dtype; the tuned vectors equal main's (Caduceus) or within tolerance."""
     from embedcache.models import load_adapter
     from embedcache.models.shared.tuning import ENV_VAR
 
+    build, options, mains, exact = ADAPTERS[args.family]
     seqs = random_sequences(np.random.default_rng(0), [args.length] * args.n_seqs)
     path = Path(tempfile.mkdtemp(prefix="kernels-bench-"))
-    build_caduceus_ph(path)
+    build(path)
     figures = {}
+
+    def run(adapter: Any, tune: str, batch: list[str]) -> np.ndarray:  # noqa: ANN401
+        os.environ[ENV_VAR] = tune  # encoders choose at every forward pass
+        try:
+            return adapter.embed_batch(batch)
+        finally:
+            os.environ.pop(ENV_VAR, None)
+
     for dtype in ("float32", "bfloat16"):
         adapters = {}
-        for label, tune in (("main's scan", "scan=loop"), ("tuned", "")):
+        for label, tune in (("main's kernels", mains), ("tuned", "")):
             os.environ[ENV_VAR] = tune
-            adapters[label] = load_adapter(
-                str(path), dtype=dtype, rc_mode="average", random_init=0
+            adapters[label] = (load_adapter(str(path), dtype=dtype, **options), tune)
+            run(*adapters[label], seqs[:2])  # compile, load or tune the kernels
+        main_v, tuned_v = (run(a, t, seqs) for a, t in adapters.values())
+        diff = float(np.abs(tuned_v - main_v).max() / np.abs(main_v).max())
+        if (exact and diff) or diff > TOLERANCE[dtype]:
+            sys.exit(
+                f"{dtype}: the tuned kernels' vectors differ from main's by {diff}"
             )
-            adapters[label].embed_batch(seqs[:2])  # compile or load the kernels
-        os.environ.pop(ENV_VAR, None)
-        vectors = [a.embed_batch(seqs) for a in adapters.values()]
-        # the fused scans are not the loop's bits: within the tuner's tolerance
-        diff = float(np.abs(vectors[0] - vectors[1]).max() / np.abs(vectors[0]).max())
-        if not diff <= TOLERANCE[dtype]:
-            sys.exit(f"{dtype}: the tuned scan's vectors differ from main's by {diff}")
         figures[f"adapter {dtype} max diff vs main's"] = Figure(float(f"{diff:.1e}"))
         best = time_side_by_side(
-            {label: (lambda a=a: a.embed_batch(seqs)) for label, a in adapters.items()},
+            {label: (lambda a=a, t=t: run(a, t, seqs)) for label, (a, t) in adapters.items()},
             rounds=args.rounds,
-        )
+        )  # fmt: skip
         n_tokens = args.n_seqs * args.length
         for label, (wall, _) in best.items():
             figures[f"adapter {dtype} {label} tokens/s"] = Figure(
                 round(n_tokens / wall), "tokens/s"
             )
-        (_, c0), (_, c1) = best.values()
+        (w0, c0), (w1, c1) = best.values()
+        figures[f"adapter {dtype} tuned vs main's, wall"] = Figure(
+            round(w0 / w1, 2), "x"
+        )
         figures[f"adapter {dtype} tuned vs main's, CPU time"] = Figure(
             round(c0 / c1, 2), "x"
+        )
+        figures[f"adapter {dtype} tuned vs main's, max diff"] = Figure(
+            float(f"{diff:.1e}")
         )
     return figures
 
@@ -199,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch and numba")
     parser.add_argument("--end-to-end", action="store_true")
-    parser.add_argument("--adapter", action="store_true", help="caduceus, in process")
+    parser.add_argument("--adapter", action="store_true", help="the model, in process")
     args = parser.parse_args(argv)
     if args.quick:
         args.n_seqs, args.rounds = 4, 2
@@ -207,9 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     peaks = machine_peaks()
     print(machine_line(peaks))
     if args.family == "encoder":
-        figures = bench_attention(args)
+        figures = (bench_adapter if args.adapter else bench_attention)(args)
     else:
-        figures = (bench_caduceus_adapter if args.adapter else bench_scan)(args)
+        figures = (bench_adapter if args.adapter else bench_scan)(args)
     record_beside("kernels_bench", figures, peaks, quick=args.quick, argv=argv)
     if args.end_to_end:
         end_to_end = [

@@ -131,7 +131,7 @@ class DictStore:
     def keys(self):
         return list(self.data)
 
-    def put(self, key, hashes, vectors, alias=None):
+    def put(self, key, hashes, vectors, alias=None, kernels=None):
         self.data.setdefault(key, {}).update(zip(hashes, vectors, strict=True))
 
     def contains(self, key, hashes):

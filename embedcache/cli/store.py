@@ -25,7 +25,7 @@ def add_store_commands(sub: argparse._SubParsersAction) -> None:
     actions = store.add_subparsers(dest="store_command", required=True)
     helps = {
         "ls": "list model keys with counts, sizes and aliases",
-        "info": "show each key's full JSON, counts, aliases and leftovers",
+        "info": "show each key's full JSON, counts, aliases, leftovers and the kernels that computed it",
         "verify": "check every committed object's size and sha256; non-zero exit on a fault",
         "compact": "merge each key's runs into one, drop duplicates and dead leftovers",
         "migrate": "convert a store of an older schema (1 to 4): copy, verify, then flip",
@@ -110,6 +110,10 @@ def _cmd_store_info(args: argparse.Namespace) -> int:
         print(f"  vectors {i.n_vectors} x {i.dim} float32 in {i.n_runs} run(s)")
         print(f"  {i.nbytes:,} bytes stored")
         print(f"  aliases: {', '.join(i.aliases) or '(none)'}")
+        # which kernels computed the vectors (recorded by each commit; not the key)
+        print("  computed by:" + ("" if i.kernels else " (not recorded)"))
+        for kernels in i.kernels:
+            print(f"    {kernels}")
         leftovers = sum(1 for g in garbage if i.digest in g)
         print(f"  leftovers awaiting removal: {leftovers}")
         print(f"  model key {i.key.canonical_json()}")

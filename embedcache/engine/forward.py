@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from embedcache.engine.plan import EmbedPlan, WorkUnit
     from embedcache.models.base import Adapter
+    from embedcache.models.shared.tuning import Tuner
     from embedcache.specs import ModelKey
     from embedcache.store import EmbeddingStore
 
@@ -59,6 +60,18 @@ def inference_mode() -> contextlib.AbstractContextManager:
     # adapters that run torch have imported it; the k-mer floors never pay its import
     torch = sys.modules.get("torch")
     return torch.inference_mode() if torch is not None else contextlib.nullcontext()
+
+
+def kernel_tuner() -> Tuner | None:
+    """This process's kernel tuner when torch is loaded, else None (the k-mer
+    floors never pay for it). The choices it makes during a unit's forward passes
+    are recorded in the unit's commits; a unit that ran no tuned kernel records
+    none."""
+    if "torch" not in sys.modules:
+        return None
+    from embedcache.models.shared.tuning import process_tuner
+
+    return process_tuner()
 
 
 def run_unit(
@@ -95,7 +108,9 @@ def run_unit(
         return UnitResult(unit.index, unit.n_seqs, 0, 0, time.perf_counter() - start)
     parts = []
     forward_start = time.perf_counter()
-    with inference_mode():
+    tuner = kernel_tuner()
+    recording = tuner.recording() if tuner else contextlib.nullcontext({})
+    with inference_mode(), recording as used:
         for batch in batches:
             parts.append(embed_outputs(adapter, [unit.seqs[i] for i in batch]))
     outputs = np.concatenate(parts, axis=1)
@@ -112,7 +127,9 @@ def run_unit(
             raise InvalidSequenceError(msg)
     # a local model's folder name, recorded beside its content-digest key
     alias = getattr(adapter, "alias", None)
-    named = {"alias": alias} if alias else {}
+    named: dict[str, object] = {"alias": alias} if alias else {}
+    if tuner is not None and used:  # what computed them: in the commit, not the key
+        named["kernels"] = tuner.kernel_record(used)
     commit_start = time.perf_counter()
     for output_key, vectors in zip(keys, outputs, strict=True):
         store.put(output_key, hashes, vectors, **named)

@@ -122,10 +122,12 @@ def commit_run(
     aliases: Iterable[str] = (),
     lacks: Iterable[str] = (),
     retires: tuple[tuple[int, int], ...] = (),
+    kernels: Iterable[str] = (),
 ) -> Run:
     """Write a complete run, make it durable, then publish it with put-if-absent.
 
     ``lacks``: runs known to hold none of its hashes (``CommitRecord.lacks``).
+    ``kernels``: what computed its vectors (``CommitRecord.kernels``).
     A run a collector claimed first (or whose lease was lost) is written again
     under a new name (``rows`` is handed over again).
 
@@ -147,6 +149,7 @@ def commit_run(
                 aliases=aliases,
                 lacks=lacks,
                 retires=retires,
+                kernels=kernels,
             )
         except RunClaimedError as claimed:
             logger.warning("%s; writing it again under a new name", claimed)
@@ -167,6 +170,7 @@ def _commit_once(
     aliases: Iterable[str],
     lacks: Iterable[str],
     retires: tuple[tuple[int, int], ...],
+    kernels: Iterable[str] = (),
 ) -> Run:
     run = new_run_name(writer.lease.name)
     prefix = run_prefix(view.digest, run)
@@ -198,6 +202,7 @@ def _commit_once(
             files=files,
             lacks=_largest(set(lacks), view),
             retires=retires,
+            kernels=tuple(sorted(set(kernels))),
         )
         if writer.lease.lapsed():
             raise _lapsed(backend, writer, prefix)

@@ -75,3 +75,5 @@ class KeyInfo:
     n_runs: int  # committed, visible runs
     nbytes: int  # bytes stored by the visible runs
     aliases: tuple[str, ...] = ()  # display names recorded by put(..., alias=)
+    # what computed the vectors, as recorded by put(..., kernels=): JSON objects
+    kernels: tuple[str, ...] = ()

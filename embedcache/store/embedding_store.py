@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -260,6 +261,7 @@ class EmbeddingStore:
                     n_runs=len(snap.runs),
                     nbytes=sum(s.record.nbytes() for s in snap.runs),
                     aliases=view.aliases,
+                    kernels=view.kernels,
                 )
             )
         return out
@@ -291,6 +293,7 @@ class EmbeddingStore:
         vectors: np.ndarray,
         *,
         alias: str | None = None,
+        kernels: Mapping[str, str] | None = None,
     ) -> int:
         """Store vectors not stored yet, as one atomic commit; return how many.
 
@@ -298,7 +301,8 @@ class EmbeddingStore:
         their new vectors ignored (the first committed vector wins). ``alias`` (e.g.
         a local model's folder name) is recorded in the commit; if every vector is
         stored already and the key does not list the alias yet, an empty commit
-        records it.
+        records it. ``kernels`` (what computed the vectors: kernel choices, CPU
+        kind, library versions) is recorded in the commit; never part of the key.
 
         Raises
         ------
@@ -340,6 +344,7 @@ class EmbeddingStore:
                 rows_in_hand(q[rows], new),
                 aliases=aliases,
                 lacks=looked_in,
+                kernels=(json.dumps(dict(kernels), sort_keys=True),) if kernels else (),
             )
             logger.debug("committed %d rows for %s as %s", len(rows), key.short(), run)
             adopt(view, run)

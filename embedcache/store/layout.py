@@ -247,6 +247,11 @@ class CommitRecord:
         """Whether log entry ``seq`` published a run this one replaced."""
         return any(lo <= seq <= hi for lo, hi in self.retires)
 
+    # what computed the run's vectors, each a canonical JSON object (the kernels
+    # the machine's tuner chose, its CPU kind, torch's version): one per writer's
+    # put, the union for a merge. Empty in records without it (older writers)
+    kernels: tuple[str, ...] = ()
+
     def order(self) -> tuple[int, int]:
         """The run's position among the key's visible runs: first wins."""
         seq = -1 if self.seq is None else self.seq
@@ -308,6 +313,11 @@ class CommitRecord:
                 **(
                     {"retires": [list(r) for r in self.retires]} if self.retires else {}
                 ),
+                **(
+                    {"kernels": [json.loads(k) for k in sorted(self.kernels)]}
+                    if self.kernels
+                    else {}
+                ),
             }
         )
 
@@ -340,6 +350,9 @@ class CommitRecord:
                 level=int(attrs.get("level", 0)),
                 retires=tuple(
                     (int(lo), int(hi)) for lo, hi in attrs.get("retires", ())
+                ),
+                kernels=tuple(
+                    json.dumps(k, sort_keys=True) for k in attrs.get("kernels", ())
                 ),
                 files={
                     str(rel): (int(v["size"]), str(v["sha256"]))

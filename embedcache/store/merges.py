@@ -86,6 +86,7 @@ def merge(
         place=min(snap.records[s].order()[0] for s in chosen),
         level=1 + max(snap.records[s].level for s in chosen),
         aliases={a for s in chosen for a in snap.records[s].aliases},
+        kernels={k for s in chosen for k in snap.records[s].kernels},
         lacks=(before | lacked_by_all) - chosen,
         retires=_replaced(snap, chosen),
     )

@@ -91,6 +91,11 @@ class KeyView:
     def aliases(self) -> tuple[str, ...]:
         return tuple(sorted({a for s in self.runs for a in s.record.aliases}))
 
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """What computed the visible runs' vectors (canonical JSON objects)."""
+        return tuple(sorted({k for s in self.runs for k in s.record.kernels}))
+
     def forget_listing(self) -> None:
         with self.lock:
             self.snap = replace(self.snap, listing=None, listed_at=-math.inf)

@@ -12,6 +12,7 @@ class MemoryStore:
         self.data = {}
         self.puts = []
         self.aliases = {}
+        self.kernels = []  # what each committing put said computed its vectors
 
     def contains(self, key, hashes):
         return np.array([(key, h) in self.data for h in hashes], dtype=bool)
@@ -25,7 +26,7 @@ class MemoryStore:
                 out[row] = self.data[key, digest]
         return out, found
 
-    def put(self, key, hashes, vectors, alias=None):
+    def put(self, key, hashes, vectors, alias=None, kernels=None):
         # as the real store: a call commits only new rows or a new alias
         fresh = [(h, v) for h, v in zip(hashes, vectors, strict=True)]
         fresh = [(h, v) for h, v in fresh if (key, h) not in self.data]
@@ -33,6 +34,7 @@ class MemoryStore:
         if not fresh and (alias is None or alias in known):
             return 0
         self.puts.append(len(hashes))
+        self.kernels.append(kernels)
         known.update({alias} - {None})
         for digest, vector in fresh:
             self.data[key, digest] = np.array(vector, dtype=np.float32)

@@ -96,6 +96,24 @@ def test_kmer_engine_and_empty_input():
     assert empty.vectors.shape == (0, 16)
 
 
+def test_each_commit_records_the_kernels_that_computed_it(bert, monkeypatch):
+    from embedcache.models.shared import tuning
+
+    monkeypatch.setenv(tuning.ENV_VAR, "attention=math,linear=aten")
+    store = MemoryStore()
+    embed_sequences(bert, random_seqs(12, seed=3), store, token_budget=200)
+    assert store.kernels
+    for kernels in store.kernels:
+        assert kernels["cpu_kind"] == tuning.process_tuner().fingerprint["cpu_kind"]
+        assert kernels["torch"] == tuning.process_tuner().fingerprint["torch"]
+        chosen = {name.split()[0]: v for name, v in kernels.items() if " " in name}
+        assert chosen == {"attention": "math", "linear": "aten"}
+    # the k-mer floors run no tuned kernel and no torch: nothing to record
+    kmer = MemoryStore()
+    embed_sequences(load_adapter("kmer-2"), ["ACGT", "GGCA"], kmer)
+    assert kmer.kernels == [None]
+
+
 def test_store_is_keyed_by_sequence_hash(bert):
     store = MemoryStore()
     embed_sequences(bert, ["acgt"], store)

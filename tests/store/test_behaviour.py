@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import signal
@@ -166,6 +167,39 @@ def test_aliases_are_recorded_per_commit_and_survive_compaction(handle):
     assert info.aliases == ("caduceus-ph-local", "renamed-copy")
     assert (info.n_vectors, info.n_runs) == (20, 1)
     np.testing.assert_array_equal(handle.open().get(KEY_A, hs[:20])[0], vs[:20])
+
+
+def test_kernels_are_recorded_per_commit_kept_out_of_the_key_and_merged(handle):
+    store = handle.open(auto_merge=0)
+    hs, vs = hashes_of(30), vectors_of(30)
+    amx = {"cpu_kind": "AMX", "torch": "2.13.0", "attention <=128": "math"}
+    avx2 = {"cpu_kind": "AVX2", "torch": "2.13.0", "attention <=128": "flash"}
+    store.put(KEY_A, hs[:10], vs[:10], kernels=amx)
+    store.put(KEY_A, hs[10:20], vs[10:20], kernels=avx2)
+    store.put(KEY_A, hs[20:], vs[20:])  # a writer that records none
+    (info,) = handle.open().keys()
+    # in the order of their canonical JSON ("flash" before "math")
+    assert [json.loads(k) for k in info.kernels] == [avx2, amx]
+    assert info.key == KEY_A  # one key whatever computed the vectors
+    store.compact()
+    (info,) = handle.open().keys()
+    assert info.n_shards == 1
+    assert [json.loads(k) for k in info.kernels] == [avx2, amx]
+
+
+def test_a_record_without_kernels_reads_as_none_recorded():
+    from embedcache.store.layout import CommitRecord
+
+    bare = CommitRecord(
+        shard="r1", writer="w", n_rows=1, dim=4, order_ns=1, committed_ns=1,
+        supersedes=(), aliases=(), files={},
+    )  # fmt: skip
+    doc = bare.to_doc()
+    assert b"kernels" not in doc  # what an older writer wrote
+    assert CommitRecord.from_doc(doc, shard="r1", dim=4, where="t").kernels == ()
+    kernels = ('{"cpu_kind": "AMX"}',)
+    doc = dataclasses.replace(bare, kernels=kernels).to_doc()
+    assert CommitRecord.from_doc(doc, shard="r1", dim=4, where="t").kernels == kernels
 
 
 def test_unknown_schema_version_and_foreign_data_are_rejected(handle):

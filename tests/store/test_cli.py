@@ -39,7 +39,10 @@ def test_store_commands_on_a_folder_and_on_s3(process_handle, cli_env, capsys):
     store = process_handle.open(auto_merge=0)
     for i in range(3):
         vectors = np.random.default_rng(i).standard_normal((10, 4)).astype(np.float32)
-        store.put(KEY, hashes_of(10, f"{i}-"), vectors, alias=f"copy-{i % 2}")
+        kernels = {"cpu_kind": "AMX", "attention <=128": "math"} if i else None
+        store.put(
+            KEY, hashes_of(10, f"{i}-"), vectors, alias=f"copy-{i % 2}", kernels=kernels
+        )
     assert main(["store", "ls", "--store", location]) == 0
     out = capsys.readouterr().out
     assert KEY.digest[:12] in out
@@ -49,6 +52,8 @@ def test_store_commands_on_a_folder_and_on_s3(process_handle, cli_env, capsys):
     out = capsys.readouterr().out
     assert KEY.canonical_json() in out
     assert "aliases: copy-0, copy-1" in out
+    # the kernels that computed the vectors, as the commits recorded them
+    assert '{"attention <=128": "math", "cpu_kind": "AMX"}' in out
     assert main(["store", "verify", "--store", location]) == 0
     assert main(["store", "compact", "--store", location]) == 0
     (merged,) = process_handle.open()._view(KEY).runs  # the rest wait for their grace

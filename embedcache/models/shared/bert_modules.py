@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from embedcache.models.shared.attention import attend
+from embedcache.models.shared.linear import project
 from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
@@ -37,17 +38,15 @@ class SelfAttention(nn.Module):
         it see (SDPA's boolean mask): the context, (b, t, h), before the output
         projection."""
         b, t, h = x.shape
+        tuner = process_tuner()
 
         def heads(linear: nn.Linear) -> torch.Tensor:
-            return linear(x).view(b, t, n_heads, -1).transpose(1, 2)
+            y = project(linear, x, tuner=tuner)
+            return y.view(b, t, n_heads, -1).transpose(1, 2)
 
         # flash kernel or two matmuls: whichever this machine runs faster (tuning)
         context = attend(
-            heads(self.query),
-            heads(self.key),
-            heads(self.value),
-            keys,
-            tuner=process_tuner(),
+            heads(self.query), heads(self.key), heads(self.value), keys, tuner=tuner
         )
         return context.transpose(1, 2).reshape(b, t, h)
 
@@ -72,6 +71,10 @@ class Dense(nn.Module):
     def __init__(self, n_in: int, n_out: int, *, bias: bool = True) -> None:
         super().__init__()
         self.dense = nn.Linear(n_in, n_out, bias=bias)
+
+    def project(self, x: torch.Tensor, *, activation: str = "none") -> torch.Tensor:
+        """``activation(dense(x))`` by this machine's choice of linear kernel."""
+        return project(self.dense, x, tuner=process_tuner(), activation=activation)
 
 
 class StackNetwork(nn.Module):

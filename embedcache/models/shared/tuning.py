@@ -18,14 +18,20 @@ candidates are not the ones its cached choice was made among.
 ``EMBEDCACHE_TUNE=off`` takes every problem's reference candidate without timing;
 ``EMBEDCACHE_TUNE=attention=math,scan=blocked`` names a choice per kernel (the other
 kernels are tuned).
+
+:meth:`Tuner.recording` collects the choices made while a block runs (a forward
+pass): the engine records them, with the CPU kind and torch version, in the commit
+of the vectors they computed, so a difference between machines can be explained.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import platform
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from embedcache import errors
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +183,7 @@ class Tuner:
         self.budget = budget
         self.choices: dict[str, Choice] = {}
         self._stored: dict[str, dict[str, Any]] = self._load()
+        self._recordings = threading.local()  # per thread: forward passes may overlap
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self.path is None or not self.path.exists():
@@ -242,12 +249,24 @@ class Tuner:
                 ),
             )
         choice = self._tune(problem, candidates, make_input, tolerance)
-        self._stored[key] = {
-            "choice": choice.name,
-            "candidates": names,
-            "seconds": choice.seconds,
-            "ineligible": choice.ineligible,
-        }
+        # another process on this machine may have tuned it meanwhile: the first
+        # choice written stands, so both run the same kernel (the same bits)
+        self._stored = {**self._stored, **self._load()}
+        theirs = self._stored.get(key)
+        if theirs is not None and theirs.get("candidates") == names:
+            choice = Choice(
+                theirs["choice"],
+                "cached",
+                theirs.get("seconds", {}),
+                theirs.get("ineligible", {}),
+            )
+        else:
+            self._stored[key] = {
+                "choice": choice.name,
+                "candidates": names,
+                "seconds": choice.seconds,
+                "ineligible": choice.ineligible,
+            }
         self._save()
         return self._record(key, choice)
 
@@ -264,7 +283,35 @@ class Tuner:
             for k, v in sorted(self._stored.items())
         ]
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[dict[str, str]]:
+        """Collect the choices this thread makes inside the block, as
+        :meth:`kernel_record` would describe them (filled as the block runs)."""
+        used: dict[str, str] = {}
+        stack = self._recordings.__dict__.setdefault("stack", [])
+        stack.append(used)
+        try:
+            yield used
+        finally:
+            stack.pop()  # a with block: last in, first out
+
+    def kernel_record(self, used: Mapping[str, str]) -> dict[str, str]:
+        """What computed a block's vectors: the CPU kind, torch's version and each
+        problem's choice (by kernel, length bucket and shape; the key names the
+        dtype). Never part of an embedding key."""
+        out = {
+            "cpu_kind": self.fingerprint.get("cpu_kind", "unknown"),
+            "torch": self.fingerprint.get("torch", "absent"),
+        }
+        for key, name in sorted(used.items()):
+            problem = _problem_of(key)
+            where = " ".join(p for p in (problem.bucket, problem.shape) if p != "any")
+            out[f"{problem.kernel} {where}".strip()] = name
+        return out
+
     def _record(self, key: str, choice: Choice) -> str:
+        for used in self._recordings.__dict__.get("stack", ()):
+            used[key] = choice.name
         if key not in self.choices:
             # a fresh tuning is news once per machine; a cached choice shows with -v
             level = logging.INFO if choice.how == "timed" else logging.DEBUG

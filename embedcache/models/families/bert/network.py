@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
@@ -101,7 +100,7 @@ class _DenseNorm(Dense):
         self.LayerNorm = nn.LayerNorm(n_out, eps=eps)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dense(x) + residual)
+        return self.LayerNorm(self.project(x) + residual)
 
 
 class _Attention(nn.Module):
@@ -124,7 +123,7 @@ class _Layer(nn.Module):
     def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         attn = self.attention
         x = attn.output(attn.self.context(x, keys, self.n_heads), x)
-        return self.output(F.gelu(self.intermediate.dense(x)), x)
+        return self.output(self.intermediate.project(x, activation="gelu"), x)
 
 
 class _Encoder(nn.Module):

@@ -28,7 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared.attention import attend
 from embedcache.models.shared.bert_modules import StackNetwork
+from embedcache.models.shared.linear import project
+from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -162,16 +165,21 @@ class MosaicBertBlock(nn.Module):
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         h = self.n_heads
+        tuner = process_tuner()
         # Wqkv's output is [q | k | v], each laid out head by head
-        qkv = self.attention["self"]["Wqkv"](x).view(b, t, 3, h, d // h)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, t, d/h)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        qkv = project(self.attention["self"]["Wqkv"], x, tuner=tuner)
+        q, k, v = qkv.view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4).unbind(0)
+        # flash kernel or two matmuls: whichever this machine runs faster (tuning)
+        context = attend(q, k, v, bias, tuner=tuner)  # each (b, h, t, d/h)
         context = context.transpose(1, 2).reshape(b, t, d)
         out = self.attention["output"]
-        x = out["LayerNorm"](out["dense"](context) + x)
+        x = out["LayerNorm"](project(out["dense"], context, tuner=tuner) + x)
         mlp = self.mlp
-        gated, plain = mlp["gated_layers"](x).split(self.intermediate_size, dim=-1)
-        return mlp["layernorm"](mlp["wo"](F.gelu(gated) * plain) + x)
+        gated, plain = project(mlp["gated_layers"], x, tuner=tuner).split(
+            self.intermediate_size, dim=-1
+        )
+        y = project(mlp["wo"], F.gelu(gated) * plain, tuner=tuner)
+        return mlp["layernorm"](y + x)
 
 
 class MosaicBertEncoder(nn.Module):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
@@ -120,9 +119,9 @@ class _Layer(nn.Module):
     def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         attn = self.attention
         context = attn.self.context(self.pre_attention_ln(x), keys, self.n_heads)
-        x = x + attn.output.dense(context)
-        y = F.gelu(self.intermediate.dense(self.post_attention_ln(x)))
-        return x + self.output.dense(y)
+        x = x + attn.output.project(context)
+        y = self.intermediate.project(self.post_attention_ln(x), activation="gelu")
+        return x + self.output.project(y)
 
 
 class _Encoder(nn.Module):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embedcache.errors import CheckpointError
+from embedcache.models.shared.attention import attend
 from embedcache.models.shared.bert_init import bert_init
 from embedcache.models.shared.bert_modules import Dense, SelfAttention, StackNetwork
 from embedcache.models.shared.config_fields import (
@@ -33,6 +34,8 @@ from embedcache.models.shared.config_fields import (
     require_published,
     require_token_id,
 )
+from embedcache.models.shared.linear import project
+from embedcache.models.shared.tuning import process_tuner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -137,20 +140,22 @@ class _Layer(nn.Module):
         b, t, h = x.shape
         attn = self.attention
         y = attn.LayerNorm(x)
+        tuner = process_tuner()
 
         def heads(linear: nn.Linear) -> torch.Tensor:  # (b, t, heads, head_dim)
-            return linear(y).view(b, t, self.n_heads, -1)
+            return project(linear, y, tuner=tuner).view(b, t, self.n_heads, -1)
 
         # rotated in the contiguous (b, t, heads, d) layout, then viewed as (b, heads, t, d)
         q = _rotate(heads(attn.self.query), cos, sin).transpose(1, 2)
         k = _rotate(heads(attn.self.key), cos, sin).transpose(1, 2)
         v = heads(attn.self.value).transpose(1, 2)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
-        x = x + attn.output.dense(context.transpose(1, 2).reshape(b, t, h))
-        gate, value = self.intermediate.dense(self.LayerNorm(x)).chunk(2, dim=-1)
+        # flash kernel or two matmuls: whichever this machine runs faster (tuning)
+        context = attend(q, k, v, keys, tuner=tuner)
+        x = x + attn.output.project(context.transpose(1, 2).reshape(b, t, h))
+        gate, value = self.intermediate.project(self.LayerNorm(x)).chunk(2, dim=-1)
         # in place in the first half: no new (tokens x intermediate) tensor; the
         # output projection reads it with a row stride of 2 x intermediate, no copy
-        return x + self.output.dense(F.silu(gate, inplace=True).mul_(value))
+        return x + self.output.project(F.silu(gate, inplace=True).mul_(value))
 
 
 class _Embeddings(nn.Module):
