@@ -96,36 +96,42 @@ class HyenaOperator(nn.Module):
         out = torch.matmul(y.to(w.dtype).transpose(1, 2), w.T)
         return out.add_(self.out_proj.bias.to(w.dtype))
 
-    def forward_numba(self, u: torch.Tensor) -> torch.Tensor:
+    def forward_numba(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """The CPU path: ``u`` (b, L, d) in the projections' dtype (the normed input)
         -> (b, L, d) out_proj's matmul, its bias not yet added (:func:`add_norm`
-        adds it); matmuls and FFTs in torch, the rest in two numba kernels."""
+        adds it); matmuls and FFTs in torch, the rest in two numba kernels. ``v``
+        (b, d, n) float32, zero from L on: the FFT's input, written here (the zeros
+        are left as they are, so one buffer serves every block)."""
         from embedcache.models.families.hyena import kernels
 
         n_seq, length, _ = u.shape
         _check_length(length, self.max_seq_len)
-        d = self.d_model
-        n = fft_size(length)
-        # (b, 3d, L), channels-first; the kernel adds the bias
-        z = torch.matmul(self.in_proj.weight, u.transpose(1, 2))
-        x0 = torch.empty((n_seq, d, length))
-        v = torch.empty((n_seq, d, n))  # zero-padded for the FFT by the kernel
-        conv = self.short_filter
-        kernels.short_conv_gate(
+        n = v.shape[2]
+        # (b, 3d, L), channels-first straight from the matmul, one sequence at a time:
+        # torch.matmul(W, u.mT) computes (b, L, 3d) and copies it transposed, and a
+        # bmm of the expanded weight copies the weight
+        w_in = self.in_proj.weight
+        z = torch.empty((n_seq, w_in.shape[0], length), dtype=w_in.dtype)
+        for g in range(n_seq):
+            torch.mm(w_in, u[g].T, out=z[g])
+        conv = (
             _numpy(z),
             _numpy(self.in_proj.bias),
-            _numpy(conv.weight[:, 0].float()),
-            _numpy(conv.bias),
-            x0.numpy(),
-            v.numpy(),
+            _numpy(self.short_filter.weight[:, 0]),  # (3d, 3), a view
+            _numpy(self.short_filter.bias),
         )
+        kernels.short_conv_gate(*conv, v.numpy())
         spectrum = self.filter_fn.spectrum(length, n)
         y = torch.fft.irfft(torch.fft.rfft(v).mul_(spectrum), n=n)
-        gated = torch.empty((n_seq, length, d), dtype=u.dtype)
-        kernels.gate_out(
-            y.numpy(), v.numpy(), x0.numpy(), _numpy(self.filter_fn.bias), _numpy(gated)
-        )
-        return F.linear(gated, self.out_proj.weight)
+        gated = torch.empty((n_seq, self.d_model, length), dtype=u.dtype)
+        d_bias = _numpy(self.filter_fn.bias)
+        kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias, _numpy(gated))
+        # out_proj reads the channels-first gate transposed (no copy either)
+        w_out = self.out_proj.weight
+        out = torch.empty((n_seq, length, w_out.shape[0]), dtype=w_out.dtype)
+        for g in range(n_seq):
+            torch.mm(gated[g].T, w_out.T, out=out[g])
+        return out
 
 
 def _check_length(length: int, max_seq_len: int) -> None:
@@ -247,6 +253,8 @@ class HyenaBackbone(nn.Module):
         no_rows, no_vector = torch.empty((0, d)), torch.empty(0)
         normed = torch.empty(x.shape, dtype=dtype)
         final = torch.empty(x.shape)
+        # the FFT's input, zero-padded once for every block (same length, same size)
+        fft_input = torch.zeros((x.shape[0], d, fft_size(x.shape[1])))
 
         def add_norm(
             branch: torch.Tensor, bias: torch.Tensor, norm: nn.LayerNorm | None
@@ -265,7 +273,7 @@ class HyenaBackbone(nn.Module):
         if depth:
             add_norm(no_rows, no_vector, self.layers[0].norm1)
         for i, block in enumerate(self.layers[:depth], start=1):
-            mixed = block.mixer.forward_numba(normed)
+            mixed = block.mixer.forward_numba(normed, fft_input)
             add_norm(mixed, block.mixer.out_proj.bias, block.norm2)
             h = block.mlp.forward_numba(normed)
             if i < depth:
