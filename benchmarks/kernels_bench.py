@@ -8,6 +8,8 @@ process's CPU time (which load from other processes disturbs less), the ratio to
 ``loop`` (issue 43's target for the best: 2x on an AVX2 CPU, 3x on AVX-512), and the
 largest difference to ``loop``'s output (0 means the same bits). ``--adapter``:
 Caduceus-ph in process, main's scan (``scan=loop``) beside the tuned one.
+``--family hyena``: HyenaDNA medium's element-wise kernels and projections for one
+layer, ``--baseline``'s code (main's, read from git) beside this tree's.
 ``--family encoder``: attention, ``flash`` (SDPA) against ``math`` (two matmuls, fp32
 softmax) at the 512-wide BERT's shape (8 heads of 64) for a few lengths.
 
@@ -48,7 +50,11 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
-END_TO_END = {"caduceus": "caduceus_bench", "encoder": "embed_bench"}
+END_TO_END = {
+    "caduceus": "caduceus_bench",
+    "encoder": "embed_bench",
+    "hyena": "hyena_bench",
+}
 SCAN_SHAPE = {"d_inner": 512, "d_state": 16, "dt_rank": 16}
 
 
@@ -145,6 +151,101 @@ def bench_attention(args: argparse.Namespace) -> dict[str, Figure]:
     return figures
 
 
+def git_module(rev: str, path: str) -> Any:  # noqa: ANN401
+    """The module at ``path`` as ``rev`` has it, imported under a name of its own (a
+    fixed folder per name, so numba's cache serves the next run)."""
+    import importlib.util
+
+    name = f"{Path(path).stem}_{rev.replace('/', '_')}"
+    file = Path(tempfile.gettempdir()) / "embedcache-bench-git" / name / f"{name}.py"
+    show = ["git", "show", f"{rev}:{path}"]
+    text = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+    file.parent.mkdir(parents=True, exist_ok=True)
+    if not file.exists() or file.read_text() != text:
+        file.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hyena_pairs(old: Any, b: int, length: int, dtype: torch.dtype) -> dict:  # noqa: ANN401
+    """{step: (main's call, this tree's call)} on random inputs of one medium layer."""
+    from embedcache.models.families.hyena import kernels as new
+    from embedcache.models.families.hyena.filter import fft_size
+    from embedcache.models.families.hyena.network import in_projection, out_projection
+
+    d, n, rng = 256, fft_size(length), np.random.default_rng(0)
+
+    def r(*shape: int, dt: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.from_numpy(rng.standard_normal(shape, np.float32)).to(dt)
+
+    def a(t: torch.Tensor) -> np.ndarray:
+        return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+    u, w_in, w_out = r(b, length, d, dt=dtype), r(3 * d, d, dt=dtype), r(d, d, dt=dtype)
+    h, branch, gated = (
+        r(b * length, 1024, dt=dtype),
+        r(b * length, d, dt=dtype),
+        r(b, d, length, dt=dtype),
+    )
+    conv = (
+        a(torch.matmul(w_in, u.mT)),
+        *(a(r(*s)) for s in ((3 * d,), (3 * d, 3), (3 * d,))),
+    )
+    x0, y, v = (
+        np.empty((b, d, length), np.float32),
+        a(r(b, d, n)),
+        np.zeros((b, d, n), np.float32),
+    )
+    v_old, bias, x = v.copy(), a(r(1024)), np.ones((b * length, d), np.float32)
+    out_old, out = a(r(b, length, d, dt=dtype)), a(gated.clone())
+    norm = (a(branch), *(bias[:d],) * 3, np.float32(1e-5), a(branch.clone()))
+    return {
+        "short_conv_gate": (lambda: old.short_conv_gate(*conv, x0, v_old), lambda: new.short_conv_gate(*conv, v)),
+        "gate_out": (lambda: old.gate_out(y, v_old, x0, bias[:d], out_old), lambda: new.gate_out(y, v, *conv, bias[:d], out)),
+        "gelu_tanh": (lambda: old.gelu_tanh(a(h), bias), lambda: new.gelu_tanh(a(h), bias)),
+        "add_norm x2": (lambda: [old.add_norm(x, *norm) for _ in "12"], lambda: [new.add_norm(x, *norm) for _ in "12"]),
+        "in+out projections": (lambda: (torch.matmul(w_in, u.mT), torch.matmul(gated.mT, w_out.T)),
+                               lambda: (in_projection(w_in, u), out_projection(gated, w_out))),
+    }  # fmt: skip
+
+
+def bench_hyena(args: argparse.Namespace) -> dict[str, Figure]:
+    """Each step, main's code against this tree's (best of interleaved rounds), and the
+    four kernels' total (issue 43's target: >= 2x less time)."""
+    from embedcache.models.shared.padding import padded_length
+
+    old = git_module(args.baseline, "embedcache/models/families/hyena/kernels.py")
+    length = padded_length(args.length + 1)  # the bases and [SEP]
+    print(f"hyena: one medium layer, {args.n_seqs} sequences padded to {length}")
+    figures = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        io = str(dtype)[6:]
+        pairs = hyena_pairs(old, args.n_seqs, length, dtype)
+        runs = {(k, i): fn for k, p in pairs.items() for i, fn in enumerate(p)}
+        best = time_side_by_side(runs, rounds=args.rounds)
+        total = [0.0, 0.0, 0.0, 0.0]  # wall and CPU, main's and this tree's
+        for step in pairs:
+            (w0, c0), (w1, c1) = best[step, 0], best[step, 1]
+            print(f"  {io:8} {step:<19} main {w0 * 1e3:7.2f} ms wall {c0 * 1e3:7.2f} CPU"
+                  f"   new {w1 * 1e3:7.2f} / {c1 * 1e3:7.2f}   {c0 / c1:5.2f}x CPU")  # fmt: skip
+            figures[f"hyena {io} {step} main/new, CPU time"] = Figure(
+                round(c0 / c1, 2), "x"
+            )
+            if "projections" not in step:
+                total = [s + t for s, t in zip(total, (w0, c0, w1, c1), strict=True)]
+        for i, clock in enumerate(("wall", "CPU")):
+            ratio = round(total[i] / total[i + 2], 2)
+            figures[f"hyena {io} kernels main/new, {clock} time"] = Figure(
+                ratio, "x", ">= 2"
+            )
+        print(
+            f"  {io:8} the four kernels: {total[1] * 1e3:.2f} ms CPU -> {total[3] * 1e3:.2f}"
+        )
+    return figures
+
+
 def bench_caduceus_adapter(args: argparse.Namespace) -> dict[str, Figure]:
     """Caduceus-ph end to end in process: main's scan (forced ``scan=loop``) against
     the tuned one, interleaved rounds, each dtype; vectors must be equal."""
@@ -185,7 +286,10 @@ def bench_caduceus_adapter(args: argparse.Namespace) -> dict[str, Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, "4 sequences, 2 rounds")
-    parser.add_argument("--family", choices=["caduceus", "encoder"], default="caduceus")
+    parser.add_argument(
+        "--family", choices=["caduceus", "encoder", "hyena"], default="caduceus"
+    )
+    parser.add_argument("--baseline", default="main", help="hyena: the git revision")
     parser.add_argument("--n-seqs", type=int, default=8)
     parser.add_argument("--length", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
@@ -198,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     peaks = machine_peaks()
     print(machine_line(peaks))
-    if args.family == "encoder":
-        figures = bench_attention(args)
+    if args.family in ("encoder", "hyena"):
+        figures = (bench_attention if args.family == "encoder" else bench_hyena)(args)
     else:
         figures = (bench_caduceus_adapter if args.adapter else bench_scan)(args)
     record_beside("kernels_bench", figures, peaks, quick=args.quick, argv=argv)

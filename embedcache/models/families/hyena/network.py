@@ -107,13 +107,7 @@ class HyenaOperator(nn.Module):
         n_seq, length, _ = u.shape
         _check_length(length, self.max_seq_len)
         n = v.shape[2]
-        # (b, 3d, L), channels-first straight from the matmul, one sequence at a time:
-        # torch.matmul(W, u.mT) computes (b, L, 3d) and copies it transposed, and a
-        # bmm of the expanded weight copies the weight
-        w_in = self.in_proj.weight
-        z = torch.empty((n_seq, w_in.shape[0], length), dtype=w_in.dtype)
-        for g in range(n_seq):
-            torch.mm(w_in, u[g].T, out=z[g])
+        z = in_projection(self.in_proj.weight, u)
         conv = (
             _numpy(z),
             _numpy(self.in_proj.bias),
@@ -126,12 +120,29 @@ class HyenaOperator(nn.Module):
         gated = torch.empty((n_seq, self.d_model, length), dtype=u.dtype)
         d_bias = _numpy(self.filter_fn.bias)
         kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias, _numpy(gated))
-        # out_proj reads the channels-first gate transposed (no copy either)
-        w_out = self.out_proj.weight
-        out = torch.empty((n_seq, length, w_out.shape[0]), dtype=w_out.dtype)
-        for g in range(n_seq):
-            torch.mm(gated[g].T, w_out.T, out=out[g])
-        return out
+        return out_projection(gated, self.out_proj.weight)
+
+
+def in_projection(weight: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``weight @ u[g].T`` for each sequence: (b, L, d) -> (b, 3d, L) channels-first.
+
+    One matmul a sequence with a transposed operand, written in place:
+    ``torch.matmul(weight, u.mT)`` computes (b, L, 3d) and copies it transposed, a
+    bmm of the expanded weight copies the weight.
+    """
+    z = torch.empty((u.shape[0], weight.shape[0], u.shape[1]), dtype=weight.dtype)
+    for g in range(u.shape[0]):
+        torch.mm(weight, u[g].T, out=z[g])
+    return z
+
+
+def out_projection(gated: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``gated[g].T @ weight.T`` for each sequence: (b, d, L) -> (b, L, d), no copy."""
+    n_seq, _, length = gated.shape
+    out = torch.empty((n_seq, length, weight.shape[0]), dtype=weight.dtype)
+    for g in range(n_seq):
+        torch.mm(gated[g].T, weight.T, out=out[g])
+    return out
 
 
 def _check_length(length: int, max_seq_len: int) -> None:
@@ -320,4 +331,10 @@ def init_official(backbone: HyenaBackbone, *, seed: int) -> None:
                 module.bias.zero_()
 
 
-__all__ = ["KERNELS", "HyenaBackbone", "init_official"]
+__all__ = [
+    "KERNELS",
+    "HyenaBackbone",
+    "in_projection",
+    "init_official",
+    "out_projection",
+]
