@@ -96,17 +96,20 @@ class HyenaOperator(nn.Module):
         out = torch.matmul(y.to(w.dtype).transpose(1, 2), w.T)
         return out.add_(self.out_proj.bias.to(w.dtype))
 
-    def forward_numba(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward_numba(
+        self, u: torch.Tensor, v: torch.Tensor, long_conv: str
+    ) -> torch.Tensor:
         """The CPU path: ``u`` (b, L, d) in the projections' dtype (the normed input)
         -> (b, L, d) out_proj's matmul, its bias not yet added (:func:`add_norm`
-        adds it); matmuls and FFTs in torch, the rest in two numba kernels. ``v``
-        (b, d, n) float32, zero from L on: the FFT's input, written here (the zeros
-        are left as they are, so one buffer serves every block)."""
+        adds it); matmuls and the long convolution (``long_conv``, a candidate of
+        :mod:`.long_conv`) in torch, the rest in two numba kernels. ``v`` (b, d, n)
+        float32, zero from L on: the long convolution's input, written here (the
+        zeros are left as they are, so one buffer serves every block)."""
         from embedcache.models.families.hyena import kernels
+        from embedcache.models.families.hyena.long_conv import convolve
 
         n_seq, length, _ = u.shape
         _check_length(length, self.max_seq_len)
-        n = v.shape[2]
         z = in_projection(self.in_proj.weight, u)
         conv = (
             _numpy(z),
@@ -115,8 +118,7 @@ class HyenaOperator(nn.Module):
             _numpy(self.short_filter.bias),
         )
         kernels.short_conv_gate(*conv, v.numpy())
-        spectrum = self.filter_fn.spectrum(length, n)
-        y = torch.fft.irfft(torch.fft.rfft(v).mul_(spectrum), n=n)
+        y = convolve(long_conv, v, length, self.filter_fn)
         gated = torch.empty((n_seq, self.d_model, length), dtype=u.dtype)
         d_bias = _numpy(self.filter_fn.bias)
         kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias, _numpy(gated))
@@ -255,7 +257,8 @@ class HyenaBackbone(nn.Module):
         self, x: torch.Tensor, want: set[int], depth: int
     ) -> dict[int, torch.Tensor]:
         """The blocks with each residual add fused into the next LayerNorm (CPU)."""
-        from embedcache.models.families.hyena import kernels
+        from embedcache.models.families.hyena import kernels, long_conv
+        from embedcache.models.shared.tuning import process_tuner
 
         out: dict[int, torch.Tensor] = {0: x.clone()} if 0 in want else {}
         d = self.hidden_size
@@ -264,8 +267,13 @@ class HyenaBackbone(nn.Module):
         no_rows, no_vector = torch.empty((0, d)), torch.empty(0)
         normed = torch.empty(x.shape, dtype=dtype)
         final = torch.empty(x.shape)
-        # the FFT's input, zero-padded once for every block (same length, same size)
-        fft_input = torch.zeros((x.shape[0], d, fft_size(x.shape[1])))
+        n_seq, length = x.shape[:2]
+        conv = "fft"
+        if depth:
+            filt = self.layers[0].mixer.filter_fn
+            conv = long_conv.choose(process_tuner(), filt, length)
+        # the long convolution's input, zero-padded once for every block
+        conv_input = torch.zeros((n_seq, d, long_conv.size(conv, length)))
 
         def add_norm(
             branch: torch.Tensor, bias: torch.Tensor, norm: nn.LayerNorm | None
@@ -284,7 +292,7 @@ class HyenaBackbone(nn.Module):
         if depth:
             add_norm(no_rows, no_vector, self.layers[0].norm1)
         for i, block in enumerate(self.layers[:depth], start=1):
-            mixed = block.mixer.forward_numba(normed, fft_input)
+            mixed = block.mixer.forward_numba(normed, conv_input, conv)
             add_norm(mixed, block.mixer.out_proj.bias, block.norm2)
             h = block.mlp.forward_numba(normed)
             if i < depth:
