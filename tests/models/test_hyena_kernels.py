@@ -73,19 +73,14 @@ def tiny():
 def test_long_conv_candidates_agree(tiny, length):
     filt = tiny.network.layers[0].mixer.filter_fn
     v = torch.randn((2, filt.bias.shape[0], length))
-    taps = filt.kernel(length).detach()
-    want = torch.stack(
-        [
-            torch.stack(
-                [
-                    torch.tensor(
-                        np.convolve(v[i, c].numpy(), taps[:, c].numpy())[:length]
-                    )
-                    for c in range(v.shape[1])
-                ]
-            )
-            for i in range(v.shape[0])
-        ]
+    taps = filt.kernel(length).detach().numpy()
+    want = torch.tensor(
+        np.array(
+            [
+                [np.convolve(row, taps[:, c])[:length] for c, row in enumerate(seq)]
+                for seq in v.numpy()
+            ]
+        )
     ).float()
     with torch.inference_mode():
         for name in long_conv.CANDIDATES:
@@ -118,7 +113,8 @@ def test_cpu_forward_copies_no_activation(tiny):
     big = [
         e.input_shapes
         for e in prof.key_averages(group_by_input_shape=True)
-        if e.key == "aten::copy_" and any(np.prod(s) >= 4 * 60 * 32 for s in e.input_shapes)
+        if e.key == "aten::copy_"
+        and any(np.prod(s) >= 4 * 60 * 32 for s in e.input_shapes)
     ]
     assert not big, big
 
