@@ -8,7 +8,7 @@ either dtype). The candidates (the first is the reference, main's):
   smallest ``2^a 3^b >= 2L - 1``;
 - ``fft-pow2``: the same at the next power of two;
 - ``fft-2357``: the same at the smallest size with factors 2, 3, 5 and 7 only;
-- ``direct`` (``L <= DIRECT_MAX``): one matmul a channel with the filter's
+- ``direct`` (``L <= DIRECT_MAX``, 128): one matmul a channel with the filter's
   lower-triangular Toeplitz matrix (kept per length, as the spectra are).
 
 They agree within float32's tolerance (checked by the tuner on every tuning), so the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from embedcache.models.families.hyena.filter import ImplicitFilter
     from embedcache.models.shared.tuning import Tuner
 
-DIRECT_MAX = 256  # a (d, L, L) matrix a layer: 64 MB at d 256, L 256
+DIRECT_MAX = 128  # a (d, L, L) float32 matrix a layer and length: 16 MB at d 256
 DIRECT_ROWS = 8
 CANDIDATES = ("fft", "fft-pow2", "fft-2357", "direct")
 
