@@ -174,7 +174,6 @@ def hyena_pairs(old: Any, b: int, length: int, dtype: torch.dtype) -> dict:  # n
     """{step: (main's call, this tree's call)} on random inputs of one medium layer."""
     from embedcache.models.families.hyena import kernels as new
     from embedcache.models.families.hyena.filter import fft_size
-    from embedcache.models.families.hyena.network import in_projection, out_projection
 
     d, rng = 256, np.random.default_rng(0)
 
@@ -186,13 +185,14 @@ def hyena_pairs(old: Any, b: int, length: int, dtype: torch.dtype) -> dict:  # n
         torch.randn(s).to(dtype)
         for s in ((b, length, d), (3 * d, d), (d, d), (b, d, length))
     )
-    z = torch.matmul(w_in, u.mT)
-    conv = (
-        (z.view(torch.int16) if dtype == torch.bfloat16 else z).numpy(),
-        r(3 * d, dt=torch.float32),
-        r(3 * d, 3, dt=torch.float32),
-        r(3 * d, dt=torch.float32),
+    u2d, gated2d = u.view(b * length, d), gated.transpose(0, 1).reshape(d, -1)
+    # main's in_proj output (b, 3d, L), and this tree's (3d, b L)
+    z_old, z = (
+        (x.view(torch.int16) if dtype == torch.bfloat16 else x).numpy()
+        for x in (torch.matmul(w_in, u.mT), torch.mm(w_in, u2d.T))
     )
+    taps = (r(3 * d, dt=torch.float32), r(3 * d, 3, dt=torch.float32))
+    conv, old_conv = (z, *taps, taps[0]), (z_old, *taps, taps[0])
     x0, y, v = (
         r(b, d, length, dt=torch.float32),
         r(b, d, fft_size(length), dt=torch.float32),
@@ -206,12 +206,12 @@ def hyena_pairs(old: Any, b: int, length: int, dtype: torch.dtype) -> dict:  # n
     norm = (r(b * length, d), *(bias[:d],) * 3, np.float32(1e-5), r(b * length, d))
     return {
         "short_conv_gate": (
-            partial(old.short_conv_gate, *conv, x0, v.copy()),
+            partial(old.short_conv_gate, *old_conv, x0, v.copy()),
             partial(new.short_conv_gate, *conv, v),
         ),
         "gate_out": (
             partial(old.gate_out, y, v, x0, bias[:d], r(b, length, d)),
-            partial(new.gate_out, y, v, *conv, bias[:d], r(b, d, length)),
+            partial(new.gate_out, y, v, *conv, bias[:d], r(d, b * length)),
         ),
         "gelu_tanh": tuple(partial(k.gelu_tanh, h, bias) for k in (old, new)),
         "add_norm x2": tuple(
@@ -219,7 +219,7 @@ def hyena_pairs(old: Any, b: int, length: int, dtype: torch.dtype) -> dict:  # n
         ),
         "in+out projections": (
             lambda: (torch.matmul(w_in, u.mT), torch.matmul(gated.mT, w_out.T)),
-            lambda: (in_projection(w_in, u), out_projection(gated, w_out)),
+            lambda: (torch.mm(w_in, u2d.T), torch.mm(gated2d.T, w_out.T)),
         ),
     }
 

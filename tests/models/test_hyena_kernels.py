@@ -52,13 +52,15 @@ def test_conv_gate_and_gate_out_equal_torch(dtype, length):
     x0, x1, v_ref = _reference(z, z_bias, weight, bias, d)
     v = torch.full((b, d, n), 7.0)
     v[..., length:] = 0.0
-    conv = (_bits(z), z_bias.numpy(), weight.numpy(), bias.numpy())
+    z2d = z.transpose(0, 1).reshape(3 * d, b * length).contiguous()  # (3d, b L)
+    conv = (_bits(z2d), z_bias.numpy(), weight.numpy(), bias.numpy())
     kernels.short_conv_gate(*conv, v.numpy())
     torch.testing.assert_close(v[..., :length], v_ref * x1, rtol=1e-5, atol=1e-5)
     assert not v[..., length:].any()  # the padding is left as it was
     y = torch.randn((b, d, n), generator=g)
-    out = torch.empty((b, d, length), dtype=dtype)
+    out = torch.empty((d, b * length), dtype=dtype)
     kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias.numpy(), _bits(out))
+    out = out.view(d, b, length).transpose(0, 1)
     want = (y[..., :length] + v[..., :length] * d_bias[:, None]) * x0
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
@@ -102,7 +104,7 @@ def test_long_conv_choice_is_a_timed_eligible_candidate(tiny):
 
 
 def test_cpu_forward_copies_no_activation(tiny):
-    """in_proj's output (b, 3d, L) is written channels-first by the matmul itself:
+    """in_proj's output is written channels-first, (3d, b L), by the matmul itself:
     ``torch.matmul(W, u.mT)`` copied it transposed (issue 43's copy_)."""
     from torch.profiler import ProfilerActivity, profile
 

@@ -3,12 +3,12 @@
 Four kernels cover everything between the matmuls and the FFTs:
 
 - ``short_conv_gate``: the in_proj bias, the depthwise causal convolution (width 3)
-  of the ``x1`` and ``v`` channels and the first gate ``v * x1``, channels-first (the
-  in_proj matmul writes that layout), as the FFT's input (the caller's buffer keeps
+  of the ``x1`` and ``v`` channels and the first gate ``v * x1``, from in_proj's
+  output channels-first, (3d, b L) as its one matmul writes it, into the FFT's input (the caller's buffer keeps
   the zero padding: the kernel writes the first L positions only);
 - ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, with ``x0``
   convolved again from in_proj's output (3 taps cost less than writing ``x0`` out
-  and reading it back), channels-first as out_proj's transposed input;
+  and reading it back), written (d, b L) as out_proj's transposed input;
 - ``gelu_tanh``: fc1's bias and the tanh GELU in place (torch's GELU alone took
   ~2 ns an element here);
 - ``add_norm``: a branch and its bias added to the residual stream, then the next
@@ -70,17 +70,18 @@ def _conv_head(src, src_bias, w, b, t):  # noqa: ANN001, ANN202
 def short_conv_gate(z, z_bias, weight, bias, v_out) -> None:  # noqa: ANN001
     """``v_out[:, c, :L] = conv(z)[:, 2d + c] * conv(z)[:, d + c]``.
 
-    ``z`` (B, 3d, L) float32 or bfloat16 bits (int16): the in_proj matmul, to which
-    ``z_bias`` (3d,) is added here; ``weight`` (3d, 3): tap ``j`` multiplies
+    ``z`` (3d, B L) float32 or bfloat16 bits (int16): the in_proj matmul, sequence
+    ``g`` at columns ``g L`` to ``(g + 1) L``, to which ``z_bias`` (3d,) is added here; ``weight`` (3d, 3): tap ``j`` multiplies
     ``z[t - 2 + j]``; ``bias`` (3d,); ``v_out`` (B, d, n >= L) float32.
     """
-    n_seq, n_chan, length = z.shape
-    d = n_chan // 3
+    n_seq, d = v_out.shape[:2]
+    length = z.shape[1] // n_seq
     for item in numba.prange(n_seq * d):
         g = item // d
         c = item % d
         b, e = d + c, 2 * d + c  # x1's and v's channels
-        xs, vs, out = z[g, b], z[g, e], v_out[g, c]
+        cols = slice(g * length, (g + 1) * length)
+        xs, vs, out = z[b, cols], z[e, cols], v_out[g, c]
         wb, we = weight[b], weight[e]
         for t in range(min(2, length)):
             out[t] = _conv_head(vs, z_bias[e], we, bias[e], t) * _conv_head(
@@ -100,18 +101,19 @@ def short_conv_gate(z, z_bias, weight, bias, v_out) -> None:  # noqa: ANN001
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def gate_out(y, v, z, z_bias, weight, bias, d_bias, out) -> None:  # noqa: ANN001
-    """``out = (y + v * D) * x0``, channels-first, ``x0`` = ``conv(z)[:, :d]``.
+    """``out = (y + v * D) * x0``, channels-first, ``x0`` = ``conv(z)[:d]``.
 
     ``y`` (B, d, n >= L) float32: the FFT convolution; ``v`` (B, d, n) float32: its
     input; ``z``, ``z_bias``, ``weight``, ``bias`` as for :func:`short_conv_gate`;
-    ``d_bias`` (d,); ``out`` (B, d, L) float32 or bfloat16 bits (int16).
+    ``d_bias`` (d,); ``out`` (d, B L) float32 or bfloat16 bits (int16).
     """
-    n_seq, n_chan, length = z.shape
-    d = n_chan // 3
+    n_seq, d = y.shape[:2]
+    length = z.shape[1] // n_seq
     for item in numba.prange(n_seq * d):
         g = item // d
         c = item % d
-        xs, yr, vr, o = z[g, c], y[g, c], v[g, c], out[g, c]
+        cols = slice(g * length, (g + 1) * length)
+        xs, yr, vr, o = z[c, cols], y[g, c], v[g, c], out[c, cols]
         w, dc = weight[c], d_bias[c]
         for t in range(min(2, length)):
             x0 = _conv_head(xs, z_bias[c], w, bias[c], t)

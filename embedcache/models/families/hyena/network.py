@@ -110,7 +110,10 @@ class HyenaOperator(nn.Module):
 
         n_seq, length, _ = u.shape
         _check_length(length, self.max_seq_len)
-        z = in_projection(self.in_proj.weight, u)
+        # in_proj writes channels-first itself: the input transposed, one matmul
+        # for the batch, (3d, b L); torch.matmul(W, u.mT) computed (b, L, 3d) and
+        # copied it transposed
+        z = torch.mm(self.in_proj.weight, u.reshape(n_seq * length, -1).T)
         conv = (
             _numpy(z),
             _numpy(self.in_proj.bias),
@@ -119,32 +122,12 @@ class HyenaOperator(nn.Module):
         )
         kernels.short_conv_gate(*conv, v.numpy())
         y = convolve(long_conv, v, length, self.filter_fn)
-        gated = torch.empty((n_seq, self.d_model, length), dtype=u.dtype)
+        gated = torch.empty((self.d_model, n_seq * length), dtype=u.dtype)
         d_bias = _numpy(self.filter_fn.bias)
         kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias, _numpy(gated))
-        return out_projection(gated, self.out_proj.weight)
-
-
-def in_projection(weight: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """``weight @ u[g].T`` for each sequence: (b, L, d) -> (b, 3d, L) channels-first.
-
-    One matmul a sequence with a transposed operand, written in place:
-    ``torch.matmul(weight, u.mT)`` computes (b, L, 3d) and copies it transposed, a
-    bmm of the expanded weight copies the weight.
-    """
-    z = torch.empty((u.shape[0], weight.shape[0], u.shape[1]), dtype=weight.dtype)
-    for g in range(u.shape[0]):
-        torch.mm(weight, u[g].T, out=z[g])
-    return z
-
-
-def out_projection(gated: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``gated[g].T @ weight.T`` for each sequence: (b, d, L) -> (b, L, d), no copy."""
-    n_seq, _, length = gated.shape
-    out = torch.empty((n_seq, length, weight.shape[0]), dtype=weight.dtype)
-    for g in range(n_seq):
-        torch.mm(gated[g].T, weight.T, out=out[g])
-    return out
+        # out_proj reads the (d, b L) gate transposed: no copy either
+        out = torch.mm(gated.T, self.out_proj.weight.T)
+        return out.view(n_seq, length, -1)
 
 
 def _check_length(length: int, max_seq_len: int) -> None:
@@ -342,7 +325,5 @@ def init_official(backbone: HyenaBackbone, *, seed: int) -> None:
 __all__ = [
     "KERNELS",
     "HyenaBackbone",
-    "in_projection",
     "init_official",
-    "out_projection",
 ]
