@@ -77,8 +77,8 @@ def short_conv_gate(z, z_bias, weight, bias, v_out) -> None:  # noqa: ANN001
     n_seq, d = v_out.shape[:2]
     length = z.shape[1] // n_seq
     for item in numba.prange(n_seq * d):
-        g = item // d
-        c = item % d
+        c = item // n_seq  # along a row of z: its sequences are adjacent
+        g = item % n_seq
         b, e = d + c, 2 * d + c  # x1's and v's channels
         cols = slice(g * length, (g + 1) * length)
         xs, vs, out = z[b, cols], z[e, cols], v_out[g, c]
@@ -110,8 +110,8 @@ def gate_out(y, v, z, z_bias, weight, bias, d_bias, out) -> None:  # noqa: ANN00
     n_seq, d = y.shape[:2]
     length = z.shape[1] // n_seq
     for item in numba.prange(n_seq * d):
-        g = item // d
-        c = item % d
+        c = item // n_seq  # along a row of z: its sequences are adjacent
+        g = item % n_seq
         cols = slice(g * length, (g + 1) * length)
         xs, yr, vr, o = z[c, cols], y[g, c], v[g, c], out[c, cols]
         w, dc = weight[c], d_bias[c]
