@@ -19,6 +19,8 @@ from torch import nn
 from embedcache.models.families.hyena.checkpoint import SHORT_FILTER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from embedcache.models.families.hyena.checkpoint import HyenaArch
 
 # the window added to the exponential decay, and the decay range (official defaults)
@@ -98,7 +100,7 @@ class ImplicitFilter(nn.Module):
             stack += [nn.Linear(order, order), sin]
         stack.append(nn.Linear(order, arch.d_model, bias=False))
         self.implicit_filter = nn.Sequential(*stack)
-        self._spectra: dict[tuple[int, int, str], torch.Tensor] = {}
+        self._spectra: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def kernel(self, length: int) -> torch.Tensor:
         """The filter's first ``length`` taps, (length, d_model) float32."""
@@ -114,12 +116,31 @@ class ImplicitFilter(nn.Module):
         Without gradients (inference) it is kept per (length, n): the weights are
         frozen once loaded; moving or casting the module drops what is kept.
         """
+        return self._kept(
+            ("spectrum", length, n),
+            lambda: torch.fft.rfft(self.kernel(length).T, n=n),
+        )
+
+    def toeplitz(self, length: int) -> torch.Tensor:
+        """(d_model, L, L): ``k[t - s]`` at ``[c, t, s]`` for ``s <= t``, else 0 (the
+        direct causal convolution's matrices); kept as :meth:`spectrum` is."""
+
+        def build() -> torch.Tensor:
+            lag = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+            taps = self.kernel(length).T  # (d, L)
+            return taps[:, lag.clamp(min=0)] * (lag >= 0)
+
+        return self._kept(("toeplitz", length), build)
+
+    def _kept(
+        self, key: tuple[Any, ...], build: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         if torch.is_grad_enabled():
-            return torch.fft.rfft(self.kernel(length).T, n=n)
-        key = (length, n, str(self.bias.device))
+            return build()
+        key = (*key, str(self.bias.device))
         cached = self._spectra.get(key)
         if cached is None:
-            cached = torch.fft.rfft(self.kernel(length).T, n=n)
+            cached = build()
             if len(self._spectra) >= _KERNEL_CACHE:
                 self._spectra.pop(next(iter(self._spectra)))
             self._spectra[key] = cached

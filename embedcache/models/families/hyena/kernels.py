@@ -3,126 +3,127 @@
 Four kernels cover everything between the matmuls and the FFTs:
 
 - ``short_conv_gate``: the in_proj bias, the depthwise causal convolution (width 3)
-  and the first gate, channels-first (in_proj's matmul writes that layout): ``x0``
-  and ``v * x1``, zero-padded as the FFT's input;
-- ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, transposed
-  to channels-last as the out_proj input;
+  of the ``x1`` and ``v`` channels and the first gate ``v * x1``, from in_proj's
+  output channels-first, (3d, b L) as its one matmul writes it, into the FFT's input (the caller's buffer keeps
+  the zero padding: the kernel writes the first L positions only);
+- ``gate_out``: ``(y + v * D) * x0`` from the FFT convolution's output, with ``x0``
+  convolved again from in_proj's output (3 taps cost less than writing ``x0`` out
+  and reading it back), written (d, b L) as out_proj's transposed input;
 - ``gelu_tanh``: fc1's bias and the tanh GELU in place (torch's GELU alone took
   ~2 ns an element here);
 - ``add_norm``: a branch and its bias added to the residual stream, then the next
   LayerNorm, written in the next matmul's dtype.
 
 The matmuls run without their biases (with one, ``addmm`` first copies it over the
-whole output); each bias is added by the kernel that reads the matmul's output. Each
-kernel replaces several passes over (tokens x channels) tensors (the first two, also
-a transpose). In bfloat16 they read and write bfloat16 bits (int16) themselves. Work
-is split with ``prange`` over (sequence, channel), (sequence, block of 64 positions)
-or blocks of 64 rows; ``gate_out`` transposes through a small tile per item.
+whole output); each bias is added by the kernel that reads the matmul's output. In
+bfloat16 the kernels read and write bfloat16 bits (int16) themselves, in float32
+inside. The loops run along contiguous memory and vectorise: the convolution reads
+its taps through shifted slices, never ``t - 1`` (numba wraps a negative index, and
+that check kept main's loops scalar: 12 ms a call where 1 ms does). Work is split
+with ``prange`` over (sequence, channel) or blocks of 64 rows.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 # the bfloat16 load/store helpers and the vectorisable exp are Caduceus's: one
 # definition of the rounding and of the polynomial
-from embedcache.models.families.caduceus.kernels import _exp2, _load, _store_row
+from embedcache.models.families.caduceus.kernels import (
+    _bf16_bits,
+    _exp2,
+    _load,
+    _store_row,
+)
 
-TIME_BLOCK = 64
 ROW_BLOCK = 64
 _LOG2E = 1.4426950408889634
 _GELU_A = 0.7978845608028654  # sqrt(2 / pi)
 _GELU_B = 0.044715
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def short_conv_gate(z, z_bias, weight, bias, x0_out, v_out) -> None:  # noqa: ANN001
-    """``x0_out = conv(z)[:, :d]``, ``v_out = conv(z)[:, 2d:] * conv(z)[:, d:2d]``.
+def _store(like, x):  # noqa: ANN001, ANN202
+    """``x`` (float32) as an element of ``like``'s array: float32, or bfloat16 bits."""
 
-    Channels-first throughout, so every loop runs along contiguous positions.
-    ``z`` (B, 3d, L) float32 or bfloat16 bits (int16): the in_proj matmul, to which
-    ``z_bias`` (3d,) is added here; ``weight`` (3d, 3): tap ``j`` multiplies
-    ``z[t - 2 + j]`` (zeros before the start: the bias is part of the input, the
-    padding is not); ``bias`` (3d,); ``x0_out`` (B, d, L) float32; ``v_out``
-    (B, d, n >= L) float32, zero from L on (the FFT's padding).
-    """
-    n_seq, n_chan, length = z.shape
-    d = n_chan // 3
-    n_fft = v_out.shape[2]
-    for item in numba.prange(n_seq * d):
-        g = item // d
-        c = item % d
-        x0_row = x0_out[g, c]
-        v_row = v_out[g, c]
-        a, b, e = c, d + c, 2 * d + c  # x0, x1 and v's channels
-        _conv_row(z[g, a], z_bias[a], weight[a], bias[a], x0_row)
-        _conv_row(z[g, e], z_bias[e], weight[e], bias[e], v_row)
-        # x1's convolution, multiplied into v's row as it is computed
-        src, sb, w, cb = z[g, b], z_bias[b], weight[b], bias[b]
-        const = cb + sb * (w[0] + w[1] + w[2])
-        v_row[0] *= cb + w[2] * (_load(src[0]) + sb)
-        if length > 1:
-            v_row[1] *= cb + w[2] * (_load(src[1]) + sb) + w[1] * (_load(src[0]) + sb)
-        for t in range(2, length):
-            v_row[t] *= (
-                const
-                + w[2] * _load(src[t])
-                + w[1] * _load(src[t - 1])
-                + w[0] * _load(src[t - 2])
-            )
-        for t in range(length, n_fft):
-            v_row[t] = np.float32(0.0)
+
+@overload(_store, inline="always", jit_options={"fastmath": True})
+def _store_impl(like, x):  # noqa: ANN001, ANN202
+    if isinstance(like, types.Float):
+        return lambda like, x: np.float32(x)
+    return lambda like, x: _bf16_bits(x)
 
 
 @numba.njit(inline="always", fastmath=True)
-def _conv_row(src, src_bias, w, b, out) -> None:  # noqa: ANN001
-    """``out[t] = b + sum_j w[j] (src[t - 2 + j] + src_bias)`` over ``t < len(src)``,
-    with zeros (not ``src_bias``) before the start, as the padded convolution has."""
-    length = src.shape[0]
-    const = b + src_bias * (w[0] + w[1] + w[2])
-    out[0] = b + w[2] * (_load(src[0]) + src_bias)
-    if length > 1:
-        out[1] = (
-            b + w[2] * (_load(src[1]) + src_bias) + w[1] * (_load(src[0]) + src_bias)
-        )
-    for t in range(2, length):
-        out[t] = (
-            const
-            + w[2] * _load(src[t])
-            + w[1] * _load(src[t - 1])
-            + w[0] * _load(src[t - 2])
-        )
+def _conv_head(src, src_bias, w, b, t):  # noqa: ANN001, ANN202
+    """The convolution at ``t`` = 0 or 1: zeros (not ``src_bias``) before the start,
+    as the padded convolution has."""
+    acc = b + w[2] * (_load(src[t]) + src_bias)
+    if t == 1:
+        acc += w[1] * (_load(src[0]) + src_bias)
+    return acc
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def gate_out(y, v, x0, d_bias, out) -> None:  # noqa: ANN001
-    """``out = ((y + v * D) * x0)``, transposed to channels-last.
+def short_conv_gate(z, z_bias, weight, bias, v_out) -> None:  # noqa: ANN001
+    """``v_out[:, c, :L] = conv(z)[:, 2d + c] * conv(z)[:, d + c]``.
 
-    ``y`` (B, d, n) float32: the FFT convolution, of which the first L positions are
-    used; ``v`` (B, d, n) float32; ``x0`` (B, d, L) float32; ``d_bias`` (d,);
-    ``out`` (B, L, d) float32 or bfloat16 bits (int16).
+    ``z`` (3d, B L) float32 or bfloat16 bits (int16): the in_proj matmul, sequence
+    ``g`` at columns ``g L`` to ``(g + 1) L``, to which ``z_bias`` (3d,) is added here; ``weight`` (3d, 3): tap ``j`` multiplies
+    ``z[t - 2 + j]``; ``bias`` (3d,); ``v_out`` (B, d, n >= L) float32.
     """
-    n_seq, d, length = x0.shape
-    n_block = (length + TIME_BLOCK - 1) // TIME_BLOCK
-    for item in numba.prange(n_seq * n_block):
-        g = item // n_block
-        t0 = (item % n_block) * TIME_BLOCK
-        t1 = min(t0 + TIME_BLOCK, length)
-        tile = np.empty((d, TIME_BLOCK), dtype=np.float32)
-        for c in range(d):
-            y_row = y[g, c, t0:t1]
-            v_row = v[g, c, t0:t1]
-            x0_row = x0[g, c, t0:t1]
-            tile_row = tile[c]
-            dc = d_bias[c]
-            for k in range(t1 - t0):
-                tile_row[k] = (y_row[k] + v_row[k] * dc) * x0_row[k]
-        row = np.empty(d, dtype=np.float32)
-        for t in range(t0, t1):
-            for c in range(d):
-                row[c] = tile[c, t - t0]
-            _store_row(row, out[g, t])
+    n_seq, d = v_out.shape[:2]
+    length = z.shape[1] // n_seq
+    for item in numba.prange(n_seq * d):
+        c = item // n_seq  # along a row of z: its sequences are adjacent
+        g = item % n_seq
+        b, e = d + c, 2 * d + c  # x1's and v's channels
+        cols = slice(g * length, (g + 1) * length)
+        xs, vs, out = z[b, cols], z[e, cols], v_out[g, c]
+        wb, we = weight[b], weight[e]
+        for t in range(min(2, length)):
+            out[t] = _conv_head(vs, z_bias[e], we, bias[e], t) * _conv_head(
+                xs, z_bias[b], wb, bias[b], t
+            )
+        # the bias of the input folded into a constant; the taps as shifted slices
+        kb = bias[b] + z_bias[b] * (wb[0] + wb[1] + wb[2])
+        ke = bias[e] + z_bias[e] * (we[0] + we[1] + we[2])
+        x2, x1, x0 = xs[2:], xs[1 : length - 1], xs[: max(length - 2, 0)]
+        v2, v1, v0 = vs[2:], vs[1 : length - 1], vs[: max(length - 2, 0)]
+        dst = out[2:length]
+        for t in range(length - 2):
+            xv = kb + wb[2] * _load(x2[t]) + wb[1] * _load(x1[t]) + wb[0] * _load(x0[t])
+            vv = ke + we[2] * _load(v2[t]) + we[1] * _load(v1[t]) + we[0] * _load(v0[t])
+            dst[t] = vv * xv
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def gate_out(y, v, z, z_bias, weight, bias, d_bias, out) -> None:  # noqa: ANN001
+    """``out = (y + v * D) * x0``, channels-first, ``x0`` = ``conv(z)[:d]``.
+
+    ``y`` (B, d, n >= L) float32: the FFT convolution; ``v`` (B, d, n) float32: its
+    input; ``z``, ``z_bias``, ``weight``, ``bias`` as for :func:`short_conv_gate`;
+    ``d_bias`` (d,); ``out`` (d, B L) float32 or bfloat16 bits (int16).
+    """
+    n_seq, d = y.shape[:2]
+    length = z.shape[1] // n_seq
+    for item in numba.prange(n_seq * d):
+        c = item // n_seq  # along a row of z: its sequences are adjacent
+        g = item % n_seq
+        cols = slice(g * length, (g + 1) * length)
+        xs, yr, vr, o = z[c, cols], y[g, c], v[g, c], out[c, cols]
+        w, dc = weight[c], d_bias[c]
+        for t in range(min(2, length)):
+            x0 = _conv_head(xs, z_bias[c], w, bias[c], t)
+            o[t] = _store(o[t], (yr[t] + vr[t] * dc) * x0)
+        k = bias[c] + z_bias[c] * (w[0] + w[1] + w[2])
+        x2, x1, x0s = xs[2:], xs[1 : length - 1], xs[: max(length - 2, 0)]
+        y2, v2, dst = yr[2:length], vr[2:length], o[2:]
+        for t in range(length - 2):
+            x0 = k + w[2] * _load(x2[t]) + w[1] * _load(x1[t]) + w[0] * _load(x0s[t])
+            dst[t] = _store(dst[t], (y2[t] + v2[t] * dc) * x0)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -183,4 +184,4 @@ def add_norm(x, y, y_bias, weight, bias, eps, out) -> None:  # noqa: ANN001
                 _store_row(tmp, out[r])
 
 
-__all__ = ["TIME_BLOCK", "add_norm", "gate_out", "gelu_tanh", "short_conv_gate"]
+__all__ = ["add_norm", "gate_out", "gelu_tanh", "short_conv_gate"]

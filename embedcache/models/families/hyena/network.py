@@ -96,36 +96,38 @@ class HyenaOperator(nn.Module):
         out = torch.matmul(y.to(w.dtype).transpose(1, 2), w.T)
         return out.add_(self.out_proj.bias.to(w.dtype))
 
-    def forward_numba(self, u: torch.Tensor) -> torch.Tensor:
+    def forward_numba(
+        self, u: torch.Tensor, v: torch.Tensor, long_conv: str
+    ) -> torch.Tensor:
         """The CPU path: ``u`` (b, L, d) in the projections' dtype (the normed input)
         -> (b, L, d) out_proj's matmul, its bias not yet added (:func:`add_norm`
-        adds it); matmuls and FFTs in torch, the rest in two numba kernels."""
+        adds it); matmuls and the long convolution (``long_conv``, a candidate of
+        :mod:`.long_conv`) in torch, the rest in two numba kernels. ``v`` (b, d, n)
+        float32, zero from L on: the long convolution's input, written here (the
+        zeros are left as they are, so one buffer serves every block)."""
         from embedcache.models.families.hyena import kernels
+        from embedcache.models.families.hyena.long_conv import convolve
 
         n_seq, length, _ = u.shape
         _check_length(length, self.max_seq_len)
-        d = self.d_model
-        n = fft_size(length)
-        # (b, 3d, L), channels-first; the kernel adds the bias
-        z = torch.matmul(self.in_proj.weight, u.transpose(1, 2))
-        x0 = torch.empty((n_seq, d, length))
-        v = torch.empty((n_seq, d, n))  # zero-padded for the FFT by the kernel
-        conv = self.short_filter
-        kernels.short_conv_gate(
+        # in_proj writes channels-first itself: the input transposed, one matmul
+        # for the batch, (3d, b L); torch.matmul(W, u.mT) computed (b, L, 3d) and
+        # copied it transposed
+        z = torch.mm(self.in_proj.weight, u.reshape(n_seq * length, -1).T)
+        conv = (
             _numpy(z),
             _numpy(self.in_proj.bias),
-            _numpy(conv.weight[:, 0].float()),
-            _numpy(conv.bias),
-            x0.numpy(),
-            v.numpy(),
+            _numpy(self.short_filter.weight[:, 0]),  # (3d, 3), a view
+            _numpy(self.short_filter.bias),
         )
-        spectrum = self.filter_fn.spectrum(length, n)
-        y = torch.fft.irfft(torch.fft.rfft(v).mul_(spectrum), n=n)
-        gated = torch.empty((n_seq, length, d), dtype=u.dtype)
-        kernels.gate_out(
-            y.numpy(), v.numpy(), x0.numpy(), _numpy(self.filter_fn.bias), _numpy(gated)
-        )
-        return F.linear(gated, self.out_proj.weight)
+        kernels.short_conv_gate(*conv, v.numpy())
+        y = convolve(long_conv, v, length, self.filter_fn)
+        gated = torch.empty((self.d_model, n_seq * length), dtype=u.dtype)
+        d_bias = _numpy(self.filter_fn.bias)
+        kernels.gate_out(y.numpy(), v.numpy(), *conv, d_bias, _numpy(gated))
+        # out_proj reads the (d, b L) gate transposed: no copy either
+        out = torch.mm(gated.T, self.out_proj.weight.T)
+        return out.view(n_seq, length, -1)
 
 
 def _check_length(length: int, max_seq_len: int) -> None:
@@ -238,7 +240,8 @@ class HyenaBackbone(nn.Module):
         self, x: torch.Tensor, want: set[int], depth: int
     ) -> dict[int, torch.Tensor]:
         """The blocks with each residual add fused into the next LayerNorm (CPU)."""
-        from embedcache.models.families.hyena import kernels
+        from embedcache.models.families.hyena import kernels, long_conv
+        from embedcache.models.shared.tuning import process_tuner
 
         out: dict[int, torch.Tensor] = {0: x.clone()} if 0 in want else {}
         d = self.hidden_size
@@ -247,6 +250,13 @@ class HyenaBackbone(nn.Module):
         no_rows, no_vector = torch.empty((0, d)), torch.empty(0)
         normed = torch.empty(x.shape, dtype=dtype)
         final = torch.empty(x.shape)
+        n_seq, length = x.shape[:2]
+        conv = "fft"
+        if depth:
+            filt = self.layers[0].mixer.filter_fn
+            conv = long_conv.choose(process_tuner(), filt, length)
+        # the long convolution's input, zero-padded once for every block
+        conv_input = torch.zeros((n_seq, d, long_conv.size(conv, length)))
 
         def add_norm(
             branch: torch.Tensor, bias: torch.Tensor, norm: nn.LayerNorm | None
@@ -265,7 +275,7 @@ class HyenaBackbone(nn.Module):
         if depth:
             add_norm(no_rows, no_vector, self.layers[0].norm1)
         for i, block in enumerate(self.layers[:depth], start=1):
-            mixed = block.mixer.forward_numba(normed)
+            mixed = block.mixer.forward_numba(normed, conv_input, conv)
             add_norm(mixed, block.mixer.out_proj.bias, block.norm2)
             h = block.mlp.forward_numba(normed)
             if i < depth:
@@ -312,4 +322,8 @@ def init_official(backbone: HyenaBackbone, *, seed: int) -> None:
                 module.bias.zero_()
 
 
-__all__ = ["KERNELS", "HyenaBackbone", "init_official"]
+__all__ = [
+    "KERNELS",
+    "HyenaBackbone",
+    "init_official",
+]
