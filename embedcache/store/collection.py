@@ -19,6 +19,7 @@ from embedcache.errors import CorruptStoreError, StoreError
 from embedcache.store import layout
 from embedcache.store.commits import claim, publish, retire
 from embedcache.store.layout import CommitRecord, record_path, run_prefix, runs_prefix
+from embedcache.store.snapshots import refresh_whole
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -87,6 +88,7 @@ def find_garbage(backend: Backend, view: KeyView, writer: Writer) -> list[Leftov
     """
     policy, seen = writer.lease.policy, writer.sightings
     assert seen is not None
+    refresh_whole(backend, view)
     prefix = runs_prefix(view.digest) + "/"
     listed: dict[str, list[tuple[str, int, float]]] = {}
     for entry in backend.list(prefix):

@@ -23,7 +23,7 @@ from embedcache.store.run_reads import MissingObjectError, corrupt, open_run
 from embedcache.store.runs import BlockCache, Run
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from embedcache.specs import ModelKey
     from embedcache.store.backend import Backend
@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 RETRIES = 5
 # seqs below a listing's last one read directly when the listing lacks them
 LAG_WINDOW = 64
+# log entries a cold reader reads at a time, newest first: the live merges among
+# them name the older entries it need not read
+READ_BATCH = 32
 
 
 class RunRetiredError(Exception):
@@ -69,6 +72,9 @@ class KeyView:
     # runs (and "log <seq>" entries) that failed their checks: not served
     quarantined: set[str] = field(default_factory=set)
     quarantine_lock: threading.Lock = field(default_factory=threading.Lock)
+    # read every log entry, the runs merged away too (a collector must see them
+    # to delete them once their grace is over); readers skip those
+    whole_log: bool = False
 
     # the current state's parts (maintenance reads these under the writer's lock)
     @property
@@ -203,6 +209,15 @@ def refresh(
     raise retries_exhausted(backend, view.key)
 
 
+def refresh_whole(backend: Backend, view: KeyView) -> Snapshot:
+    """:func:`refresh`, reading from now on every log entry, those of runs merged
+    away too: what a collector judges must include what readers skip."""
+    if not view.whole_log:
+        view.whole_log = True
+        view.forget_listing()
+    return refresh(backend, view)
+
+
 def _rebuild(
     backend: Backend,
     view: KeyView,
@@ -211,20 +226,33 @@ def _rebuild(
     now: float,
     stamp: tuple[int, float] | None,
 ) -> Snapshot:
-    """The state of ``names``: known runs kept, new records and fences read."""
+    """The state of ``names``: known runs kept, new records and fences read.
+
+    Entries are read newest first, and an entry a merge read here replaced
+    (``CommitRecord.retires``) is not read at all (``view.whole_log`` aside): its
+    run is merged away either way, and a key filled by many commits costs a cold
+    reader its few live merges, not its whole history.
+    """
     known = {r.seq: r for r in snap.records.values() if r.seq is not None}
     seqs = {int(n) for n in names}
     found = {q: r for q, r in known.items() if log_name(q) in names}
     bad = {q for q in seqs if f"log {log_name(q)}" in view.quarantined}
-    _read_entries(backend, view, sorted(seqs - known.keys() - bad), found, bad)
+    unread = sorted(seqs - known.keys() - bad, reverse=True)
+    covered: set[int] = set()
+    while unread:
+        batch = unread if view.whole_log else unread[:READ_BATCH]
+        _read_entries(backend, view, batch, found, bad)
+        unread = unread[len(batch) :]
+        skip = {q for q in unread if _replaced(found.values(), q)}
+        covered |= skip
+        unread = [q for q in unread if q not in skip]
     # a lagging LIST can hide an entry while showing a later one: the seqs
     # missing near the end are read directly (a GET sees every landed create),
     # save those a merge read here says it replaced (retired, not hidden)
     top = max(seqs, default=0)
     gaps = set(range(max(snap.top, top - LAG_WINDOW) + 1, top)) - seqs - known.keys()
-    replaced = [r for r in found.values() if r.retires]
-    gaps = {q for q in gaps if not any(r.replaced(q) for r in replaced)}
-    _read_entries(backend, view, sorted(gaps - bad), found, bad)
+    gaps = {q for q in gaps - bad if not _replaced(found.values(), q)}
+    _read_entries(backend, view, sorted(gaps), found, bad)
     records: dict[str, CommitRecord] = {}
     for seq in sorted(found):  # a run published twice (a helper) sits at its first
         records.setdefault(found[seq].run, found[seq])
@@ -260,11 +288,16 @@ def _rebuild(
         hidden=hidden,
         # entries listed but not read (being created, or retired) are left out,
         # so the next listing differs and reads them again
-        listing=frozenset(log_name(q) for q in found.keys() | bad),
-        top=max(snap.top, max(found.keys() | bad, default=0)),  # the last read
+        listing=frozenset(log_name(q) for q in found.keys() | bad | covered),
+        top=max(snap.top, max(found.keys() | bad | covered, default=0)),
         listed_at=now,
-        stamp=stamp if len(found) + len(bad) == len(names) else None,
+        stamp=stamp if len(found) + len(bad) + len(covered) == len(names) else None,
     )
+
+
+def _replaced(records: Iterable[CommitRecord], seq: int) -> bool:
+    """Whether one of ``records`` (a merge) replaced log entry ``seq``'s run."""
+    return any(r.replaced(seq) for r in records if r.retires)
 
 
 def _read_entries(
@@ -303,6 +336,15 @@ def merged_away(records: Mapping[str, CommitRecord]) -> dict[str, str]:
         for old in record.supersedes:
             if old in records:
                 hidden.setdefault(old, record.run)
+    # a run whose entry a merge replaced (``retires``), even where that merge no
+    # longer names it: readers that skip such entries and those that read them
+    # see the same runs
+    replacing = sorted((r for r in records.values() if r.retires), key=lambda r: r.run)
+    for record in records.values():
+        if record.seq is not None and record.run not in hidden:
+            by = next((m for m in replacing if m.replaced(record.seq)), None)
+            if by is not None:
+                hidden[record.run] = by.run
     merges = sorted(
         (r for r in records.values() if r.supersedes and r.run not in hidden),
         key=CommitRecord.order,

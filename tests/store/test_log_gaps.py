@@ -17,6 +17,20 @@ from embedcache.store.backend import Backend
 from tests.store.worker import KEY, dataset
 
 
+def _count_log_reads(monkeypatch) -> list[str]:
+    """The log entries the store reads from now on (a list it appends to)."""
+    asked: list[str] = []
+    read_many = Backend.read_many
+
+    def counting(self: Backend, paths):
+        paths = list(paths)
+        asked.extend(p for p in paths if "/log/" in p)
+        return read_many(self, paths)
+
+    monkeypatch.setattr(Backend, "read_many", counting)
+    return asked
+
+
 def test_an_entry_the_list_hides_below_a_later_one_is_read(tmp_path, monkeypatch):
     root = tmp_path / "store"
     hashes, vectors = dataset(20)
@@ -50,15 +64,7 @@ def test_a_cold_reader_does_not_probe_the_entries_merges_replaced(
         now[0] += collector.refresh_seconds + policy.margin_seconds + 1
         collector.collect()
 
-    asked: list[str] = []
-    read_many = Backend.read_many
-
-    def counting(self: Backend, paths):
-        paths = list(paths)
-        asked.extend(p for p in paths if "/log/" in p)
-        return read_many(self, paths)
-
-    monkeypatch.setattr(Backend, "read_many", counting)
+    asked = _count_log_reads(monkeypatch)
     reader = EmbeddingStore(root, refresh_seconds=0)
     got, found = reader.get(KEY, hashes)
     assert found.all()
@@ -68,3 +74,21 @@ def test_a_cold_reader_does_not_probe_the_entries_merges_replaced(
         f"{len(asked) - len(entries)} absent entries read"
     )
     assert len(entries) <= 4  # the visible runs' entries, not the 20-odd published
+
+
+def test_a_cold_reader_skips_the_entries_of_runs_merged_away(tmp_path, monkeypatch):
+    """Within their grace, runs merged away keep their log entries: a cold reader
+    reads the newest first and not those a merge it read replaced."""
+    root = tmp_path / "store"
+    hashes, vectors = dataset(400)
+    with EmbeddingStore(root, auto_merge=4) as writer:
+        for lo in range(0, 400, 5):  # 80 commits, merged level by level
+            writer.put(KEY, hashes[lo : lo + 5], vectors[lo : lo + 5])
+    published = len(list(root.glob("*/log/*/zarr.json")))
+    asked = _count_log_reads(monkeypatch)
+    monkeypatch.setattr(store_views, "READ_BATCH", 8)
+    got, found = EmbeddingStore(root, refresh_seconds=0).get(KEY, hashes)
+    assert found.all()
+    np.testing.assert_array_equal(got, vectors)
+    assert published > 80
+    assert len(asked) <= 24, f"{len(asked)} of {published} log entries read"
