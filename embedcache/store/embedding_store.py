@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import numpy as np
 
-from embedcache.errors import (
-    CorruptStoreError,
-    DimensionMismatchError,
-    StoreError,
-)
+from embedcache.errors import CorruptStoreError, DimensionMismatchError, StoreError
 from embedcache.store import collection, merges, repair
 from embedcache.store.commits import Writer, commit_run
 from embedcache.store.counts import KeyInfo, n_distinct
