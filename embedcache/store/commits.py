@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,16 @@ class Writer:
 
     def close(self) -> None:
         self.lease.close()
+
+    def close_when_dropped(self) -> None:
+        """The store's finaliser: :meth:`close`, off the main thread in a thread of
+        its own. A garbage collection runs it on whatever thread allocates, an
+        in-process server's accept loop too, where a blocking close would wait on
+        requests only that thread can accept."""
+        if threading.current_thread() is threading.main_thread():
+            self.close()
+        else:
+            threading.Thread(target=self.close, name="close-lease", daemon=True).start()
 
 
 def commit_run(

@@ -127,7 +127,7 @@ class EmbeddingStore:
             grace_seconds=self.refresh_seconds + policy.margin_seconds,
         )
         # the lease goes when the store does, or at exit, if close() was not called
-        self._closer = weakref.finalize(self, self._writer.close)
+        self._closer = weakref.finalize(self, self._writer.close_when_dropped)
         self._auto_merge = auto_merge
         # writers (put, compact) take _lock; readers take only _views_lock, for the
         # moment of finding a key's view, then read the view's immutable snapshot
