@@ -183,7 +183,7 @@ def test_kernels_are_recorded_per_commit_kept_out_of_the_key_and_merged(handle):
     assert info.key == KEY_A  # one key whatever computed the vectors
     store.compact()
     (info,) = handle.open().keys()
-    assert info.n_shards == 1
+    assert info.n_runs == 1
     assert [json.loads(k) for k in info.kernels] == [avx2, amx]
 
 
@@ -191,15 +191,15 @@ def test_a_record_without_kernels_reads_as_none_recorded():
     from embedcache.store.layout import CommitRecord
 
     bare = CommitRecord(
-        shard="r1", writer="w", n_rows=1, dim=4, order_ns=1, committed_ns=1,
+        run="r1", writer="w", n_rows=1, dim=4, order_ns=1, committed_ns=1,
         supersedes=(), aliases=(), files={},
     )  # fmt: skip
     doc = bare.to_doc()
     assert b"kernels" not in doc  # what an older writer wrote
-    assert CommitRecord.from_doc(doc, shard="r1", dim=4, where="t").kernels == ()
+    assert CommitRecord.from_doc(doc, run="r1", dim=4, where="t").kernels == ()
     kernels = ('{"cpu_kind": "AMX"}',)
     doc = dataclasses.replace(bare, kernels=kernels).to_doc()
-    assert CommitRecord.from_doc(doc, shard="r1", dim=4, where="t").kernels == kernels
+    assert CommitRecord.from_doc(doc, run="r1", dim=4, where="t").kernels == kernels
 
 
 def test_unknown_schema_version_and_foreign_data_are_rejected(handle):
