@@ -239,13 +239,16 @@ def _rebuild(
     bad = {q for q in seqs if f"log {log_name(q)}" in view.quarantined}
     unread = sorted(seqs - known.keys() - bad, reverse=True)
     covered: set[int] = set()
-    while unread:
-        batch = unread if view.whole_log else unread[:READ_BATCH]
-        _read_entries(backend, view, batch, found, bad)
-        unread = unread[len(batch) :]
+    while True:
+        # a merge known already (or read in the last batch) spares its entries
         skip = {q for q in unread if _replaced(found.values(), q)}
         covered |= skip
         unread = [q for q in unread if q not in skip]
+        if not unread:
+            break
+        batch = unread if view.whole_log else unread[:READ_BATCH]
+        _read_entries(backend, view, batch, found, bad)
+        unread = unread[len(batch) :]
     # a lagging LIST can hide an entry while showing a later one: the seqs
     # missing near the end are read directly (a GET sees every landed create),
     # save those a merge read here says it replaced (retired, not hidden)
