@@ -240,8 +240,13 @@ def _rebuild(
     unread = sorted(seqs - known.keys() - bad, reverse=True)
     covered: set[int] = set()
     while True:
-        # a merge known already (or read in the last batch) spares its entries
-        skip = {q for q in unread if _replaced(found.values(), q)}
+        # a merge known already (or read in the last batch) spares its entries;
+        # a collector reads them all (it deletes those runs, entries first)
+        skip = (
+            set()
+            if view.whole_log
+            else {q for q in unread if _replaced(found.values(), q)}
+        )
         covered |= skip
         unread = [q for q in unread if q not in skip]
         if not unread:
