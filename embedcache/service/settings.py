@@ -20,9 +20,6 @@ bind without keys (unless explicitly allowed).
 from __future__ import annotations
 
 import difflib
-import ipaddress
-import logging
-import stat
 import tomllib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -44,6 +41,7 @@ from pydantic_settings import (
 )
 
 from embedcache.models.shared import cpu_features, tuning
+from embedcache.service.access import check_bind, read_api_keys
 from embedcache.service.errors import ServeConfigError
 from embedcache.service.wire import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SEQUENCES
 
@@ -52,7 +50,6 @@ if TYPE_CHECKING:
 
     from pydantic.fields import FieldInfo
 
-logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "EMBEDCACHE_"
 # variables of the other commands a server's environment may hold too, and the
@@ -461,71 +458,14 @@ def read_serve_toml(path: Path | str) -> dict[str, Any]:
         raise ServeConfigError(msg) from err
 
 
-def read_api_keys(path: Path | str) -> tuple[str, ...]:
-    """The keys of a key file, one a line (blank lines and ``#`` comments skipped).
-
-    Raises
-    ------
-    ServeConfigError
-        The file is missing, readable or writable by other users, or holds no key.
-    """
-    path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except OSError as err:
-        msg = f"API key file {path}: {err.strerror}; give an existing file"
-        raise ServeConfigError(msg) from err
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        msg = (
-            f"API key file {path} is open to other users (mode {stat.filemode(mode)}); "
-            f"restrict it with `chmod 600 {path}`"
-        )
-        raise ServeConfigError(msg)
-    lines = (line.strip() for line in path.read_text().splitlines())
-    keys = tuple(line for line in lines if line and not line.startswith("#"))
-    if not keys:
-        msg = f"API key file {path} holds no key; write one key a line"
-        raise ServeConfigError(msg)
-    return keys
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` binds only this machine (``localhost``, 127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, *, has_keys: bool, allow_unauthenticated: bool) -> None:
-    """Refuse a non-loopback bind without API keys unless explicitly allowed."""
-    if is_loopback(host) or has_keys:
-        return
-    if allow_unauthenticated:
-        logger.warning(
-            "serving on %s without API keys: anyone who reaches it may", host
-        )
-        return
-    msg = (
-        f"--host {host} is reachable from other machines and no --api-key-file is given; "
-        "give one (a file of keys, mode 600), or pass --allow-unauthenticated"
-    )
-    raise ServeConfigError(msg)
-
-
 __all__ = [
     "OTHER_VARIABLES",
     "SERVER_SETTINGS",
     "ModelSpec",
     "ModelTable",
     "ServeSettings",
-    "check_bind",
     "check_environment",
-    "is_loopback",
     "load_settings",
-    "read_api_keys",
     "read_serve_toml",
     "served_name",
 ]
