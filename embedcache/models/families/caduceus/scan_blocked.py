@@ -94,35 +94,37 @@ def _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc):
 
 
 @numba.njit(inline="always", fastmath=True)
-def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512):
+def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
     """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
-    gated output into ``y`` (float32, (L, w), its channels from ``ch``)."""
+    output into ``y`` (float32, (L, w), its channels from ``ch``), or when ``last``
+    gates it and writes it into the output."""
     us, dts, bs, cs, _, d, dt_w, dt_bias, reverse, xz, out = ins
     u, dt, length, n_chan = us[p], dts[p], out.shape[1], out.shape[2]
-    first = _time(length, reverse[p], s0, 0)
+    first_t = _time(length, reverse[p], s0, 0)
     sign = -1 if reverse[p] else 1
-    fused16(
+    addresses = (
         state.ctypes.data,
         a.ctypes.data,
-        _address(dt, g, first, 0),
-        _address(bs[p], g, first, 0),
-        _address(cs[p], g, first, 0),
+        _address(dt, g, first_t, 0),
+        _address(bs[p], g, first_t, 0),
+        _address(cs[p], g, first_t, 0),
         sign * (dt.strides[1] // _FLOAT_BYTES),
-        _address(u, g, first, ch),
+        _address(u, g, first_t, ch),
         sign * (u.strides[1] // _FLOAT_BYTES),
         _address(dt_w, p, 0, ch),
         dt_w.strides[1] // _FLOAT_BYTES,
         dt_w.shape[1],
         dt_bias[p, ch:].ctypes.data,
         d[p, ch:].ctypes.data,
-        _address(xz, g, first, n_chan + ch),
-        sign * (xz.strides[1] // xz.itemsize),
-        y[first].ctypes.data,
+        y[first_t].ctypes.data,
         sign * (y.strides[0] // _FLOAT_BYTES),
+        _address(xz, g, first_t, n_chan + ch),
+        sign * (xz.strides[1] // xz.itemsize),
+        _address(out, g, first_t, ch),
+        sign * (out.strides[1] // out.itemsize),
         n_steps,
-        xz,
-        avx512,
     )
+    fused16(addresses, xz, out, avx512, first, last)
 
 
 @numba.njit(inline="always", fastmath=True)
@@ -142,49 +144,71 @@ def _gate(ins, p, g, c0, w, s0, n_steps, acc, y):
 
 
 @numba.njit(inline="always", fastmath=True)
+def _fused_direction(ins, p, g, c0, w, state, a_loc, y, avx512, first, last):
+    """One direction of channels ``c0 .. c0+w`` with :func:`.simd.fused16`."""
+    length = ins[10].shape[1]
+    state[:] = 0.0
+    for s0 in range(0, length, TIME_BLOCK):
+        n_steps = min(TIME_BLOCK, length - s0)
+        for sb in range(w // LANES):
+            lanes = slice(sb * LANES, (sb + 1) * LANES)
+            _recur_fused(
+                ins, p, g, c0 + sb * LANES, s0, n_steps, state[sb], a_loc[p, sb],
+                y[:, lanes], avx512, first, last,
+            )  # fmt: skip
+
+
+@numba.njit(inline="always", fastmath=True)
 def _block(ins, g, c0, w, avx512, fused):
     """Channels ``c0 .. c0+w`` (``w`` a multiple of 16) of sequence ``g``, each
     direction, time in blocks; 16 channels a vector call."""
     a_log2, out = ins[4], ins[10]
-    length, n_sub = out.shape[1], w // LANES
+    n_dir, length, n_sub = len(ins[0]), out.shape[1], w // LANES
     state = np.empty((n_sub, N_STATE, LANES), dtype=np.float32)
-    a_loc = np.empty((n_sub, N_STATE, LANES), dtype=np.float32)
+    a_loc = np.empty((n_dir, n_sub, N_STATE, LANES), dtype=np.float32)
+    for p in range(n_dir):
+        for sb in range(n_sub):
+            for n in range(N_STATE):
+                for lane in range(LANES):
+                    a_loc[p, sb, n, lane] = a_log2[p, n, c0 + sb * LANES + lane]
+    if fused:  # y: the directions' sum, before the gate
+        y = np.empty((length, w), dtype=np.float32)
+        if n_dir == 1:
+            _fused_direction(ins, 0, g, c0, w, state, a_loc, y, avx512, True, True)
+        else:
+            _fused_direction(ins, 0, g, c0, w, state, a_loc, y, avx512, True, False)
+            for p in range(1, n_dir - 1):
+                _fused_direction(
+                    ins, p, g, c0, w, state, a_loc, y, avx512, False, False
+                )
+            _fused_direction(
+                ins, n_dir - 1, g, c0, w, state, a_loc, y, avx512, False, True
+            )
+        return
     y = np.zeros((length, w), dtype=np.float32)
     acc = np.empty((TIME_BLOCK, w), dtype=np.float32)
     delta = np.empty((TIME_BLOCK, w), dtype=np.float32)
     du = np.empty((TIME_BLOCK, w), dtype=np.float32)
     bc = np.empty((TIME_BLOCK, 2 * N_STATE), dtype=np.float32)
-    for p in range(len(ins[0])):
-        for sb in range(n_sub):
-            for n in range(N_STATE):
-                for lane in range(LANES):
-                    a_loc[sb, n, lane] = a_log2[p, n, c0 + sb * LANES + lane]
+    for p in range(n_dir):
         state[:] = 0.0
         for s0 in range(0, length, TIME_BLOCK):
             n_steps = min(TIME_BLOCK, length - s0)
-            if not fused:
-                _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc)
+            _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc)
             for sb in range(n_sub):
                 lanes = slice(sb * LANES, (sb + 1) * LANES)
-                if fused:
-                    _recur_fused(
-                        ins, p, g, c0 + sb * LANES, s0, n_steps, state[sb], a_loc[sb],
-                        y[:, lanes], avx512,
-                    )  # fmt: skip
-                else:
-                    recur16(
-                        state[sb].ctypes.data, a_loc[sb].ctypes.data,
-                        delta[:, lanes].ctypes.data, du[:, lanes].ctypes.data,
-                        bc.ctypes.data, acc[:, lanes].ctypes.data, n_steps, w, avx512,
-                    )  # fmt: skip
-            if not fused:
-                _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
+                recur16(
+                    state[sb].ctypes.data, a_loc[p, sb].ctypes.data,
+                    delta[:, lanes].ctypes.data, du[:, lanes].ctypes.data,
+                    bc.ctypes.data, acc[:, lanes].ctypes.data, n_steps, w, avx512,
+                )  # fmt: skip
+            _gate(ins, p, g, c0, w, s0, n_steps, acc, y)
     for t in range(length):
         _store_row(y[t], out[g, t, c0 : c0 + w])
 
 
 @numba.njit(inline="always")
-def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz):
+def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz, out):
     """fused16 reads rows as contiguous values, dt, B and C rows one step apart."""
     for p in range(len(us)):
         rows = dts[p].strides[1]
@@ -199,6 +223,7 @@ def _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz):
             or dt_bias.strides[1] != _FLOAT_BYTES
             or d.strides[1] != _FLOAT_BYTES
             or xz.strides[2] != xz.itemsize
+            or out.strides[2] != out.itemsize
         ):
             raise ValueError("fused scan: u, dt, B, C rows must be contiguous floats")  # noqa: EM101 (numba: a constant message)
 
@@ -209,7 +234,7 @@ def _scan(ins, avx512, fused):
     # holding tuples of arrays) and packs them again per item
     us, dts, bs, cs, a_log2, d, dt_w, dt_bias, reverse, xz, out = ins
     if fused:
-        _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz)
+        _check_strides(us, dts, bs, cs, d, dt_w, dt_bias, xz, out)
     n_seq, n_chan = out.shape[0], out.shape[2]
     n_block = (n_chan + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
     for item in numba.prange(n_seq * n_block):

@@ -18,6 +18,7 @@ otherwise); generic IR elsewhere, so the portable variant runs on any x86 or Arm
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llvmlite import ir
@@ -298,6 +299,20 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
     _emit_recurrence(builder, (state_a, a_a, n_steps), row_inputs, avx512=avx512)
 
 
+def _prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
+    """Ask for the cache line at ``ptr`` (a hint: never faults, even out of bounds)."""
+    i8p = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    args = [
+        builder.bitcast(ptr, i8p),
+        ir.Constant(_I32, 0),
+        ir.Constant(_I32, 3),
+        ir.Constant(_I32, 1),
+    ]
+    builder.call(fn, args)
+
+
 def _emit_silu(builder: ir.IRBuilder, z: ir.Value) -> ir.Value:
     """``z / (1 + 2**(-z log2 e))`` on 16 lanes, the exponent clamped to +-126."""
     x = _call(builder, "llvm.minnum", builder.fmul(z, _splat(-LOG2E32)), _splat(126.0))
@@ -307,24 +322,54 @@ def _emit_silu(builder: ir.IRBuilder, z: ir.Value) -> ir.Value:
     return gate
 
 
-def _emit_fused(
-    builder: ir.IRBuilder,
-    args: list[ir.Value],
-    *,
-    avx512: bool,
-    z_bf16: bool,
-) -> None:
+def _store_bf16_vector(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value) -> None:
+    """16 float32 as bfloat16 bits at ``ptr``, rounded to nearest even (as torch)."""
+    bits = builder.bitcast(value, _VI)
+    odd = builder.and_(builder.lshr(bits, _splat(16, _VI)), _splat(1, _VI))
+    rounded = builder.add(builder.add(bits, _splat(0x7FFF, _VI)), odd)
+    vi16 = ir.VectorType(_I16, LANES)
+    half = builder.trunc(builder.lshr(rounded, _splat(16, _VI)), vi16)
+    builder.store(half, builder.bitcast(ptr, vi16.as_pointer()), align=2)
+
+
+def _prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
+    """Ask for the cache line at ``ptr`` (a hint: never faults, even out of bounds)."""
+    i8p = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    read, keep, data = (ir.Constant(_I32, v) for v in (0, 3, 1))
+    builder.call(fn, [builder.bitcast(ptr, i8p), read, keep, data])
+
+
+@dataclass(frozen=True)
+class FusedMode:
+    """What :func:`fused16` compiles for: the exp steps, whether ``y`` starts at
+    zero (the first direction), whether it gates and writes ``out`` (the last), and
+    the bfloat16-ness of z and out (int16 bits)."""
+
+    avx512: bool
+    first: bool
+    last: bool
+    z_bf16: bool
+    out_bf16: bool
+
+
+def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) -> None:
     """:func:`fused16`. A first loop computes, per step, delta (dt projection +
-    softplus), delta * u, D * u and silu(z) into stack buffers; its steps do not wait
-    on each other, so their latencies overlap and none sits on the recurrence's
-    path. Then the recurrence, which adds ``(sum + D u) silu(z)`` into the output."""
+    softplus), delta * u, D * u (and, in the last direction, silu(z)) into stack
+    buffers; its steps do not wait on each other, so their latencies overlap and none
+    sits on the recurrence's path. Then the recurrence, which adds ``sum + D u`` into
+    ``y`` (the last direction: gates it and writes ``out``) and meanwhile asks for
+    the next block's rows: without that the strided loads of the first loop stall it,
+    a third of the time at Caduceus-ph's shape."""
     (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
-     bias_a, d_a, z_a, z_step, y_a, y_step, n_steps) = args  # fmt: skip
+     bias_a, d_a, y_a, y_step, z_a, z_step, out_a, out_step, n_steps) = args  # fmt: skip
     pv, pf = _VF.as_pointer(), _F32.as_pointer()
     dt_p, b_p, c_p, u_p, w_p, y_p = (
         builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a, u_a, w_a, y_a)
     )
-    z_p = builder.inttoptr(z_a, (_I16 if z_bf16 else _F32).as_pointer())
+    z_p = builder.inttoptr(z_a, (_I16 if mode.z_bf16 else _F32).as_pointer())
+    out_p = builder.inttoptr(out_a, (_I16 if mode.out_bf16 else _F32).as_pointer())
     bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
     d = builder.load(builder.inttoptr(d_a, pv), align=4)
     size = ir.Constant(_I64, MAX_STEPS)
@@ -332,51 +377,87 @@ def _emit_fused(
         cgutils.alloca_once(builder, _VF, size=size) for _ in range(4)
     )
 
+    # the dt projection rank-outer: each step's sum of n_rank products would be
+    # one chain of dependent FMAs, four cycles each, that no reordering hides
+    def start(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+        builder.store(bias, _at(builder, deltas, i))
+        return []
+
+    def rank(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+        w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
+        dt_k = _at(builder, dt_p, k)
+
+        def step(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            dt_ik = builder.load(_at(builder, dt_k, builder.mul(i, row_step)))
+            pre = _at(builder, deltas, i)
+            sum_ = _call(
+                builder, "llvm.fma", w_k, _broadcast(builder, dt_ik), builder.load(pre)
+            )
+            builder.store(sum_, pre)
+            return []
+
+        _emit_loop(builder, n_steps, [], step, "rank.steps")
+        return []
+
     def prepare(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-        dt_row = _at(builder, dt_p, builder.mul(i, row_step))
-
-        def rank_step(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-            w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
-            dt_k = _broadcast(builder, builder.load(_at(builder, dt_row, k)))
-            return [_call(builder, "llvm.fma", w_k, dt_k, carried[0])]
-
-        (pre,) = _emit_loop(builder, n_rank, [bias], rank_step, "rank")
-        delta = _emit_softplus(builder, pre, avx512=avx512, coefs=GATE_EXP2_COEF32)
+        pre = builder.load(_at(builder, deltas, i))
+        delta = _emit_softplus(builder, pre, avx512=mode.avx512, coefs=GATE_EXP2_COEF32)
         u = _load_vector(builder, u_p, builder.mul(i, u_step))
-        load_z = _load_bf16_vector if z_bf16 else _load_vector
-        z = load_z(builder, z_p, builder.mul(i, z_step))
         builder.store(delta, _at(builder, deltas, i))
         builder.store(builder.fmul(delta, u), _at(builder, dus, i))
         builder.store(builder.fmul(d, u), _at(builder, skips, i))
-        builder.store(_emit_silu(builder, z), _at(builder, gates, i))
+        if mode.last:
+            load_z = _load_bf16_vector if mode.z_bf16 else _load_vector
+            z = load_z(builder, z_p, builder.mul(i, z_step))
+            builder.store(_emit_silu(builder, z), _at(builder, gates, i))
         return []
 
+    _emit_loop(builder, n_steps, [], start, "start")
+    _emit_loop(builder, n_rank, [], rank, "rank")
     _emit_loop(builder, n_steps, [], prepare, "prepare")
 
     def row_inputs(i: ir.Value) -> tuple[Any, ...]:
         row = builder.mul(i, row_step)
+        ahead = builder.add(i, n_steps)  # the same step of the next time block
+        _prefetch(builder, _at(builder, u_p, builder.mul(ahead, u_step)))
+        dt_next = _at(builder, dt_p, builder.mul(ahead, row_step))
+        for first_and_last in (0, builder.sub(n_rank, ir.Constant(_I64, 1))):
+            _prefetch(builder, _at(builder, dt_next, first_and_last))
+        for bc in (b_p, c_p):
+            next_row = _at(builder, bc, builder.mul(ahead, row_step))
+            _prefetch(builder, next_row)
+            _prefetch(builder, _at(builder, next_row, N_STATE - 1))
+        if mode.last:
+            _prefetch(builder, _at(builder, z_p, builder.mul(ahead, z_step)))
 
-        def gate_into_y(total: ir.Value) -> None:
+        def into_y(total: ir.Value) -> None:
             y_row = _vector_at(builder, y_p, builder.mul(i, y_step))
-            skip = builder.load(_at(builder, skips, i))
-            gate = builder.load(_at(builder, gates, i))
-            y = builder.load(y_row, align=4)
-            gated = _call(builder, "llvm.fma", builder.fadd(total, skip), gate, y)
-            builder.store(gated, y_row, align=4)
+            value = builder.fadd(total, builder.load(_at(builder, skips, i)))
+            if not mode.first:
+                value = builder.fadd(builder.load(y_row, align=4), value)
+            if not mode.last:
+                builder.store(value, y_row, align=4)
+                return
+            value = builder.fmul(value, builder.load(_at(builder, gates, i)))
+            out_row = _at(builder, out_p, builder.mul(i, out_step))
+            if mode.out_bf16:
+                _store_bf16_vector(builder, value, out_row)
+            else:
+                builder.store(value, builder.bitcast(out_row, pv), align=4)
 
         return (
             builder.load(_at(builder, deltas, i)),
             builder.load(_at(builder, dus, i)),
             _at(builder, b_p, row),
             _at(builder, c_p, row),
-            gate_into_y,
+            into_y,
         )
 
     _emit_recurrence(
         builder,
         (state_a, a_a, n_steps),
         row_inputs,
-        avx512=avx512,
+        avx512=mode.avx512,
         coefs=DECAY_EXP2_COEF32,
         n_sums=4,
     )
@@ -426,58 +507,43 @@ def recur16(
 @intrinsic
 def fused16(
     typingctx: Any,  # noqa: ANN401 (numba intrinsic protocol)
-    state: types.Type,
-    a: types.Type,
-    dt: types.Type,
-    b: types.Type,
-    c: types.Type,
-    row_step: types.Type,
-    u: types.Type,
-    u_step: types.Type,
-    w: types.Type,
-    w_stride: types.Type,
-    n_rank: types.Type,
-    bias: types.Type,
-    d: types.Type,
-    z: types.Type,
-    z_step: types.Type,
-    y: types.Type,
-    y_step: types.Type,
-    n_steps: types.Type,
-    z_array: types.Type,
+    addresses: types.Type,
+    xz: types.Type,
+    out: types.Type,
     avx512: types.Type,
+    first: types.Type,
+    last: types.Type,
 ) -> Any:  # noqa: ANN401
-    """The whole scan of 16 channels over ``n_steps`` steps (addresses, strides in
-    elements, negative when time runs backwards), then the array z is read from
-    (for its dtype) and a literal::
+    """The scan of 16 channels over ``n_steps`` steps. ``addresses``: a tuple of
+    addresses and strides (in elements, negative when time runs backwards)::
 
         state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias,
-        d, z, z_step, y, y_step, n_steps, z_array, avx512
+        d, y, y_step, z, z_step, out, out_step, n_steps
 
-    ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows ``w_stride`` floats
-    apart; dt, B and C: x_proj rows ``row_step`` floats apart), the recurrence, and
-    ``y += (sum_n s_n C_n + d u) * silu(z)`` (``y`` float32, ``z`` float32 or
-    bfloat16 bits held as int16). The exps are :data:`DECAY_EXP2_COEF32` and
-    :data:`GATE_EXP2_COEF32`'s polynomials, not the loop kernel's: the output
-    differs from it within float32 tolerance, not bit for bit. ``avx512``:
-    ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp needed), else
-    float adds and integer ops (:func:`_exp2_magic`). At most :data:`MAX_STEPS` steps a call.
+    then the arrays z and the output are read from (for their dtypes), then three
+    literal bools. ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows
+    ``w_stride`` floats apart; dt, B and C: x_proj rows ``row_step`` floats apart),
+    the recurrence, and ``y (+)= sum_n s_n C_n + d u`` (``y`` float32; ``=`` when
+    ``first``); when ``last``, ``out = y * silu(z)`` instead of writing y (both
+    directions share z: their in_proj is tied). The exps are
+    :data:`DECAY_EXP2_COEF32` and :data:`GATE_EXP2_COEF32`'s polynomials, not the
+    loop kernel's: the output differs from it within float32 tolerance, not bit for
+    bit. ``avx512``: ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp
+    needed), else float adds and integer ops (:func:`_exp2_magic`). At most
+    :data:`MAX_STEPS` steps a call.
     """
-    args = (state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias, d, z,
-            z_step, y, y_step, n_steps, z_array, avx512)  # fmt: skip
-    if not isinstance(avx512, types.BooleanLiteral):
+    flags = (avx512, first, last)
+    if not all(isinstance(f, types.BooleanLiteral) for f in flags):
         return None
-    options = {
-        "avx512": bool(avx512.literal_value),
-        "z_bf16": isinstance(z_array.dtype, types.Integer),
-    }
-    kinds = "aaaaaiaiaiiaaaiaii"  # address or integer, per argument
-    sig = types.void(
-        *(types.uintp if k == "a" else types.intp for k in kinds), *args[-2:]
+    mode = FusedMode(
+        *(bool(f.literal_value) for f in flags),
+        z_bf16=isinstance(xz.dtype, types.Integer),
+        out_bf16=isinstance(out.dtype, types.Integer),
     )
 
     def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> Any:  # noqa: ANN401
-        _emit_fused(builder, list(args[: len(kinds)]), **options)
+        values = cgutils.unpack_tuple(builder, args[0])
+        _emit_fused(builder, list(values), mode)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return types.void(addresses, xz, out, avx512, first, last), codegen
