@@ -102,6 +102,13 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
     u, dt, length, n_chan = us[p], dts[p], out.shape[1], out.shape[2]
     first_t = _time(length, reverse[p], s0, 0)
     sign = -1 if reverse[p] else 1
+    # what runs next here, for fused16 to prefetch: this direction's next block,
+    # else the next direction's first (else this block again: a harmless hint)
+    q, s1 = p, s0 + TIME_BLOCK
+    if s1 >= length:
+        q, s1 = (p + 1, 0) if p + 1 < len(us) else (p, s0)
+    next_t = _time(length, reverse[q], s1, 0)
+    next_sign = -1 if reverse[q] else 1
     addresses = (
         state.ctypes.data,
         a.ctypes.data,
@@ -123,6 +130,14 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
         _address(out, g, first_t, ch),
         sign * (out.strides[1] // out.itemsize),
         n_steps,
+        _address(us[q], g, next_t, ch),
+        next_sign * (us[q].strides[1] // _FLOAT_BYTES),
+        _address(dts[q], g, next_t, 0),
+        _address(bs[q], g, next_t, 0),
+        _address(cs[q], g, next_t, 0),
+        next_sign * (dts[q].strides[1] // _FLOAT_BYTES),
+        _address(xz, g, next_t, n_chan + ch),
+        next_sign * (xz.strides[1] // xz.itemsize),
     )
     fused16(addresses, xz, out, avx512, first, last)
 

@@ -31,6 +31,7 @@ from embedcache.models.families.caduceus.kernels import EXP2_COEF32, LOG2E32, SE
 LANES = 16
 N_STATE = 16
 MAX_STEPS = 64  # fused16's stack buffer: steps per call at most
+_GROUP = 8  # steps whose dt projections fused16 sums side by side (divides MAX_STEPS)
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
 _I16 = ir.IntType(16)
@@ -51,6 +52,9 @@ _ROUNDER = 1.5 * 2**23
 # loop kernel's degree-7 Taylor polynomial 1.2e-7.
 DECAY_EXP2_COEF32 = (1.0, 0.6931369, 0.24023253, 0.05583729, 0.00961811)
 GATE_EXP2_COEF32 = (1.0, 0.6931471, 0.24022351, 0.055505004, 0.009666245, 0.0013333538)
+# degree 3 (1.0e-4), for the decays when the output is bfloat16: its rounding (3.9e-3)
+# dwarfs what the cheaper decays add, and the recurrence takes a fifth less time
+BF16_DECAY_EXP2_COEF32 = (1.0, 0.69328296, 0.24221098, 0.055008907)
 
 
 def _splat(value: float, vtype: ir.VectorType = _VF) -> ir.Constant:
@@ -299,18 +303,8 @@ def _emit_steps(builder: ir.IRBuilder, args: list[ir.Value], *, avx512: bool) ->
     _emit_recurrence(builder, (state_a, a_a, n_steps), row_inputs, avx512=avx512)
 
 
-def _prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
-    """Ask for the cache line at ``ptr`` (a hint: never faults, even out of bounds)."""
-    i8p = ir.IntType(8).as_pointer()
-    fnty = ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32])
-    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-    args = [
-        builder.bitcast(ptr, i8p),
-        ir.Constant(_I32, 0),
-        ir.Constant(_I32, 3),
-        ir.Constant(_I32, 1),
-    ]
-    builder.call(fn, args)
+def _min(builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", x, y), x, y)
 
 
 def _emit_silu(builder: ir.IRBuilder, z: ir.Value) -> ir.Value:
@@ -330,6 +324,10 @@ def _store_bf16_vector(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value) ->
     vi16 = ir.VectorType(_I16, LANES)
     half = builder.trunc(builder.lshr(rounded, _splat(16, _VI)), vi16)
     builder.store(half, builder.bitcast(ptr, vi16.as_pointer()), align=2)
+
+
+def _min(builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", x, y), x, y)
 
 
 def _prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
@@ -363,12 +361,18 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
     the next block's rows: without that the strided loads of the first loop stall it,
     a third of the time at Caduceus-ph's shape."""
     (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
-     bias_a, d_a, y_a, y_step, z_a, z_step, out_a, out_step, n_steps) = args  # fmt: skip
+     bias_a, d_a, y_a, y_step, z_a, z_step, out_a, out_step, n_steps, next_u_a,
+     next_u_step, next_dt_a, next_b_a, next_c_a, next_row_step, next_z_a,
+     next_z_step) = args  # fmt: skip
     pv, pf = _VF.as_pointer(), _F32.as_pointer()
     dt_p, b_p, c_p, u_p, w_p, y_p = (
         builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a, u_a, w_a, y_a)
     )
     z_p = builder.inttoptr(z_a, (_I16 if mode.z_bf16 else _F32).as_pointer())
+    next_u_p, next_dt_p, next_b_p, next_c_p = (
+        builder.inttoptr(x, pf) for x in (next_u_a, next_dt_a, next_b_a, next_c_a)
+    )
+    next_z_p = builder.inttoptr(next_z_a, z_p.type)
     out_p = builder.inttoptr(out_a, (_I16 if mode.out_bf16 else _F32).as_pointer())
     bias = builder.load(builder.inttoptr(bias_a, pv), align=4)
     d = builder.load(builder.inttoptr(d_a, pv), align=4)
@@ -377,27 +381,41 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
         cgutils.alloca_once(builder, _VF, size=size) for _ in range(4)
     )
 
-    # the dt projection rank-outer: each step's sum of n_rank products would be
-    # one chain of dependent FMAs, four cycles each, that no reordering hides
-    def start(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-        builder.store(bias, _at(builder, deltas, i))
+    # the dt projection, GROUP steps at a time: one step's sum of n_rank products
+    # alone is a chain of dependent FMAs (four cycles each) that no reordering hides
+    last_step = builder.sub(n_steps, ir.Constant(_I64, 1))
+    n_groups = builder.udiv(
+        builder.add(n_steps, ir.Constant(_I64, _GROUP - 1)), ir.Constant(_I64, _GROUP)
+    )
+
+    def project(gi: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+        first = builder.mul(gi, ir.Constant(_I64, _GROUP))
+        steps = [builder.add(first, ir.Constant(_I64, j)) for j in range(_GROUP)]
+        # a short last group repeats the last step (its buffers have room)
+        rows = [
+            _at(builder, dt_p, builder.mul(_min(builder, i, last_step), row_step))
+            for i in steps
+        ]
+
+        def rank(k: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+            w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
+            return [
+                _call(
+                    builder,
+                    "llvm.fma",
+                    w_k,
+                    _broadcast(builder, builder.load(_at(builder, row, k))),
+                    total,
+                )
+                for row, total in zip(rows, sums, strict=True)
+            ]
+
+        sums = _emit_loop(builder, n_rank, [bias] * _GROUP, rank, "rank")
+        for i, total in zip(steps, sums, strict=True):
+            builder.store(total, _at(builder, deltas, i))
         return []
 
-    def rank(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-        w_k = _load_vector(builder, w_p, builder.mul(k, w_stride))
-        dt_k = _at(builder, dt_p, k)
-
-        def step(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-            dt_ik = builder.load(_at(builder, dt_k, builder.mul(i, row_step)))
-            pre = _at(builder, deltas, i)
-            sum_ = _call(
-                builder, "llvm.fma", w_k, _broadcast(builder, dt_ik), builder.load(pre)
-            )
-            builder.store(sum_, pre)
-            return []
-
-        _emit_loop(builder, n_steps, [], step, "rank.steps")
-        return []
+    _emit_loop(builder, n_groups, [], project, "project")
 
     def prepare(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
         pre = builder.load(_at(builder, deltas, i))
@@ -412,23 +430,20 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
             builder.store(_emit_silu(builder, z), _at(builder, gates, i))
         return []
 
-    _emit_loop(builder, n_steps, [], start, "start")
-    _emit_loop(builder, n_rank, [], rank, "rank")
     _emit_loop(builder, n_steps, [], prepare, "prepare")
 
     def row_inputs(i: ir.Value) -> tuple[Any, ...]:
         row = builder.mul(i, row_step)
-        ahead = builder.add(i, n_steps)  # the same step of the next time block
-        _prefetch(builder, _at(builder, u_p, builder.mul(ahead, u_step)))
-        dt_next = _at(builder, dt_p, builder.mul(ahead, row_step))
-        for first_and_last in (0, builder.sub(n_rank, ir.Constant(_I64, 1))):
-            _prefetch(builder, _at(builder, dt_next, first_and_last))
-        for bc in (b_p, c_p):
-            next_row = _at(builder, bc, builder.mul(ahead, row_step))
-            _prefetch(builder, next_row)
-            _prefetch(builder, _at(builder, next_row, N_STATE - 1))
-        if mode.last:
-            _prefetch(builder, _at(builder, z_p, builder.mul(ahead, z_step)))
+        # the rows of the block the caller runs next (this direction's next block,
+        # or the next direction's first), while this one computes
+        _prefetch(builder, _at(builder, next_u_p, builder.mul(i, next_u_step)))
+        next_row = builder.mul(i, next_row_step)
+        for where in (0, builder.sub(n_rank, ir.Constant(_I64, 1))):
+            _prefetch(builder, _at(builder, _at(builder, next_dt_p, next_row), where))
+        for bc in (next_b_p, next_c_p):
+            _prefetch(builder, _at(builder, bc, next_row))
+            _prefetch(builder, _at(builder, _at(builder, bc, next_row), N_STATE - 1))
+        _prefetch(builder, _at(builder, next_z_p, builder.mul(i, next_z_step)))
 
         def into_y(total: ir.Value) -> None:
             y_row = _vector_at(builder, y_p, builder.mul(i, y_step))
@@ -458,7 +473,7 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
         (state_a, a_a, n_steps),
         row_inputs,
         avx512=mode.avx512,
-        coefs=DECAY_EXP2_COEF32,
+        coefs=BF16_DECAY_EXP2_COEF32 if mode.out_bf16 else DECAY_EXP2_COEF32,
         n_sums=4,
     )
 
@@ -518,7 +533,10 @@ def fused16(
     addresses and strides (in elements, negative when time runs backwards)::
 
         state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias,
-        d, y, y_step, z, z_step, out, out_step, n_steps
+        d, y, y_step, z, z_step, out, out_step, n_steps,
+        next_u, next_u_step, next_dt, next_b, next_c, next_row_step,
+        next_z, next_z_step
+
 
     then the arrays z and the output are read from (for their dtypes), then three
     literal bools. ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows
