@@ -32,7 +32,13 @@ from embedcache.models.families.caduceus.kernels import (
     _softplus,
     _store_row,
 )
-from embedcache.models.families.caduceus.simd import LANES, N_STATE, fused16, recur16
+from embedcache.models.families.caduceus.simd import (
+    LANES,
+    MAX_STEPS,
+    N_STATE,
+    fused16,
+    recur16,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
 
 CHANNEL_BLOCK = 64
 TIME_BLOCK = 32
+FUSED_TIME_BLOCK = MAX_STEPS  # fused16's calls: fewer, and its prefetch further ahead
 _FLOAT_BYTES = 4
 
 
@@ -104,7 +111,7 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
     sign = -1 if reverse[p] else 1
     # what runs next here, for fused16 to prefetch: this direction's next block,
     # else the next direction's first (else this block again: a harmless hint)
-    q, s1 = p, s0 + TIME_BLOCK
+    q, s1 = p, s0 + FUSED_TIME_BLOCK
     if s1 >= length:
         q, s1 = (p + 1, 0) if p + 1 < len(us) else (p, s0)
     next_t = _time(length, reverse[q], s1, 0)
@@ -163,8 +170,8 @@ def _fused_direction(ins, p, g, c0, w, state, a_loc, y, avx512, first, last):
     """One direction of channels ``c0 .. c0+w`` with :func:`.simd.fused16`."""
     length = ins[10].shape[1]
     state[:] = 0.0
-    for s0 in range(0, length, TIME_BLOCK):
-        n_steps = min(TIME_BLOCK, length - s0)
+    for s0 in range(0, length, FUSED_TIME_BLOCK):
+        n_steps = min(FUSED_TIME_BLOCK, length - s0)
         for sb in range(w // LANES):
             lanes = slice(sb * LANES, (sb + 1) * LANES)
             _recur_fused(
