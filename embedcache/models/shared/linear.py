@@ -26,7 +26,8 @@ tests/models/test_linear.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +37,24 @@ from embedcache.models.shared.tuning import Candidate, Problem
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from torch import nn
-
     from embedcache.models.shared.tuning import Tuner
+
+
+class Weighted(Protocol):
+    """What a candidate takes: an ``nn.Linear``, or a :class:`Dense`."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+
+@dataclass(eq=False)
+class Dense:
+    """A weight (out, in) and bias held outside an ``nn.Linear``: a family's own
+    weight tensors. Not frozen: :func:`packed_weight` keeps its reordered weight on it."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "none": lambda y: y,
@@ -52,11 +68,11 @@ TUNING_ROWS = 1536
 _PACKED = "_embedcache_packed"
 
 
-def run_aten(linear: nn.Linear, x: torch.Tensor, activation: str) -> torch.Tensor:
+def run_aten(linear: Weighted, x: torch.Tensor, activation: str) -> torch.Tensor:
     return ACTIVATIONS[activation](F.linear(x, linear.weight, linear.bias))
 
 
-def run_onednn(linear: nn.Linear, x: torch.Tensor, activation: str) -> torch.Tensor:
+def run_onednn(linear: Weighted, x: torch.Tensor, activation: str) -> torch.Tensor:
     attr, algorithm = _ONEDNN_ATTR[activation]
     return torch.ops.mkldnn._linear_pointwise(
         x, linear.weight, linear.bias, attr, [], algorithm
@@ -64,7 +80,7 @@ def run_onednn(linear: nn.Linear, x: torch.Tensor, activation: str) -> torch.Ten
 
 
 def run_onednn_packed(
-    linear: nn.Linear, x: torch.Tensor, activation: str
+    linear: Weighted, x: torch.Tensor, activation: str
 ) -> torch.Tensor:
     attr, algorithm = _ONEDNN_ATTR[activation]
     return torch.ops.mkldnn._linear_pointwise(
@@ -79,7 +95,7 @@ CANDIDATES = {
 }
 
 
-def packed_weight(linear: nn.Linear) -> torch.Tensor:
+def packed_weight(linear: Weighted) -> torch.Tensor:
     """``linear.weight`` in oneDNN's blocked layout, reordered once and kept on the
     module; reordered again if the weight was replaced or cast since."""
     weight = linear.weight
@@ -102,7 +118,7 @@ def _onednn_fits(x: torch.Tensor) -> bool:
     )
 
 
-def choose(*, tuner: Tuner, linear: nn.Linear, x: torch.Tensor, activation: str) -> str:
+def choose(*, tuner: Tuner, linear: Weighted, x: torch.Tensor, activation: str) -> str:
     """The linear candidate for this layer's shape, dtype and activation here."""
     n_out, n_in = linear.weight.shape
     dtype = str(x.dtype).removeprefix("torch.")
@@ -134,7 +150,7 @@ def choose(*, tuner: Tuner, linear: nn.Linear, x: torch.Tensor, activation: str)
 
 
 def project(
-    linear: nn.Linear,
+    linear: Weighted,
     x: torch.Tensor,
     *,
     tuner: Tuner,
@@ -145,4 +161,4 @@ def project(
     return CANDIDATES[name](linear, x, activation)
 
 
-__all__ = ["ACTIVATIONS", "CANDIDATES", "project"]
+__all__ = ["ACTIVATIONS", "CANDIDATES", "Dense", "project"]

@@ -166,9 +166,10 @@ class CaduceusBackbone:
         between two matmuls is ever converted by a separate pass.
         """
         import torch
-        import torch.nn.functional as F
 
         from embedcache.models.families.caduceus import kernels
+        from embedcache.models.shared.linear import project
+        from embedcache.models.shared.tuning import process_tuner
 
         arch = self.arch
         layer = self.weights.layers[index]
@@ -181,12 +182,18 @@ class CaduceusBackbone:
         def bits(t: torch.Tensor) -> np.ndarray:
             return (t.view(torch.int16) if bf16 else t).numpy()
 
-        def in_proj(w: MambaWeights) -> torch.Tensor:
-            xz = F.linear(hidden.to(w.in_w.dtype), w.in_w)
+        tuner = process_tuner()
+
+        def linear(what: str, p: int, x: torch.Tensor) -> torch.Tensor:
+            # the tuned implementation (shared.linear): MKL's sgemm or oneDNN's
+            return project(params[what][p], x, tuner=tuner)
+
+        def in_proj(p: int) -> torch.Tensor:
+            w = dirs[p]
+            xz = linear("in", p, hidden.to(w.in_w.dtype))
             return xz + w.in_b.to(xz.dtype) if w.in_b is not None else xz
 
         def branch(p: int, xz: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            w = dirs[p]
             u = torch.empty((n_seq, length, di))
             u_mm = torch.empty(
                 (n_seq, length, di) if bf16 else (0, 0, 0), dtype=torch.bfloat16
@@ -199,7 +206,7 @@ class CaduceusBackbone:
                 u.numpy(),
                 u_mm.view(torch.int16).numpy(),
             )
-            dbl = F.linear(u_mm if bf16 else u, w.x_w).float()
+            dbl = linear("x", p, u_mm if bf16 else u).float()
             # dt_proj, its bias and the softplus are applied in the scan kernel
             return u, dbl[..., :r], dbl[..., r : r + n], dbl[..., r + n :]
 
@@ -219,18 +226,18 @@ class CaduceusBackbone:
             )
             return y
 
-        def out_proj(y: torch.Tensor, w: MambaWeights, n_bias: int) -> torch.Tensor:
-            out = F.linear(y, w.out_w).float()
-            return out + n_bias * w.out_b if w.out_b is not None else out
+        def out_proj(y: torch.Tensor, p: int, n_bias: int) -> torch.Tensor:
+            out = linear("out", p, y).float()
+            return out + n_bias * dirs[p].out_b if dirs[p].out_b is not None else out
 
         if layer.tied and (len(dirs) == 1 or arch.strategy == "add"):
             # one in_proj for both directions and one out_proj on their sum
-            y = scan(list(range(len(dirs))), in_proj(layer.fwd))
+            y = scan(list(range(len(dirs))), in_proj(0))
             if layer.fwd.out_b is None:
                 # left in the matmul dtype: the next add+norm kernel reads bfloat16
-                return F.linear(y, layer.fwd.out_w)
-            return out_proj(y, layer.fwd, len(dirs))
-        outs = [out_proj(scan([p], in_proj(w)), w, 1) for p, w in enumerate(dirs)]
+                return linear("out", 0, y)
+            return out_proj(y, 0, len(dirs))
+        outs = [out_proj(scan([p], in_proj(p)), p, 1) for p in range(len(dirs))]
         if len(outs) == 1:
             return outs[0]
         return outs[0] + outs[1] if arch.strategy == "add" else outs[0] * outs[1]

@@ -272,12 +272,18 @@ def weights_from_state_dict(
 
 
 def kernel_params(layer: LayerWeights) -> dict[str, Any]:
-    """Numpy views of one layer's parameters in the layouts the numba kernels take."""
+    """Numpy views of one layer's parameters in the layouts the numba kernels take,
+    and its projections as :class:`.linear.Dense` (per direction: "in", "x", "out")."""
     import numpy as np
     import torch
 
+    from embedcache.models.shared.linear import Dense
+
     dirs = [layer.fwd] + ([layer.rev] if layer.rev is not None else [])
     return {
+        "in": [Dense(w.in_w) for w in dirs],
+        "x": [Dense(w.x_w) for w in dirs],
+        "out": [Dense(w.out_w) for w in dirs],
         "conv_w": [w.conv_w.t().contiguous().numpy() for w in dirs],
         "conv_b": [
             (
