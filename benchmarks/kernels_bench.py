@@ -258,7 +258,7 @@ def bench_hyena(args: argparse.Namespace) -> dict[str, Figure]:
 # in process, main's kernels (forced) beside the tuned ones: the model, its options
 # and main's choice
 ADAPTERS = {
-    "caduceus": (build_caduceus_ph, {"rc_mode": "average", "random_init": 0}, "scan=loop"),
+    "caduceus": (build_caduceus_ph, {"rc_mode": "average", "random_init": 0}, "scan=loop,linear=aten"),
     "encoder": (build_bert_char, {}, "attention=flash,linear=aten"),
 }  # fmt: skip
 
