@@ -24,11 +24,17 @@ EXACT = [KERNELS[name] for name in NAMES if name.startswith("blocked")]
 CLOSE = [KERNELS[name] for name in NAMES if name.startswith("fused")]
 
 
-def run(kernel, *, bf16):
-    # 80 channels: one full block of 64 and a 16-channel tail; 45 steps: a partial
-    # time block; the second direction runs backwards; dt_rank 5
+# one partial time block; several blocks and a partial one, the prefetch crossing
+# into the second direction (one direction alone: the official-code tests, whose
+# untied layers scan each direction by itself)
+LENGTHS = [45, 150]
+
+
+def run(kernel, *, bf16, length=45):
+    # 80 channels: one full block of 64 and a 16-channel tail; the second direction
+    # runs backwards; dt_rank 5
     args = scan_blocked.synthetic_inputs(
-        n_seq=3, length=45, d_inner=80, d_state=16, dt_rank=5, bf16=bf16
+        n_seq=3, length=length, d_inner=80, d_state=16, dt_rank=5, bf16=bf16
     )
     kernel(*args)
     out = args[-1]
@@ -47,13 +53,17 @@ def test_blocked_scans_are_bit_identical_to_the_loop(kernel, bf16):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("length", LENGTHS)
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("kernel", CLOSE, ids=lambda k: k.__name__)
-def test_fused_scans_agree_with_the_loop_within_the_tuners_tolerance(kernel, bf16):
-    # cheaper exp polynomials: other bits, the same values within the tolerance the
-    # tuner enforces (relative to the output's largest value)
-    want = run(kernels.scan_gated, bf16=bf16)
-    got = run(kernel, bf16=bf16)
+def test_fused_scans_agree_with_the_loop_within_the_tuners_tolerance(
+    kernel, bf16, length
+):
+    # cheaper exp polynomials and one gate on the directions' sum: other bits, the
+    # same values within the tolerance the tuner enforces (relative to the output's
+    # largest value)
+    want = run(kernels.scan_gated, bf16=bf16, length=length)
+    got = run(kernel, bf16=bf16, length=length)
     limit = tuning.TOLERANCE["bfloat16" if bf16 else "float32"]
     relative = np.abs(got - want).max() / np.abs(want).max()
     assert relative <= (limit if bf16 else limit / 4)
@@ -85,3 +95,24 @@ def test_blocked_scans_take_only_their_shapes():
     assert not scan_blocked.fits(d_state=8, d_inner=80)
     assert not scan_blocked.fits(d_state=16, d_inner=72)
     assert list(scan_blocked.candidates(d_state=8, d_inner=80)) == ["loop"]
+
+
+def test_fused_scan_of_one_direction_agrees_with_the_loop():
+    # an untied or unidirectional layer scans one direction: the fused kernel's first
+    # direction is then also its last (it gates and writes the output itself)
+    def run_forward(kernel):
+        args = scan_blocked.synthetic_inputs(
+            n_seq=2, length=100, d_inner=32, d_state=16, dt_rank=5, bf16=False
+        )
+        one = tuple(
+            a[:1] if isinstance(a, tuple) or i in range(4, 9) else a
+            for i, a in enumerate(args)
+        )
+        kernel(*one)
+        return one[-1]
+
+    want = run_forward(kernels.scan_gated)
+    got = run_forward(KERNELS["fused"])
+    assert np.abs(want).max() > 0.1
+    relative = np.abs(got - want).max() / np.abs(want).max()
+    assert 0 < relative <= tuning.TOLERANCE["float32"] / 4
