@@ -145,8 +145,10 @@ def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
         next_sign * (dts[q].strides[1] // _FLOAT_BYTES),
         _address(xz, g, next_t, n_chan + ch),
         next_sign * (xz.strides[1] // xz.itemsize),
+        1 if first else 0,
+        1 if last else 0,
     )
-    fused16(addresses, xz, out, avx512, first, last)
+    fused16(addresses, xz, out, avx512)
 
 
 @numba.njit(inline="always", fastmath=True)
@@ -195,16 +197,9 @@ def _block(ins, g, c0, w, avx512, fused):
                     a_loc[p, sb, n, lane] = a_log2[p, n, c0 + sb * LANES + lane]
     if fused:  # y: the directions' sum, before the gate
         y = np.empty((length, w), dtype=np.float32)
-        if n_dir == 1:
-            _fused_direction(ins, 0, g, c0, w, state, a_loc, y, avx512, True, True)
-        else:
-            _fused_direction(ins, 0, g, c0, w, state, a_loc, y, avx512, True, False)
-            for p in range(1, n_dir - 1):
-                _fused_direction(
-                    ins, p, g, c0, w, state, a_loc, y, avx512, False, False
-                )
+        for p in range(n_dir):
             _fused_direction(
-                ins, n_dir - 1, g, c0, w, state, a_loc, y, avx512, False, True
+                ins, p, g, c0, w, state, a_loc, y, avx512, p == 0, p == n_dir - 1
             )
         return
     y = np.zeros((length, w), dtype=np.float32)

@@ -338,13 +338,12 @@ def _prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
 
 @dataclass(frozen=True)
 class FusedMode:
-    """What :func:`fused16` compiles for: the exp steps, whether ``y`` starts at
-    zero (the first direction), whether it gates and writes ``out`` (the last), and
-    the bfloat16-ness of z and out (int16 bits)."""
+    """What :func:`fused16` compiles for: the exp steps and the bfloat16-ness of z
+    and out (int16 bits). Which direction it runs is a runtime flag: one copy of
+    the code per kernel, not one per direction (each copy is minutes of LLVM time
+    across the suite's kernels), for two predictable branches a step."""
 
     avx512: bool
-    first: bool
-    last: bool
     z_bf16: bool
     out_bf16: bool
 
@@ -360,7 +359,10 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
     (state_a, a_a, dt_a, b_a, c_a, row_step, u_a, u_step, w_a, w_stride, n_rank,
      bias_a, d_a, y_a, y_step, z_a, z_step, out_a, out_step, n_steps, next_u_a,
      next_u_step, next_dt_a, next_b_a, next_c_a, next_row_step, next_z_a,
-     next_z_step) = args  # fmt: skip
+     next_z_step, first_flag, last_flag) = args  # fmt: skip
+    zero = ir.Constant(_I64, 0)
+    first = builder.icmp_signed("!=", first_flag, zero)
+    last = builder.icmp_signed("!=", last_flag, zero)
     pv, pf = _VF.as_pointer(), _F32.as_pointer()
     dt_p, b_p, c_p, u_p, w_p, y_p = (
         builder.inttoptr(x, pf) for x in (dt_a, b_a, c_a, u_a, w_a, y_a)
@@ -421,7 +423,7 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
         builder.store(delta, _at(builder, deltas, i))
         builder.store(builder.fmul(delta, u), _at(builder, dus, i))
         builder.store(builder.fmul(d, u), _at(builder, skips, i))
-        if mode.last:
+        with builder.if_then(last, likely=False):
             load_z = _load_bf16_vector if mode.z_bf16 else _load_vector
             z = load_z(builder, z_p, builder.mul(i, z_step))
             builder.store(_emit_silu(builder, z), _at(builder, gates, i))
@@ -445,17 +447,19 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
         def into_y(total: ir.Value) -> None:
             y_row = _vector_at(builder, y_p, builder.mul(i, y_step))
             value = builder.fadd(total, builder.load(_at(builder, skips, i)))
-            if not mode.first:
-                value = builder.fadd(builder.load(y_row, align=4), value)
-            if not mode.last:
-                builder.store(value, y_row, align=4)
-                return
-            value = builder.fmul(value, builder.load(_at(builder, gates, i)))
-            out_row = _at(builder, out_p, builder.mul(i, out_step))
-            if mode.out_bf16:
-                _store_bf16_vector(builder, value, out_row)
-            else:
-                builder.store(value, builder.bitcast(out_row, pv), align=4)
+            # the first direction's y holds anything: selected away, never summed
+            summed = builder.fadd(builder.load(y_row, align=4), value)
+            value = builder.select(first, value, summed)
+            with builder.if_else(last) as (gate, keep):
+                with gate:
+                    gated = builder.fmul(value, builder.load(_at(builder, gates, i)))
+                    out_row = _at(builder, out_p, builder.mul(i, out_step))
+                    if mode.out_bf16:
+                        _store_bf16_vector(builder, gated, out_row)
+                    else:
+                        builder.store(gated, builder.bitcast(out_row, pv), align=4)
+                with keep:
+                    builder.store(value, y_row, align=4)
 
         return (
             builder.load(_at(builder, deltas, i)),
@@ -523,8 +527,6 @@ def fused16(
     xz: types.Type,
     out: types.Type,
     avx512: types.Type,
-    first: types.Type,
-    last: types.Type,
 ) -> Any:  # noqa: ANN401
     """The scan of 16 channels over ``n_steps`` steps. ``addresses``: a tuple of
     addresses and strides (in elements, negative when time runs backwards)::
@@ -532,11 +534,10 @@ def fused16(
         state, a, dt, b, c, row_step, u, u_step, w, w_stride, n_rank, bias,
         d, y, y_step, z, z_step, out, out_step, n_steps,
         next_u, next_u_step, next_dt, next_b, next_c, next_row_step,
-        next_z, next_z_step
+        next_z, next_z_step, first, last
 
-
-    then the arrays z and the output are read from (for their dtypes), then three
-    literal bools. ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows
+    then the arrays z and the output are read from (for their dtypes), then a
+    literal bool. ``delta = softplus(bias + sum_k w[k] dt[k])`` (``w`` rows
     ``w_stride`` floats apart; dt, B and C: x_proj rows ``row_step`` floats apart),
     the recurrence, and ``y (+)= sum_n s_n C_n + d u`` (``y`` float32; ``=`` when
     ``first``); when ``last``, ``out = y * silu(z)`` instead of writing y (both
@@ -547,11 +548,10 @@ def fused16(
     needed), else float adds and integer ops (:func:`_exp2_magic`). At most
     :data:`MAX_STEPS` steps a call.
     """
-    flags = (avx512, first, last)
-    if not all(isinstance(f, types.BooleanLiteral) for f in flags):
+    if not isinstance(avx512, types.BooleanLiteral):
         return None
     mode = FusedMode(
-        *(bool(f.literal_value) for f in flags),
+        bool(avx512.literal_value),
         z_bf16=isinstance(xz.dtype, types.Integer),
         out_bf16=isinstance(out.dtype, types.Integer),
     )
@@ -561,4 +561,4 @@ def fused16(
         _emit_fused(builder, list(values), mode)
         return context.get_dummy_value()
 
-    return types.void(addresses, xz, out, avx512, first, last), codegen
+    return types.void(addresses, xz, out, avx512), codegen
