@@ -26,19 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numba
 import numpy as np
 
+from embedcache.models.families.caduceus.fused_simd import MAX_STEPS, fused16
 from embedcache.models.families.caduceus.kernels import (
     _load,
     _silu,
     _softplus,
     _store_row,
 )
-from embedcache.models.families.caduceus.simd import (
-    LANES,
-    MAX_STEPS,
-    N_STATE,
-    fused16,
-    recur16,
-)
+from embedcache.models.families.caduceus.simd import LANES, N_STATE, recur16
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,7 +97,7 @@ def _stage(ins, p, g, c0, w, s0, n_steps, delta, du, bc):
 
 @numba.njit(inline="always", fastmath=True)
 def _recur_fused(ins, p, g, ch, s0, n_steps, state, a, y, avx512, first, last):
-    """:func:`.simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
+    """:func:`.fused_simd.fused16` on channels ``ch .. ch+16``: nothing staged; adds its
     output into ``y`` (float32, (L, w), its channels from ``ch``), or when ``last``
     gates it and writes it into the output."""
     us, dts, bs, cs, _, d, dt_w, dt_bias, reverse, xz, out = ins
@@ -169,7 +164,7 @@ def _gate(ins, p, g, c0, w, s0, n_steps, acc, y):
 
 @numba.njit(inline="always", fastmath=True)
 def _fused_direction(ins, p, g, c0, w, state, a_loc, y, avx512, first, last):
-    """One direction of channels ``c0 .. c0+w`` with :func:`.simd.fused16`."""
+    """One direction of channels ``c0 .. c0+w`` with :func:`.fused_simd.fused16`."""
     length = ins[10].shape[1]
     state[:] = 0.0
     for s0 in range(0, length, FUSED_TIME_BLOCK):
@@ -280,7 +275,7 @@ def scan_gated_blocked_avx512(*ins) -> None:
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def scan_gated_fused(*ins) -> None:
-    """Everything in the vector code (:func:`.simd.fused16`): dt projection,
+    """Everything in the vector code (:func:`.fused_simd.fused16`): dt projection,
     softplus, recurrence, D skip and gate; u, dt, B, C, z rows must be contiguous."""
     _scan(ins, False, True)
 
