@@ -131,8 +131,8 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
     )
 
     def project(gi: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-        first = builder.mul(gi, ir.Constant(_I64, _GROUP))
-        steps = [builder.add(first, ir.Constant(_I64, j)) for j in range(_GROUP)]
+        start = builder.mul(gi, ir.Constant(_I64, _GROUP))
+        steps = [builder.add(start, ir.Constant(_I64, j)) for j in range(_GROUP)]
         # a short last group repeats the last step (its buffers have room)
         rows = [
             _at(builder, dt_p, builder.mul(_min(builder, i, last_step), row_step))
