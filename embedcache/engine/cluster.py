@@ -119,6 +119,8 @@ def embed_on_cluster(
     key, dim, alias = adapter.key, adapter.dim, getattr(adapter, "alias", None)
     plan = plan_embedding(adapter, seqs, client_store, names=names, progress=progress)
     if plan.n_computed:
+        # the adapter's own budget, not one timed here: the workers may run on
+        # another kind of machine than this client
         rule = batch_rule(adapter, token_budget)
         if rule.token_budget > MAX_UNIT_TOKENS:
             # a batch never spans units: a budget beyond any unit is a k-mer floor's,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
-from embedcache.engine.batching import batch_rule
+from embedcache.engine.budget import tuned_batch_rule
 from embedcache.engine.forward import collect_result, run_unit
 from embedcache.engine.plan import iter_units, plan_embedding
 
@@ -48,8 +48,8 @@ def embed_sequences(
         Item names for error messages (e.g. ``"line 3"`` or an item id), one per sequence.
     token_budget
         Upper bound on padded tokens (longest item x batch size) per forward pass;
-        None takes the adapter's ``preferred_token_budget`` if it has one, else
-        :data:`DEFAULT_TOKEN_BUDGET` (see :func:`batch_rule`).
+        None takes the tuner's choice for this machine around the adapter's
+        ``preferred_token_budget`` (see :func:`.budget.tuned_batch_rule`).
 
     Raises
     ------
@@ -57,9 +57,10 @@ def embed_sequences(
         From :func:`~embedcache.engine.plan.plan_embedding`, before anything is
         computed.
     """
-    rule = batch_rule(adapter, token_budget)
     plan = plan_embedding(adapter, seqs, store, names=names, progress=progress)
     if plan.n_computed:
+        # chosen only when there is work: a first choice on a machine is timed
+        rule = tuned_batch_rule(adapter, token_budget)
         # one batch a unit, cut as it is run: each batch is committed as soon as it
         # is computed, and only its sequences are held
         units = iter_units(plan, rule=rule, unit_tokens=1)

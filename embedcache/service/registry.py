@@ -94,7 +94,7 @@ def load_models(
 ) -> list[ServedModel]:
     """Load every served model once, with its options resolved as `embed` does."""
     from embedcache.engine.api import embed_options
-    from embedcache.engine.batching import batch_rule
+    from embedcache.engine.budget import tuned_batch_rule
     from embedcache.models import load_adapter
 
     if threads:
@@ -105,7 +105,7 @@ def load_models(
     for spec in specs:
         opts = embed_options(spec.model, spec.options, revision=spec.revision)
         adapter = load_adapter(spec.model, revision=spec.revision, **opts.to_dict())
-        rule = batch_rule(adapter, spec.token_budget)
+        rule = tuned_batch_rule(adapter, spec.token_budget)
         logger.info(
             "serving %s as %r (key %s)",
             adapter.key.short(),

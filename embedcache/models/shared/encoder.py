@@ -213,6 +213,11 @@ class EncoderAdapter:
         self.dim = int(network.hidden_size)
         self.max_tokens = traits.max_tokens
         self.preferred_token_budget = traits.token_budget
+        # what the token budget's speed depends on (engine.budget): not the weights
+        self.tuning_shape = (
+            f"{traits.family} hidden={self.dim} layers={network.n_layers} "
+            f"rc={self.rc_mode} {self.device.type}"
+        )
         # both strands of a sequence run in one batch under RC averaging
         strands = 2 if self.rc_mode == "average" else 1
         self.attention_maps = traits.attention_heads * strands

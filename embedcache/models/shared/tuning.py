@@ -220,8 +220,11 @@ class Tuner:
         make_input: Callable[[], Any],
         *,
         tolerance: float | None = None,
+        repeats: int | None = None,
     ) -> str:
-        """The name of the candidate to run for ``problem`` (the first is the reference)."""
+        """The name of the candidate to run for ``problem`` (the first is the reference);
+        ``repeats``: timed rounds at least (default the tuner's), for candidates that
+        take seconds a run."""
         key = problem.key()
         names = [c.name for c in candidates]
         forced = self.override.get(problem.kernel)
@@ -248,7 +251,7 @@ class Tuner:
                     stored.get("ineligible", {}),
                 ),
             )
-        choice = self._tune(problem, candidates, make_input, tolerance)
+        choice = self._tune(problem, candidates, make_input, tolerance, repeats)
         # another process on this machine may have tuned it meanwhile: the first
         # choice written stands, so both run the same kernel (the same bits)
         self._stored = {**self._stored, **self._load()}
@@ -269,6 +272,16 @@ class Tuner:
             }
         self._save()
         return self._record(key, choice)
+
+    def will_time(self, problem: Problem, names: Sequence[str]) -> bool:
+        """Whether :meth:`choose` would time these candidates (no choice forced,
+        cached, made in this process, or ``off``): a caller can say it will take a while."""
+        if self.off or problem.kernel in self.override or len(names) == 1:
+            return False
+        if problem.key() in self.choices:
+            return False
+        stored = self._stored.get(problem.key())
+        return stored is None or stored.get("candidates") != list(names)
 
     def describe(self) -> list[str]:
         """One line per problem this process chose for: choice, how, times."""
@@ -325,6 +338,7 @@ class Tuner:
         candidates: Sequence[Candidate],
         make_input: Callable[[], Any],
         tolerance: float | None,
+        repeats: int | None,
     ) -> Choice:
         limit = TOLERANCE.get(problem.dtype, 1e-5) if tolerance is None else tolerance
         inputs = make_input()
@@ -342,18 +356,23 @@ class Tuner:
                 ineligible[candidate.name] = f"differs by {diff:.2e} > {limit:.0e}"
                 continue
             eligible.append(candidate)
-        seconds = self._time(eligible, inputs)
+        seconds = self._time(eligible, inputs, repeats or self.repeats)
         best = min(seconds, key=seconds.__getitem__)
         return Choice(best, "timed", seconds, ineligible)
 
-    def _time(self, candidates: list[Candidate], inputs: Any) -> dict[str, float]:  # noqa: ANN401
+    def _time(
+        self,
+        candidates: list[Candidate],
+        inputs: Any,  # noqa: ANN401
+        repeats: int,
+    ) -> dict[str, float]:
         """Best wall time each, in interleaved rounds (a burst of load from other
         processes then hits every candidate): ``repeats`` rounds, more while the
         budget lasts (up to 5x)."""
         best = {c.name: float("inf") for c in candidates}
         start = time.perf_counter()
-        for round_ in range(5 * self.repeats):
-            if round_ >= self.repeats and time.perf_counter() - start > self.budget:
+        for round_ in range(5 * repeats):
+            if round_ >= repeats and time.perf_counter() - start > self.budget:
                 break
             for candidate in candidates:
                 t0 = time.perf_counter()

@@ -128,6 +128,12 @@ class CaduceusAdapter:
         d = backbone.arch.d_model
         self.dim = 2 * d if backbone.arch.rcps and self.key.rc_mode == "none" else d
         self.max_tokens = self.key.max_length
+        arch = backbone.arch
+        # what the token budget's speed depends on (engine.budget): not the weights
+        self.tuning_shape = (
+            f"caduceus d_model={d} layers={arch.n_layer} rcps={arch.rcps} "
+            f"rc={self.key.rc_mode} {str(backbone.device).split(':')[0]}"
+        )
         # a first run on a machine compiles the numba kernels for 20-40 s: say so once
         self._compile_notice = (
             CompileNotice(modules=[_KERNEL_MODULE], what="Caduceus CPU kernels (numba)")
