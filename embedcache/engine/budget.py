@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.engine.batching import BatchRule, batch_rule, plan_batches
+from embedcache.errors import EmbedcacheError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,20 +55,19 @@ def budget_candidates(preferred: int) -> tuple[int, ...]:
 
 
 def synthetic_sequences(adapter: Adapter, n_seqs: int) -> list[str]:
-    """``n_seqs`` random sequences of :data:`TUNING_BASES` bases (fewer where the
-    model's context is shorter), all one length."""
-    bases = TUNING_BASES
-    while (
-        bases > 1
-        and adapter.max_tokens
-        and adapter.n_tokens("A" * bases) > adapter.max_tokens
-    ):
-        bases //= 2
-    rng = np.random.default_rng(_SEED)
+    """``n_seqs`` random sequences of :data:`TUNING_BASES` bases (half as many, or a
+    quarter ..., where the model's context takes fewer tokens), all one length."""
     letters = np.frombuffer(b"ACGT", dtype=np.uint8)
-    return [
-        letters[rng.integers(0, 4, bases)].tobytes().decode() for _ in range(n_seqs)
-    ]
+    bases = TUNING_BASES
+    while True:
+        rng = np.random.default_rng(_SEED)
+        seqs = [
+            letters[rng.integers(0, 4, bases)].tobytes().decode() for _ in range(n_seqs)
+        ]
+        limit = adapter.max_tokens
+        if bases == 1 or not limit or max(map(adapter.n_tokens, seqs)) <= limit:
+            return seqs
+        bases //= 2
 
 
 def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:
@@ -75,15 +75,20 @@ def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:
     from embedcache.models.shared.tuning import (
         Candidate,
         Problem,
+        TuningError,
         length_bucket,
         process_tuner,
     )
 
     tuner = tuner or process_tuner()
-    budgets = budget_candidates(int(batch_rule(adapter).token_budget))
-    probe = synthetic_sequences(adapter, 1)[0]
-    n_tokens = adapter.n_tokens(probe)
-    padded = batch_rule(adapter).padded(n_tokens)
+    preferred = int(batch_rule(adapter).token_budget)
+    budgets = budget_candidates(preferred)
+    padded = max(
+        map(
+            batch_rule(adapter).padded,
+            map(adapter.n_tokens, synthetic_sequences(adapter, 8)),
+        )
+    )
     # every candidate embeds the same sequences: one full batch of the largest
     n_seqs = max(1, -(-max(budgets) // padded))
 
@@ -92,7 +97,7 @@ def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:
 
         def run(seqs: Sequence[str]) -> np.ndarray:
             out = np.empty((len(seqs), adapter.dim), dtype=np.float32)
-            for batch in plan_batches([n_tokens] * len(seqs), rule):
+            for batch in plan_batches([adapter.n_tokens(s) for s in seqs], rule):
                 out[batch] = adapter.embed_batch([seqs[i] for i in batch])
             return out
 
@@ -108,12 +113,19 @@ def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:
             problem.key(),
             ", ".join(map(str, budgets)),
         )
-    name = tuner.choose(
-        problem,
-        [runner(b) for b in budgets],
-        lambda: synthetic_sequences(adapter, n_seqs),
-        repeats=1,
-    )
+    try:
+        name = tuner.choose(
+            problem,
+            [runner(b) for b in budgets],
+            lambda: synthetic_sequences(adapter, n_seqs),
+            repeats=1,
+        )
+    except EmbedcacheError as err:
+        if isinstance(err, TuningError):  # the user's override: theirs to fix
+            raise
+        # the model refused the synthetic input: its own budget, not a failed run
+        logger.warning("token budget %s: not tuned (%s)", problem.key(), err)
+        return preferred
     return int(name)
 
 

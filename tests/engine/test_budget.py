@@ -17,6 +17,7 @@ from embedcache.engine.budget import (
     tuned_batch_rule,
 )
 from embedcache.engine.local import embed_sequences
+from embedcache.errors import InvalidSequenceError
 from embedcache.models import load_adapter
 from embedcache.models.floors.kmer import KmerAdapter
 from embedcache.models.shared.tuning import Problem, Tuner, TuningError
@@ -44,6 +45,39 @@ def test_synthetic_sequences_fit_the_context(hyena):
     assert {len(s) for s in seqs} == {min(budget.TUNING_BASES, len(seqs[0]))}
     assert hyena.n_tokens(seqs[0]) <= hyena.max_tokens
     assert set("".join(seqs)) == set("ACGT")
+
+
+class ShortContext:
+    """An adapter of a 100-token context, one token per base, that refuses to embed
+    (as a model might refuse a synthetic input)."""
+
+    max_tokens = 100
+    dim = 4
+    needs_equal_lengths = False
+    preferred_token_budget = 1000
+    tuning_shape = "stub"
+    key = type("Key", (), {"dtype": "float32", "short": lambda self: "stub"})()
+
+    def n_tokens(self, seq):
+        return len(seq)
+
+    def embed_batch(self, seqs):
+        msg = f"{len(seqs)} sequences refused"
+        raise InvalidSequenceError(msg)
+
+
+def test_synthetic_sequences_halve_to_fit_a_short_context():
+    seqs = synthetic_sequences(ShortContext(), 5)
+    assert {len(s) for s in seqs} == {budget.TUNING_BASES // 8}  # 500 -> 62 bases
+
+
+def test_a_model_that_refuses_the_synthetic_input_keeps_its_budget(caplog):
+    tuner = Tuner(None, fingerprint=PRINT)
+    with caplog.at_level("WARNING", logger="embedcache.engine.budget"):
+        rule = tuned_batch_rule(ShortContext(), tuner=tuner)
+    assert rule.token_budget == ShortContext.preferred_token_budget
+    assert "not tuned" in caplog.text
+    assert "refused" in caplog.text
 
 
 @pytest.mark.parametrize(
