@@ -111,7 +111,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--token-budget",
         type=positive_int,
         default=None,
-        help="padded tokens per forward pass",
+        help="padded tokens per forward pass (default: the model's, or the faster "
+        "of it, half and twice it as timed once on this machine)",
     )
     p.add_argument(
         "--threads",
