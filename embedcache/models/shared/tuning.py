@@ -63,7 +63,8 @@ class TuningError(errors.EmbedcacheError, ValueError):
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One kernel at one (dtype, length bucket, shape); ``kernel`` is the name the
-    override uses (``attention``, ``scan``, ``conv``)."""
+    override uses (``attention``, ``scan``, ``linear``, ``longconv``,
+    ``budget``)."""
 
     kernel: str
     dtype: str
