@@ -12,8 +12,8 @@ check would drop one that did not.
 Only adapters that say what they compute (``tuning_shape``: family and network size,
 not the weights) are tuned; the floors count, and their budget only groups commits.
 The choice is timed once per machine, model shape and dtype, then cached: a few
-forward passes of twice the budget each (seconds for a small model, about a minute
-for Caduceus-ph on two cores).
+forward passes of twice the budget each (about a second for the test models, 6-42 s
+for HyenaDNA medium, Caduceus-ph and a 512x8 BERT on two cores: docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -81,14 +81,11 @@ def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:
     )
 
     tuner = tuner or process_tuner()
-    preferred = int(batch_rule(adapter).token_budget)
+    own = batch_rule(adapter)
+    preferred = own.token_budget
     budgets = budget_candidates(preferred)
-    padded = max(
-        map(
-            batch_rule(adapter).padded,
-            map(adapter.n_tokens, synthetic_sequences(adapter, 8)),
-        )
-    )
+    probe = synthetic_sequences(adapter, 8)
+    padded = max(own.padded(adapter.n_tokens(seq)) for seq in probe)
     # every candidate embeds the same sequences: one full batch of the largest
     n_seqs = max(1, -(-max(budgets) // padded))
 

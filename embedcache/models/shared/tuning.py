@@ -228,30 +228,9 @@ class Tuner:
         take seconds a run."""
         key = problem.key()
         names = [c.name for c in candidates]
-        forced = self.override.get(problem.kernel)
-        if forced is not None:
-            if forced not in names:
-                msg = (
-                    f"{ENV_VAR} asks for {problem.kernel}={forced}, but {key} has the "
-                    f"candidates {', '.join(names)}. Name one of them, or `off`."
-                )
-                raise TuningError(msg)
-            return self._record(key, Choice(forced, "forced"))
-        if self.off or len(candidates) == 1:
-            return self._record(key, Choice(names[0], "off" if self.off else "only"))
-        stored = self._stored.get(key)
-        # a cached choice holds while the candidates are the ones it was chosen
-        # among: a kernel added since (or removed) is a reason to time them again
-        if stored is not None and stored.get("candidates") == names:
-            return self._record(
-                key,
-                Choice(
-                    stored["choice"],
-                    "cached",
-                    stored.get("seconds", {}),
-                    stored.get("ineligible", {}),
-                ),
-            )
+        settled = self._settled(problem, names)
+        if settled is not None:
+            return self._record(key, settled)
         choice = self._tune(problem, candidates, make_input, tolerance, repeats)
         # another process on this machine may have tuned it meanwhile: the first
         # choice written stands, so both run the same kernel (the same bits)
@@ -276,13 +255,35 @@ class Tuner:
 
     def will_time(self, problem: Problem, names: Sequence[str]) -> bool:
         """Whether :meth:`choose` would time these candidates (no choice forced,
-        cached, made in this process, or ``off``): a caller can say it will take a while."""
-        if self.off or problem.kernel in self.override or len(names) == 1:
-            return False
-        if problem.key() in self.choices:
-            return False
-        stored = self._stored.get(problem.key())
-        return stored is None or stored.get("candidates") != list(names)
+        cached or ``off``): a caller can say it will take a while."""
+        return self._settled(problem, list(names)) is None
+
+    def _settled(self, problem: Problem, names: list[str]) -> Choice | None:
+        """The choice that needs no timing: forced, ``off``, the only candidate, or
+        cached (this process's choices are in the cache too); else None."""
+        key = problem.key()
+        forced = self.override.get(problem.kernel)
+        if forced is not None:
+            if forced not in names:
+                msg = (
+                    f"{ENV_VAR} asks for {problem.kernel}={forced}, but {key} has the "
+                    f"candidates {', '.join(names)}. Name one of them, or `off`."
+                )
+                raise TuningError(msg)
+            return Choice(forced, "forced")
+        if self.off or len(names) == 1:
+            return Choice(names[0], "off" if self.off else "only")
+        stored = self._stored.get(key)
+        # a cached choice holds while the candidates are the ones it was chosen
+        # among: a kernel added since (or removed) is a reason to time them again
+        if stored is not None and stored.get("candidates") == names:
+            return Choice(
+                stored["choice"],
+                "cached",
+                stored.get("seconds", {}),
+                stored.get("ineligible", {}),
+            )
+        return None
 
     def describe(self) -> list[str]:
         """One line per problem this process chose for: choice, how, times."""
