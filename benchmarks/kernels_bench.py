@@ -10,13 +10,13 @@ process's CPU time (which load from other processes disturbs less), the ratio to
 ``loop`` (issue 43's target for the best: 2x on an AVX2 CPU, 3x on AVX-512), and the
 largest difference to ``loop``'s output (0 means the same bits). ``--adapter``:
 Caduceus-ph in process, main's scan (``scan=loop``) beside the tuned one
-(vectors within the tuner's tolerance).
+(vectors within the tuner's tolerance), and the token budget's candidates.
 ``--family hyena``: HyenaDNA medium's element-wise kernels and projections for one
 layer, ``--baseline``'s code (main's, read from git) beside this tree's.
 ``--family encoder``: attention, ``flash`` (SDPA) against ``math`` (two matmuls, fp32
 softmax) at the 512-wide BERT's shape (8 heads of 64) for a few lengths; with
 ``--adapter``, BERT 512x8 in process, main's kernels (``attention=flash,linear=aten``)
-beside the tuned ones.
+beside the tuned ones, and the token budget's candidates.
 
 Then what the tuner (``embedcache.models.shared.tuning``) chooses here, timed afresh
 (not read from the cache), and with ``--end-to-end`` the family's end-to-end
@@ -267,6 +267,7 @@ def bench_adapter(args: argparse.Namespace) -> dict[str, Figure]:
     """The family's model end to end in process (Caduceus-ph; BERT 512x8 for the
     encoders): main's kernels (forced) against the tuned ones, interleaved rounds,
     each dtype; the tuned vectors within the tuner's tolerance of main's."""
+    from embedcache.engine.budget import choose_token_budget
     from embedcache.models import load_adapter
     from embedcache.models.shared.tuning import ENV_VAR
 
@@ -289,6 +290,10 @@ def bench_adapter(args: argparse.Namespace) -> dict[str, Figure]:
             os.environ[ENV_VAR] = tune
             adapters[label] = (load_adapter(str(path), dtype=dtype, **options), tune)
             run(*adapters[label], seqs[:2])  # compile, load or tune the kernels
+        chooser = tuner()  # and the token budget's candidates, timed afresh
+        budget = choose_token_budget(adapters["tuned"][0], tuner=chooser)
+        print(f"  {dtype}: {chooser.describe()[0]}")
+        figures[f"adapter {dtype} token budget chosen"] = Figure(budget, "tokens")
         main_v, tuned_v = (run(a, t, seqs) for a, t in adapters.values())
         diff = float(np.abs(tuned_v - main_v).max() / np.abs(main_v).max())
         if diff > TOLERANCE[dtype]:
