@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.engine.batching import BatchRule, batch_rule, plan_batches
+from embedcache.engine.synthetic import fitting_sequence
 from embedcache.errors import EmbedcacheError
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 # the synthetic sequences' length: the leaderboard's longest (human_enhancers_cohn)
 TUNING_BASES = 500
-_SEED = 43
 
 
 def tuned_batch_rule(
@@ -55,19 +55,9 @@ def budget_candidates(preferred: int) -> tuple[int, ...]:
 
 
 def synthetic_sequences(adapter: Adapter, n_seqs: int) -> list[str]:
-    """``n_seqs`` random sequences of :data:`TUNING_BASES` bases (half as many, or a
-    quarter ..., where the model's context takes fewer tokens), all one length."""
-    letters = np.frombuffer(b"ACGT", dtype=np.uint8)
-    bases = TUNING_BASES
-    while True:
-        rng = np.random.default_rng(_SEED)
-        seqs = [
-            letters[rng.integers(0, 4, bases)].tobytes().decode() for _ in range(n_seqs)
-        ]
-        limit = adapter.max_tokens
-        if bases == 1 or not limit or max(map(adapter.n_tokens, seqs)) <= limit:
-            return seqs
-        bases //= 2
+    """``n_seqs`` random sequences of :data:`TUNING_BASES` bases, each halved until
+    the model's context holds it."""
+    return [fitting_sequence(adapter, TUNING_BASES, seed=i) for i in range(n_seqs)]
 
 
 def choose_token_budget(adapter: Adapter, *, tuner: Tuner | None = None) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedcache.engine.forward import embed_outputs, inference_mode
+from embedcache.engine.synthetic import fitting_sequence
 from embedcache.errors import InvalidVectorError
 
 if TYPE_CHECKING:
@@ -29,29 +30,15 @@ WARM_UP_BASES = 1024
 WARM_UP_MAX_SEQS = 4096
 
 
-def _bases(n: int, *, seed: int) -> str:
-    rng = np.random.default_rng(seed)
-    return "".join(rng.choice(list("ACGT"), size=n))
-
-
-def _fitting(adapter: Adapter, n_bases: int, *, seed: int) -> str:
-    """A random ACGT sequence of at most ``n_bases`` the model's context holds."""
-    seq = _bases(n_bases, seed=seed)
-    limit = adapter.max_tokens
-    while limit is not None and len(seq) > 1 and adapter.n_tokens(seq) > limit:
-        seq = seq[: len(seq) // 2]
-    return seq
-
-
 def canary_batch(adapter: Adapter) -> list[str]:
     """A small batch any healthy model embeds: short random ACGT sequences."""
-    return [_fitting(adapter, CANARY_BASES, seed=i) for i in range(CANARY_SIZE)]
+    return [fitting_sequence(adapter, CANARY_BASES, seed=i) for i in range(CANARY_SIZE)]
 
 
 def warm_up_batch(adapter: Adapter, rule: BatchRule) -> list[str]:
     """The largest batch the batcher may run: sequences as long as the context (or
     :data:`WARM_UP_BASES`), as many as the rule lets share a pass."""
-    seq = _fitting(adapter, WARM_UP_BASES, seed=0)
+    seq = fitting_sequence(adapter, WARM_UP_BASES, seed=0)
     tokens = adapter.n_tokens(seq)
     count = max(1, min(WARM_UP_MAX_SEQS, rule.token_budget // max(tokens, 1)))
     while count > 1 and not rule.fits(count, tokens):
