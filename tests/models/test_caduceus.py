@@ -332,16 +332,24 @@ def test_bfloat16_stays_close(adapters, variant):
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 
-def test_bfloat16_kernels_match_torch_bfloat16():
-    # the numba kernels read and write bfloat16 bits themselves; torch converts
+@pytest.mark.parametrize("variant", ["ph", "ps"])
+def test_bfloat16_kernels_are_as_close_to_float32_as_torch_bfloat16(adapters, variant):
+    # the numba kernels read and write bfloat16 bits themselves (the scan with a
+    # cheaper decay); torch converts. Two bfloat16 paths round differently, so each
+    # is held to its distance from the float32 vectors, and they stay much closer to
+    # each other than to those
     seqs = [normalise_sequence(s) for s in fixture_sequences()]
-    for variant in ("ph", "ps"):
-        path = FIXTURES / variant
-        fast = load_caduceus_adapter(path, dtype="bfloat16", scan="numba")
-        slow = load_caduceus_adapter(path, dtype="bfloat16", scan="torch")
-        np.testing.assert_allclose(
-            fast.embed_batch(seqs), slow.embed_batch(seqs), atol=1e-3, rtol=0
-        )
+    exact = adapters[(variant, "average", "numba")].embed_batch(seqs)
+    path = FIXTURES / variant
+    fast = load_caduceus_adapter(path, dtype="bfloat16", scan="numba").embed_batch(seqs)
+    slow = load_caduceus_adapter(path, dtype="bfloat16", scan="torch").embed_batch(seqs)
+
+    def rms(x):
+        return float(np.sqrt(np.mean(x**2)))
+
+    assert rms(fast - exact) <= 1.05 * rms(slow - exact)
+    assert np.abs(fast - exact).max() <= 1.1 * np.abs(slow - exact).max()
+    assert np.abs(fast - slow).max() <= 0.25 * np.abs(slow - exact).max()
 
 
 @pytest.mark.gpu

@@ -27,6 +27,7 @@ from embedcache.models.families.caduceus.simd import (
     _VF,
     _VI,
     DECAY_EXP2_COEF32,
+    DECAY_EXP2_COEF32_BF16,
     GATE_EXP2_COEF32,
     LANES,
     N_STATE,
@@ -217,7 +218,7 @@ def _emit_fused(builder: ir.IRBuilder, args: list[ir.Value], mode: FusedMode) ->
         (state_a, a_a, n_steps),
         row_inputs,
         avx512=mode.avx512,
-        coefs=DECAY_EXP2_COEF32,
+        coefs=DECAY_EXP2_COEF32_BF16 if mode.out_bf16 else DECAY_EXP2_COEF32,
         n_sums=4,
     )
 
@@ -244,9 +245,9 @@ def fused16(
     the recurrence, and ``y (+)= sum_n s_n C_n + d u`` (``y`` float32; ``=`` when
     ``first``); when ``last``, ``out = y * silu(z)`` instead of writing y (both
     directions share z: their in_proj is tied). The exps are
-    :data:`DECAY_EXP2_COEF32` and :data:`GATE_EXP2_COEF32`'s polynomials, not the
-    loop kernel's: the output differs from it within float32 tolerance, not bit for
-    bit. ``avx512``: ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp
+    :data:`DECAY_EXP2_COEF32` (:data:`DECAY_EXP2_COEF32_BF16` for a bfloat16 output)
+    and :data:`GATE_EXP2_COEF32`'s polynomials, not the loop kernel's: the output
+    differs from it within the output dtype's tolerance, not bit for bit. ``avx512``: ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp
     needed), else float adds and integer ops (:func:`_exp2_magic`). At most
     :data:`MAX_STEPS` steps a call.
     """

@@ -13,7 +13,9 @@ projection runs rank-outer so that no row waits on its own previous update.
 and time block computes delta, ``D * u`` and ``silu(z)`` for every step, runs the
 recurrence and adds the gated output into the row; its exps are cheaper polynomials
 (:data:`.simd.DECAY_EXP2_COEF32`), so its float32 output equals the loop kernel's
-within float32 tolerance (about 2e-6 relative), not bit for bit.
+within float32 tolerance (about 2e-6 relative), not bit for bit; a bfloat16 output
+takes a degree-3 decay (:data:`.simd.DECAY_EXP2_COEF32_BF16`), whose error its own
+rounding hides.
 
 Needs ``d_state == 16`` and ``d_inner % 16 == 0`` (:func:`fits`); the loop kernel
 takes any shape.

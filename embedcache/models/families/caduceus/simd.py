@@ -48,6 +48,12 @@ _ROUNDER = 1.5 * 2**23
 # decays, 16 a step) 6.3e-6; degree 5 (softplus and silu, once a step) 2.5e-7; the
 # loop kernel's degree-7 Taylor polynomial 1.2e-7.
 DECAY_EXP2_COEF32 = (1.0, 0.6931369, 0.24023253, 0.05583729, 0.00961811)
+# The decays when the output is bfloat16: degree 3, 1.0e-4, one FMA a decay fewer
+# (the recurrence is bound by its FMAs). Its error is relative to f too, so the
+# state's stays near 2e-4 whatever the memory length, below the output's own
+# bfloat16 rounding (2**-9): the output's error against the float32 loop is the
+# bfloat16 loop's (docs/kernels.md).
+DECAY_EXP2_COEF32_BF16 = (1.0, 0.6932829, 0.24221095, 0.05500893)
 GATE_EXP2_COEF32 = (1.0, 0.6931471, 0.24022351, 0.055505004, 0.009666245, 0.0013333538)
 
 
