@@ -332,6 +332,15 @@ def test_bfloat16_stays_close(adapters, variant):
     assert 0 < np.abs(exact - fast).max() < 0.05
 
 
+def test_only_bfloat16_keys_moved_with_the_bfloat16_decay():
+    path = FIXTURES / "ph"
+    versions = {
+        dtype: load_caduceus_adapter(path, dtype=dtype).key.adapter_version
+        for dtype in ("float32", "bfloat16")
+    }
+    assert versions == {"float32": "3", "bfloat16": "4"}
+
+
 @pytest.mark.parametrize("variant", ["ph", "ps"])
 def test_bfloat16_kernels_are_as_close_to_float32_as_torch_bfloat16(adapters, variant):
     # the numba kernels read and write bfloat16 bits themselves (the scan with a

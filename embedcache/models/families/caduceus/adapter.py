@@ -68,7 +68,11 @@ logger = logging.getLogger(__name__)
 # bits (within 2e-6 relative of version 1's); a new key, so no store mixes the two.
 # 3: the fused scan gates the directions' sum once, and the projections may run
 # through oneDNN (shared.linear): other float32 bits again, within the tolerance
+# 4, bfloat16 keys only: the fused scan's decay is degree 3 for a bfloat16 output
+# (vectors within bfloat16 rounding of 3's); float32 vectors did not move, nor
+# their keys
 CADUCEUS_ADAPTER_VERSION = "3"
+CADUCEUS_BF16_ADAPTER_VERSION = "4"
 RC_MODES = ("average", "none")
 SCANS = ("auto", "numba", "torch")
 # tokens per forward pass (copies for the RC strand included): bounds activation memory
@@ -278,7 +282,9 @@ def load(source: Source, *, scan: str = "auto") -> CaduceusAdapter:
             model_id=model_id,
             revision=source.revision,
             adapter="caduceus",
-            adapter_version=CADUCEUS_ADAPTER_VERSION,
+            adapter_version=CADUCEUS_BF16_ADAPTER_VERSION
+            if options.dtype == "bfloat16"
+            else CADUCEUS_ADAPTER_VERSION,
             layer=layer,
             pooling="mean",
             special_tokens="none",
