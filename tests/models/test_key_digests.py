@@ -10,7 +10,8 @@ which moves the fp32 bits of every token-based family (dnabert2, ntv2, hyena,
 generator, gena here; adapter version 1 -> 2). No migration: the old vectors depended
 on their batch and cannot be made the new ones; they stay under the old keys.
 And more in issue 43: Caduceus (1 -> 2: the fused scans' cheaper exp; 2 -> 3: the
-fused scan's single gate, projections through the tuned linear) and HyenaDNA (2 -> 3:
+fused scan's single gate, projections through the tuned linear; 3 -> 4 for bfloat16
+keys only: the fused scan's degree-3 decay for a bfloat16 output) and HyenaDNA (2 -> 3:
 vectorised kernels, one in-projection matmul a batch).
 """
 
@@ -29,7 +30,7 @@ PINNED_ROWS = """
 2fce9d0360494c8e68dfd6d5459a90fc9c74c30865e8becc2dce2f20a604b79c kmer-4 -
 9f484b8e252accc7780f8295adf5aea1beb8e87566c560d56e53253b10c00437 gc -
 bb355e081410412e57bcdbfb01d1acde614548a41825da6c2d4e78a6e9cddf06 caduceus/ph -
-577bbf0712fb49034cce941f0281f0ab6846565e7f9b0824f3011d9ef5a99da1 caduceus/ph bf16,rc
+ca5c09d9a88e3e95a37e603765bdbc7a7a547079cf6784fc1ce4819a15a18e5a caduceus/ph bf16,rc
 5fb63413a1de9c79bf00421e5a3f21256c9b2436891d4fbc45a1cd33735bf483 dnabert2/dnabert2 -
 97f3a6a63aeb7fafb80512ad3d199f0c0b037bcd8ae2aeeecce57c37bb9149cf ntv2/ntv2 bf16,rc
 5188bfcd5566229ee7610e8f4052a93c9fe20f731833cbc869bb2fab93da17d8 hyena/tiny -
