@@ -36,11 +36,15 @@ from embedcache.models.families.caduceus.kernels import (
     _store_row,
 )
 from embedcache.models.families.caduceus.simd import LANES, N_STATE, recur16
+from embedcache.models.shared import kernel_cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from embedcache.models.shared.tuning import Tuner
+
+# the cached kernels go stale with the vector IR of simd and fused_simd
+kernel_cache.track(__name__)
 
 CHANNEL_BLOCK = 64
 TIME_BLOCK = 32

@@ -38,6 +38,9 @@ from embedcache.models.families.caduceus.kernels import (
     _load,
     _store_row,
 )
+from embedcache.models.shared import kernel_cache
+
+kernel_cache.track(__name__)  # the cached kernels go stale with Caduceus's helpers
 
 ROW_BLOCK = 64
 _LOG2E = 1.4426950408889634
