@@ -110,8 +110,9 @@ def _source_of(module: str) -> Path | None:
 
 def _module_level_imports(path: Path | None) -> list[str]:
     """Modules a file imports at its top level (``from a import b``: ``a.b`` when
-    that is a module, else ``a``); imports inside functions or ``if`` blocks reach
-    no kernel."""
+    that is a module, else ``a``), in the tracked packages. A kernel reaches only
+    module-level names; the kernel modules import nothing under an ``if`` but
+    ``TYPE_CHECKING`` names, which are skipped with it."""
     if path is None:
         return []
     packages, names = _tracked_packages(), []

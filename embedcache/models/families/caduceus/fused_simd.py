@@ -247,8 +247,9 @@ def fused16(
     directions share z: their in_proj is tied). The exps are
     :data:`DECAY_EXP2_COEF32` (:data:`DECAY_EXP2_COEF32_BF16` for a bfloat16 output)
     and :data:`GATE_EXP2_COEF32`'s polynomials, not the loop kernel's: the output
-    differs from it within the output dtype's tolerance, not bit for bit. ``avx512``: ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp
-    needed), else float adds and integer ops (:func:`_exp2_magic`). At most
+    differs from it within the output dtype's tolerance, not bit for bit.
+    ``avx512``: ``vreduceps`` and ``vscalefps`` in the decays' exp (no clamp needed),
+    else float adds and integer ops (:func:`_exp2_magic`). At most
     :data:`MAX_STEPS` steps a call.
     """
     if not isinstance(avx512, types.BooleanLiteral):
